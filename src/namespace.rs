@@ -1,0 +1,211 @@
+//! Segment names and the namespace that owns them (property P2: shmrc never touches a
+//! name outside its own namespace).
+//!
+//! A file_system segment is named `<prefix>.<uid>.<pid>.<start>.<nonce>`: the
+//! namespace prefix (which starts with `shmrc`), the creator's uid, pid and start time
+//! (so a sweeper knows who created it even when the header was never written) and 128
+//! random bits in hex (so nobody can guess it). The name is what `/dev/shm` lists; the
+//! posix backend adds the leading `/` that `shm_open` wants.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::token::Token;
+
+/// The longest prefix accepted, so names stay far below `NAME_MAX`.
+pub const MAX_PREFIX_LEN: usize = 48;
+/// The prefix of the default namespace.
+pub const DEFAULT_PREFIX: &str = "shmrc";
+
+/// A namespace: every name with this prefix and the calling user's uid belongs to it.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Namespace {
+    prefix: String,
+}
+
+/// What a segment name says about its creation.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct NameParts {
+    /// The uid in the name.
+    pub uid: u32,
+    /// The creating process.
+    pub creator: Token,
+    /// The random part.
+    pub nonce: u128,
+}
+
+impl Namespace {
+    /// A namespace with `prefix`: it must start with `shmrc`, be at most
+    /// [`MAX_PREFIX_LEN`] bytes, and use only ASCII letters, digits, `-` and `_`.
+    ///
+    /// ```
+    /// let ns = shmrc::Namespace::new("shmrc-train-42").unwrap();
+    /// assert_eq!(ns.prefix(), "shmrc-train-42");
+    /// assert!(shmrc::Namespace::new("torch").is_err());
+    /// ```
+    pub fn new(prefix: impl Into<String>) -> Result<Namespace> {
+        let prefix = prefix.into();
+        let why = if !prefix.starts_with(DEFAULT_PREFIX) {
+            Some("it must start with \"shmrc\"")
+        } else if prefix.len() > MAX_PREFIX_LEN {
+            Some("it is longer than 48 bytes")
+        } else if !prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        {
+            Some("only ASCII letters, digits, '-' and '_' are allowed")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => Err(Error::BadNamespace { prefix, why }),
+            None => Ok(Namespace { prefix }),
+        }
+    }
+
+    /// The prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// The start shared by every name of this namespace for user `uid`.
+    pub fn name_start(&self, uid: u32) -> String {
+        format!("{}.{}.", self.prefix, uid)
+    }
+
+    /// The name of a new segment of user `uid` created by `creator`.
+    pub fn segment_name(&self, uid: u32, creator: Token, nonce: u128) -> String {
+        format!(
+            "{}{}.{}.{:032x}",
+            self.name_start(uid),
+            creator.pid(),
+            creator.start_ticks(),
+            nonce
+        )
+    }
+
+    /// Parses `name` as a segment of this namespace for user `uid`, or says why not.
+    pub fn parse(&self, name: &str, uid: u32) -> Result<NameParts> {
+        let outside = || Error::OutsideNamespace {
+            name: name.to_owned(),
+            namespace: format!("{}.{}", self.prefix, uid),
+        };
+        let rest = name.strip_prefix(&self.name_start(uid)).ok_or_else(outside)?;
+        let parts = parse_name_tail(rest).ok_or_else(outside)?;
+        Ok(NameParts { uid, ..parts })
+    }
+
+    /// Whether `name` is a segment of this namespace for user `uid`.
+    pub fn contains(&self, name: &str, uid: u32) -> bool {
+        self.parse(name, uid).is_ok()
+    }
+}
+
+impl Default for Namespace {
+    /// The namespace `shmrc`.
+    fn default() -> Namespace {
+        Namespace {
+            prefix: DEFAULT_PREFIX.to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for Namespace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.prefix)
+    }
+}
+
+/// Parses `<pid>.<start>.<nonce>` strictly (canonical decimal, 32 lowercase hex digits).
+fn parse_name_tail(rest: &str) -> Option<NameParts> {
+    let mut fields = rest.split('.');
+    let pid = canonical_decimal(fields.next()?)?;
+    let start = canonical_decimal(fields.next()?)?;
+    let nonce_hex = fields.next()?;
+    if fields.next().is_some()
+        || nonce_hex.len() != 32
+        || !nonce_hex
+            .bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    {
+        return None;
+    }
+    let nonce = u128::from_str_radix(nonce_hex, 16).ok()?;
+    let creator = Token::new(u32::try_from(pid).ok()?, start)?;
+    if creator.start_ticks() != start {
+        return None;
+    }
+    Some(NameParts {
+        uid: 0,
+        creator,
+        nonce,
+    })
+}
+
+fn canonical_decimal(s: &str) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 || (s.len() > 1 && s.starts_with('0')) {
+        return None;
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    s.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token() -> Token {
+        Token::new(4242, 987_654).unwrap()
+    }
+
+    #[test]
+    fn a_generated_name_parses_back() {
+        let ns = Namespace::new("shmrc-t").unwrap();
+        let name = ns.segment_name(1000, token(), 0xabc);
+        assert_eq!(
+            name,
+            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc"
+        );
+        let parts = ns.parse(&name, 1000).unwrap();
+        assert_eq!(parts.creator, token());
+        assert_eq!(parts.nonce, 0xabc);
+        assert!(name.len() < 255);
+    }
+
+    #[test]
+    fn names_of_other_namespaces_users_or_shapes_are_outside() {
+        let ns = Namespace::new("shmrc-t").unwrap();
+        let name = ns.segment_name(1000, token(), 1);
+        assert!(!ns.contains(&name, 1001), "another uid");
+        let other = Namespace::new("shmrc-t2").unwrap();
+        assert!(!other.contains(&name, 1000), "a longer prefix is another namespace");
+        for bad in [
+            "torch_123_456_7",
+            "shmrc-t.1000.4242.987654",
+            "shmrc-t.1000.4242.987654.xyz",
+            "shmrc-t.1000.04242.987654.00000000000000000000000000000abc",
+            "shmrc-t.1000.0.987654.00000000000000000000000000000abc",
+            "shmrc-t.1000.4242.987654.00000000000000000000000000000ABC",
+            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc.x",
+            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc/../x",
+        ] {
+            assert!(
+                matches!(ns.parse(bad, 1000), Err(Error::OutsideNamespace { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn bad_prefixes_are_refused_with_a_reason() {
+        for bad in ["torch", "shmrc.x", "shmrc/x", "", &"shmrc".repeat(20)] {
+            assert!(
+                matches!(Namespace::new(bad), Err(Error::BadNamespace { .. })),
+                "{bad}"
+            );
+        }
+        assert!(Namespace::new("shmrc_ok-1").is_ok());
+    }
+}

@@ -1,0 +1,141 @@
+//! The abstract OS: every effect shmrc's protocol has on the world goes through
+//! [`Os`], so the same protocol code runs on the real kernel ([`posix`]) and on a
+//! simulated one ([`sim`]) that loom, shuttle, proptest and cargo-fuzz drive.
+//!
+//! The trait is deliberately small: named shared-memory objects, memfds, sizing,
+//! mapping, fd passing over a stream socket, and process identity. A mapping hands the
+//! protocol *typed* words ([`Mapping::words`]), never raw bytes to cast, because loom's
+//! and shuttle's atomics do not have the layout of real ones.
+//!
+//! Contract every backend keeps (checked by the conformance suite in
+//! `tests/os_conformance.rs`, written once and run on both backends):
+//! - `shm_create` is exclusive (`O_CREAT|O_EXCL`, mode 0600) and fails with
+//!   [`Error::Os`] carrying `AlreadyExists` when the name exists;
+//! - `shm_open`/`shm_unlink` of a missing name fail with [`Error::Gone`];
+//! - `allocate` reserves the bytes (`posix_fallocate`): a full file system is
+//!   [`Error::NoSpace`] there, never a fault on first touch;
+//! - `map` maps exactly the length given, which must not exceed the file's length;
+//! - files dropped are closed, mappings dropped are unmapped;
+//! - `is_alive(t)` is true while the process named by `t` runs, and never false for a
+//!   running process (a zombie counts as dead: it will take no further step);
+//! - `crash_point` is where the simulated kernel may kill the caller; it is a no-op on
+//!   the real kernel.
+
+use std::fmt;
+
+use crate::error::Result;
+use crate::local::ProcessLocal;
+use crate::sync::AtomicU64;
+use crate::token::Token;
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod posix;
+pub mod sim;
+
+/// What `fstat` says of an open segment.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct FileInfo {
+    /// Length in bytes.
+    pub len: u64,
+    /// Owner uid.
+    pub uid: u32,
+    /// Permission bits (`st_mode & 0o7777`).
+    pub mode: u32,
+}
+
+/// A mapped segment: header words the protocol can operate on atomically, and a data
+/// region it can copy bytes in and out of.
+pub trait Mapping: Send + Sync + 'static {
+    /// Length of the mapping in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether the mapping is empty (never, for a valid segment).
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The first `n` 8-byte words of the mapping, or `None` when it is shorter than
+    /// `8 * n` bytes.
+    fn words(&self, n: usize) -> Option<&[AtomicU64]>;
+
+    /// Copies `out.len()` bytes at `offset` into `out`. Returns `false` (copying
+    /// nothing) when the range is outside the mapping. Another process may write the
+    /// same bytes concurrently: the copy is then torn, never undefined behaviour.
+    fn read(&self, offset: usize, out: &mut [u8]) -> bool;
+
+    /// Copies `data` to `offset`. Returns `false` (writing nothing) when the range is
+    /// outside the mapping. Same concurrency rule as [`Mapping::read`].
+    fn write(&self, offset: usize, data: &[u8]) -> bool;
+}
+
+/// The operating system as the protocol sees it, from inside one process.
+///
+/// A value of an `Os` type stands for "this process": [`Os::current`] is its token and
+/// [`Os::local`] its process-local state. Cloning is cheap.
+pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
+    /// An open shared-memory object (an owned file descriptor); dropping closes it.
+    type File: Send + Sync + fmt::Debug + 'static;
+    /// A mapping of a shared-memory object; dropping unmaps it.
+    type Map: Mapping;
+    /// A connected stream socket that can carry files.
+    type Stream: Send + Sync + 'static;
+
+    /// Creates the named object `name` exclusively with mode 0600, read-write.
+    fn shm_create(&self, name: &str) -> Result<Self::File>;
+    /// Opens the existing named object `name` read-write.
+    fn shm_open(&self, name: &str) -> Result<Self::File>;
+    /// Removes `name`; existing files and mappings stay valid.
+    fn shm_unlink(&self, name: &str) -> Result<()>;
+    /// The names of all named objects that start with `start` (no leading `/`).
+    fn shm_list(&self, start: &str) -> Result<Vec<String>>;
+
+    /// Creates an anonymous object (memfd, close-on-exec, sealing allowed).
+    fn memfd_create(&self, debug_name: &str) -> Result<Self::File>;
+    /// Seals an anonymous object so that nobody can shrink it (no SIGBUS for holders).
+    fn seal_size(&self, file: &Self::File) -> Result<()>;
+    /// Duplicates a file descriptor (close-on-exec).
+    fn dup(&self, file: &Self::File) -> Result<Self::File>;
+
+    /// Sets the length to `len` and reserves its storage (`ftruncate` then
+    /// `posix_fallocate`): [`crate::Error::NoSpace`] if it does not fit.
+    fn allocate(&self, file: &Self::File, len: u64) -> Result<()>;
+    /// `fstat`: length, owner, mode.
+    fn stat(&self, file: &Self::File) -> Result<FileInfo>;
+    /// Maps the first `len` bytes of `file` shared, read-write; `len` must be > 0 and at
+    /// most the file's length.
+    fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map>;
+
+    /// Sends all of `bytes` with `files` attached to the first byte (`SCM_RIGHTS`).
+    /// At most [`MAX_FDS_PER_SEND`] files.
+    fn send(&self, stream: &Self::Stream, bytes: &[u8], files: &[&Self::File]) -> Result<()>;
+    /// Receives up to `buf.len()` bytes (at least 1, or 0 at end of stream), appending
+    /// the files that arrived with them to `files`. Files the kernel had to drop (the
+    /// fd limit) are [`crate::Error::TooManyFds`].
+    fn recv(
+        &self,
+        stream: &Self::Stream,
+        buf: &mut [u8],
+        files: &mut Vec<Self::File>,
+    ) -> Result<usize>;
+
+    /// This process's token.
+    fn current(&self) -> Token;
+    /// Whether the process named by `token` is running (see the contract above).
+    fn is_alive(&self, token: Token) -> bool;
+    /// This process's effective uid.
+    fn uid(&self) -> u32;
+    /// This process's pid namespace id (the inode of `/proc/self/ns/pid`).
+    fn pid_namespace(&self) -> u64;
+    /// Wall-clock time, nanoseconds since the Unix epoch.
+    fn now_unix_nanos(&self) -> u64;
+    /// 128 unpredictable bits (segment nonces).
+    fn random_u128(&self) -> Result<u128>;
+    /// The process-local state shared by every clone of this `Os` value.
+    fn local(&self) -> &ProcessLocal;
+    /// A point where a simulated process may be killed: `Err(Error::Killed)` from then
+    /// on. The real kernel never fails here.
+    fn crash_point(&self) -> Result<()>;
+}
+
+/// The most files one [`Os::send`] carries (Linux's `SCM_MAX_FD`).
+pub const MAX_FDS_PER_SEND: usize = 253;

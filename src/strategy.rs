@@ -1,0 +1,126 @@
+//! Sharing strategies and the process-wide switch between them, as in
+//! `torch.multiprocessing`: [`all_sharing_strategies`], [`sharing_strategy`],
+//! [`set_sharing_strategy`].
+//!
+//! The switch only chooses how *new* buffers are created: a buffer keeps the strategy it
+//! was created with, and a receiver follows the handle it gets, not its own setting. The
+//! first read takes its default from the environment variable `SHMRC_SHARING_STRATEGY`
+//! (`file_descriptor` or `file_system`) when set, else `file_descriptor`.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::error::Error;
+use crate::sync::process::{AtomicU8, Ordering};
+
+/// How a buffer is shared between processes.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Strategy {
+    /// An anonymous memfd whose descriptor travels over a Unix socket (`SCM_RIGHTS`).
+    /// Nothing to leak: the kernel frees the memory when the last descriptor and
+    /// mapping go. Costs one open descriptor per buffer in each holding process.
+    FileDescriptor,
+    /// A named segment in `/dev/shm` with crash-safe holder slots; the name travels as
+    /// bytes. Costs no descriptor once mapped; a dead holder's reference is reclaimed
+    /// by a sweep.
+    FileSystem,
+}
+
+impl Strategy {
+    /// Every strategy, in the order [`all_sharing_strategies`] lists them.
+    pub const ALL: [Strategy; 2] = [Strategy::FileDescriptor, Strategy::FileSystem];
+
+    /// The name used by `torch.multiprocessing` and by `SHMRC_SHARING_STRATEGY`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Strategy::FileDescriptor => "file_descriptor",
+            Strategy::FileSystem => "file_system",
+        }
+    }
+
+    fn code(self) -> u8 {
+        match self {
+            Strategy::FileDescriptor => 1,
+            Strategy::FileSystem => 2,
+        }
+    }
+
+    fn from_code(code: u8) -> Option<Strategy> {
+        Strategy::ALL.into_iter().find(|s| s.code() == code)
+    }
+}
+
+impl fmt::Display for Strategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for Strategy {
+    type Err = Error;
+
+    /// Parses `file_descriptor` or `file_system`.
+    fn from_str(s: &str) -> Result<Strategy, Error> {
+        Strategy::ALL
+            .into_iter()
+            .find(|strategy| strategy.name() == s)
+            .ok_or_else(|| Error::UnknownStrategy(s.to_owned()))
+    }
+}
+
+/// 0 until first read; then a [`Strategy`] code.
+static CURRENT: AtomicU8 = AtomicU8::new(0);
+
+/// The strategies this system supports (both, on Linux).
+///
+/// ```
+/// assert_eq!(shmrc::all_sharing_strategies().len(), 2);
+/// ```
+pub fn all_sharing_strategies() -> &'static [Strategy] {
+    &Strategy::ALL
+}
+
+/// The strategy new buffers are created with.
+///
+/// ```
+/// use shmrc::{Strategy, set_sharing_strategy, sharing_strategy};
+/// set_sharing_strategy(Strategy::FileSystem);
+/// assert_eq!(sharing_strategy(), Strategy::FileSystem);
+/// set_sharing_strategy(Strategy::FileDescriptor);
+/// ```
+pub fn sharing_strategy() -> Strategy {
+    if let Some(strategy) = Strategy::from_code(CURRENT.load(Ordering::Acquire)) {
+        return strategy;
+    }
+    let initial = std::env::var("SHMRC_SHARING_STRATEGY")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(Strategy::FileDescriptor);
+    // Keep a value another thread set in the meantime.
+    match CURRENT.compare_exchange(0, initial.code(), Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => initial,
+        Err(code) => Strategy::from_code(code).unwrap_or(initial),
+    }
+}
+
+/// Switches the strategy for buffers created from now on, in this process. Buffers
+/// already created keep theirs.
+pub fn set_sharing_strategy(strategy: Strategy) {
+    CURRENT.store(strategy.code(), Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_unknown_names_are_refused() {
+        for s in all_sharing_strategies() {
+            assert_eq!(s.name().parse::<Strategy>().unwrap(), *s);
+        }
+        assert!(matches!(
+            "fd".parse::<Strategy>(),
+            Err(Error::UnknownStrategy(name)) if name == "fd"
+        ));
+    }
+}
