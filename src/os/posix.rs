@@ -1,0 +1,1 @@
+//! The production backend (placeholder until implemented).

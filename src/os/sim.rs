@@ -1,0 +1,1 @@
+//! The simulated kernel (placeholder until implemented).
