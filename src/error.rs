@@ -192,6 +192,14 @@ pub enum Error {
         strategy: Strategy,
     },
 
+    /// This process does not hold the buffer: it inherited it across `fork` (the
+    /// reference belongs to the parent). Call `ShmBuf::reattach` to hold it here.
+    #[error("this process does not hold {segment} (inherited across fork?): reattach it first")]
+    NotHolder {
+        /// The segment.
+        segment: String,
+    },
+
     /// The peer closed the socket.
     #[error("the peer closed the connection")]
     Disconnected,

@@ -1,14 +1,87 @@
-//! placeholder
+//! shmrc: share memory between processes without leaks, with a reference count that
+//! survives SIGKILL.
+//!
+//! A [`ShmBuf`] is a shared buffer. [`ShmBuf::share`] makes a [`ShareHandle`] that
+//! another process turns into its own `ShmBuf` with [`ShmBuf::attach`]; the handle
+//! travels over a Unix socket ([`transport`]) or, for file_system buffers, as bytes.
+//! Two strategies, switchable at run time like `torch.multiprocessing`'s
+//! ([`set_sharing_strategy`]):
+//!
+//! - [`Strategy::FileDescriptor`] (default): an anonymous memfd passed with
+//!   `SCM_RIGHTS`; the kernel frees it when the last holder goes, killed or not.
+//! - [`Strategy::FileSystem`]: a named segment in `/dev/shm` with holder slots in its
+//!   header. A holder killed with SIGKILL leaves a slot whose owner is dead; [`sweep`]
+//!   (or any later release) reclaims it and unlinks the segment once nobody live holds
+//!   it, while the job is still running.
+//!
+//! ```
+//! use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
+//! use std::os::unix::net::UnixStream;
+//!
+//! let (a, b) = UnixStream::pair().unwrap();
+//! let buf = ShmBuf::with_options(1 << 20, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
+//! buf.write_at(0, b"tensor bytes")?;
+//! transport::send(&shmrc::PosixOs, &a, b"meta", vec![buf.share()?])?;
+//! // ... in the receiving process:
+//! let msg = transport::recv(&shmrc::PosixOs, &b)?;
+//! let received = ShmBuf::attach(msg.handles.into_iter().next().unwrap())?;
+//! let mut out = [0u8; 12];
+//! received.read_at(0, &mut out)?;
+//! assert_eq!(&out, b"tensor bytes");
+//! # Ok::<(), shmrc::Error>(())
+//! ```
+//!
+//! # Index
+//! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: the user API ([`buf`], [`handle`]).
+//! - [`transport::send`], [`transport::recv`]: handles over a Unix stream.
+//! - [`Strategy`], [`all_sharing_strategies`], [`sharing_strategy`],
+//!   [`set_sharing_strategy`]: the process-wide switch ([`strategy`]).
+//! - [`sweep`], [`inspect`]: reclaim dead holders and unlink what nobody holds
+//!   ([`mod@sweep`]).
+//! - [`Namespace`]: which names shmrc owns ([`namespace`]).
+//! - [`Error`]: every failure, by cause ([`error`]).
+//! - The protocol and its substrate, public so the checkers in `tests/`, `fuzz/` and
+//!   `proofs/` run the very code production runs: [`os`] (the abstract OS, [`os::posix`]
+//!   and [`os::sim`]), [`segment`] (layout and validation), [`holders`] (the refcount
+//!   protocol), [`token`], [`local`], [`sync`] (the atomics facade).
+//!
+//! # What shmrc does not do
+//! - It does not synchronize your reads and writes of the data: that is your protocol
+//!   (as with any shared memory). [`ShmBuf::read_at`]/[`ShmBuf::write_at`] are safe
+//!   under concurrent writers (torn, never UB); zero-copy slices are `unsafe` with a
+//!   stated contract ([`DataRegion`]).
+//! - It cannot stop a hostile process *of the same user* from unlinking or scribbling
+//!   over a segment: the kernel lets it. It does make sure such damage is reported as
+//!   an [`Error`] on attach and never makes shmrc itself misbehave.
+//! - Holders in different pid namespaces cannot share a file_system segment (liveness
+//!   cannot be checked across them): attaching says [`Error::OtherPidNamespace`].
 #![deny(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod buf;
 pub mod error;
+pub mod handle;
 pub mod holders;
 pub mod local;
 pub mod namespace;
 pub mod os;
 pub mod segment;
 pub mod strategy;
+pub mod sweep;
+
 pub mod sync;
 pub mod token;
+pub mod transport;
+
+pub use buf::{CreateOptions, ShmBuf};
 pub use error::{Error, Result};
+pub use handle::ShareHandle;
 pub use namespace::Namespace;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod production;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use production::{inspect, sweep};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use os::posix::{DataRegion, PosixOs};

@@ -95,6 +95,18 @@ impl Namespace {
         Ok(NameParts { uid, ..parts })
     }
 
+    /// Parses `name` as a segment of *any* shmrc namespace of user `uid` (as a handle
+    /// received from a peer names it), returning that namespace and the parts.
+    pub fn of_segment(name: &str, uid: u32) -> Result<(Namespace, NameParts)> {
+        let prefix = name.split('.').next().unwrap_or_default();
+        let ns = Namespace::new(prefix).map_err(|_| Error::OutsideNamespace {
+            name: name.to_owned(),
+            namespace: format!("shmrc*.{uid}"),
+        })?;
+        let parts = ns.parse(name, uid)?;
+        Ok((ns, parts))
+    }
+
     /// Whether `name` is a segment of this namespace for user `uid`.
     pub fn contains(&self, name: &str, uid: u32) -> bool {
         self.parse(name, uid).is_ok()
@@ -196,6 +208,17 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn a_segment_name_tells_its_namespace() {
+        let ns = Namespace::new("shmrc-x").unwrap();
+        let name = ns.segment_name(7, token(), 9);
+        let (found, parts) = Namespace::of_segment(&name, 7).unwrap();
+        assert_eq!(found, ns);
+        assert_eq!(parts.nonce, 9);
+        assert!(Namespace::of_segment(&name, 8).is_err());
+        assert!(Namespace::of_segment("torch.7.1.1.00000000000000000000000000000009", 7).is_err());
     }
 
     #[test]

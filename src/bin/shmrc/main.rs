@@ -1,1 +1,24 @@
-fn main() {}
+//! `shmrc`: the command-line tool. `demo` runs the main job (worker processes sharing
+//! buffers with both strategies, one SIGKILLed, a sweep, a ledger); `ls` and `sweep`
+//! show and clean this user's segments. `worker` is the child process `demo` and the
+//! integration tests start; it is not meant to be run by hand.
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod cli;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod demo;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod table;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod worker;
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+fn main() -> std::process::ExitCode {
+    cli::main()
+}
+
+#[cfg(any(feature = "loom", feature = "shuttle"))]
+fn main() {
+    eprintln!("shmrc was built for model checking (feature loom or shuttle): it has no real backend");
+    std::process::exit(2);
+}

@@ -1,0 +1,259 @@
+//! `shmrc demo`: the main job. Worker processes receive buffers of both strategies
+//! (the process-wide strategy is switched at run time between creations), one worker
+//! is SIGKILLed while it holds them, the others keep reading their data, a sweep
+//! reclaims the dead worker's references while the job still runs, everyone releases,
+//! and a ledger shows what was created, attached, killed, reclaimed, unlinked and
+//! leaked (measured: names left in `/dev/shm`, memfds left open in this process).
+
+use std::collections::BTreeMap;
+use std::io::ErrorKind;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use shmrc::holders::Outcome;
+use shmrc::os::Os;
+use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy, transport};
+
+use crate::table::{Table, bytes};
+use crate::worker::{checksum, fnv1a};
+
+/// Options of `shmrc demo`.
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Worker processes to start.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(2..=32))]
+    workers: u32,
+    /// Buffers per strategy.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=256))]
+    buffers: u32,
+    /// Bytes per buffer.
+    #[arg(long, default_value_t = 1 << 20)]
+    size: usize,
+}
+
+/// One worker process and its connection.
+struct Worker {
+    child: Child,
+    stream: UnixStream,
+}
+
+/// Kills (by pid) and reaps every worker this demo started that is still running,
+/// whatever way the demo ends.
+struct Workers(BTreeMap<u32, Worker>);
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for worker in self.0.values_mut() {
+            let _ = worker.child.kill();
+            let _ = worker.child.wait();
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Row {
+    created: u32,
+    attached: u32,
+    refs_killed: u32,
+    reclaimed: u32,
+    unlinked: u32,
+    leaked: usize,
+}
+
+/// Runs the demo.
+pub fn run(args: &DemoArgs) -> Result<()> {
+    let pid = std::process::id();
+    let ns = Namespace::new(format!("shmrc-demo-{pid}"))?;
+    let dir = std::env::temp_dir().join(format!("shmrc-demo-{pid}"));
+    std::fs::create_dir_all(&dir).map_err(|e| Error::os("mkdir", e))?;
+    let result = run_in(args, &ns, dir.join("demo.sock"));
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
+    let os = PosixOs;
+    println!("shmrc demo: {} workers, {} buffers of {} per strategy, namespace {ns}", args.workers, args.buffers, bytes(args.size as u64));
+    let mut workers = start_workers(&socket, args.workers)?;
+    let mut ledger: BTreeMap<&str, Row> = BTreeMap::new();
+
+    // 1. Create buffers, switching the process-wide strategy between batches.
+    let mut buffers: Vec<(ShmBuf<PosixOs>, u64)> = Vec::new();
+    for strategy in crate::cli::strategies() {
+        shmrc::set_sharing_strategy(*strategy);
+        println!("\n[1] sharing strategy switched to {}: creating {} buffers", shmrc::sharing_strategy(), args.buffers);
+        for index in 0..args.buffers {
+            let buf = ShmBuf::with_options(args.size, &CreateOptions::new().namespace(ns.clone()))?;
+            let pattern: Vec<u8> = (0..args.size).map(|i| (i as u32).wrapping_mul(31).wrapping_add(index * 7) as u8).collect();
+            buf.write_at(0, &pattern)?;
+            buffers.push((buf, fnv1a(&pattern)));
+            ledger.entry(strategy.name()).or_default().created += 1;
+        }
+    }
+
+    // 2. Every worker attaches every buffer and checks its bytes.
+    println!("\n[2] sharing all {} buffers with every worker (one message each, fds batched)", buffers.len());
+    for (id, worker) in &workers.0 {
+        let handles = buffers.iter().map(|(b, _)| b.share()).collect::<Result<Vec<_>>>()?;
+        let sums: Vec<String> = buffers.iter().map(|(_, s)| s.to_string()).collect();
+        let reply = ask(&os, worker, &format!("hold {}", sums.join(" ")), handles)?;
+        println!("    worker {id} (pid {}): {reply}", worker.child.id());
+        for (b, _) in &buffers {
+            ledger.entry(b.strategy().name()).or_default().attached += 1;
+        }
+    }
+    let watched = buffers.iter().find(|(b, _)| b.strategy() == Strategy::FileSystem).map(|(b, _)| b.clone());
+    if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
+        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+    }
+
+    // 3. SIGKILL one worker while it holds everything.
+    let (victim_id, mut victim) = workers.0.pop_first().expect("at least two workers");
+    let victim_pid = victim.child.id();
+    victim.child.kill().map_err(|e| Error::os("kill", e))?;
+    victim.child.wait().map_err(|e| Error::os("waitpid", e))?;
+    println!("\n[3] SIGKILLed worker {victim_id} (pid {victim_pid}) while it held {} buffers", buffers.len());
+    for (b, _) in &buffers {
+        ledger.entry(b.strategy().name()).or_default().refs_killed += 1;
+    }
+
+    // 4. The others still read their data.
+    for (id, worker) in &workers.0 {
+        println!("[4] worker {id}: {}", ask(&os, worker, "verify", vec![])?);
+    }
+    if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
+        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+    }
+
+    // 5. Sweep while the job runs: the dead worker's slots come back.
+    let report = shmrc::sweep(ns)?;
+    println!("\n[5] sweep while {} workers still hold: reclaimed {} dead slot(s), unlinked {}", workers.0.len(), report.reclaimed, report.unlinked);
+    let fs = ledger.entry(Strategy::FileSystem.name()).or_default();
+    fs.reclaimed += report.reclaimed;
+    fs.unlinked += report.unlinked;
+    if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
+        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+    }
+    drop(watched);
+
+    // 6. Everyone releases; the last holder of each file_system buffer unlinks it.
+    println!("\n[6] releasing: this process first, then the workers");
+    for (buf, expected) in buffers.drain(..) {
+        let found = checksum(&buf)?;
+        if found != expected {
+            return Err(Error::InvalidArgument(format!("buffer changed under its holder: {found:#x} != {expected:#x}")));
+        }
+        let strategy = buf.strategy();
+        if let Some(f) = buf.release()? {
+            ledger.entry(strategy.name()).or_default().unlinked += u32::from(f.outcome == Outcome::Unlinked);
+        }
+    }
+    for (id, worker) in &workers.0 {
+        let reply = ask(&os, worker, "release", vec![])?;
+        println!("    worker {id}: {reply}");
+        let n: u32 = reply.strip_prefix("released ").and_then(|n| n.parse().ok()).unwrap_or(0);
+        ledger.entry(Strategy::FileSystem.name()).or_default().unlinked += n;
+        ask(&os, worker, "exit", vec![])?;
+    }
+    for worker in workers.0.values_mut() {
+        worker.child.wait().map_err(|e| Error::os("waitpid", e))?;
+    }
+    workers.0.clear();
+
+    // 7. Measure what is left.
+    let leftover_sweep = shmrc::sweep(ns)?;
+    ledger.entry(Strategy::FileSystem.name()).or_default().unlinked += leftover_sweep.unlinked;
+    ledger.entry(Strategy::FileSystem.name()).or_default().leaked = os.shm_list(&ns.name_start(os.uid()))?.len();
+    ledger.entry(Strategy::FileDescriptor.name()).or_default().leaked = open_memfds();
+
+    println!("\n[7] ledger");
+    let mut table = Table::new(["strategy", "created", "attached", "refs killed", "reclaimed", "unlinked", "leaked"]);
+    let mut leaked = 0;
+    for (name, row) in &ledger {
+        let fd = *name == Strategy::FileDescriptor.name();
+        table.row([
+            name.to_string(),
+            row.created.to_string(),
+            row.attached.to_string(),
+            row.refs_killed.to_string(),
+            if fd { "by kernel".into() } else { row.reclaimed.to_string() },
+            if fd { "n/a (no name)".into() } else { row.unlinked.to_string() },
+            row.leaked.to_string(),
+        ]);
+        leaked += row.leaked;
+    }
+    table.print();
+    println!("leaked = {leaked}");
+    if leaked > 0 {
+        return Err(Error::InvalidArgument(format!("{leaked} segment(s) leaked")));
+    }
+    Ok(())
+}
+
+fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
+    let listener = UnixListener::bind(socket).map_err(|e| Error::os("bind", e))?;
+    listener.set_nonblocking(true).map_err(|e| Error::os("fcntl", e))?;
+    let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
+    let mut children = Vec::new();
+    let mut workers = Workers(BTreeMap::new());
+    for id in 0..count {
+        let child = Command::new(&exe)
+            .args(["worker", "--socket"])
+            .arg(socket)
+            .args(["--id", &id.to_string()])
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|e| Error::os("spawn", e))?;
+        children.push(child);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let mut streams = BTreeMap::new();
+    while streams.len() < count as usize {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).map_err(|e| Error::os("fcntl", e))?;
+                let hello = transport::recv(&PosixOs, &stream)?;
+                let text = String::from_utf8_lossy(&hello.payload).into_owned();
+                let id: u32 = text.split_whitespace().nth(1).and_then(|n| n.parse().ok()).ok_or_else(|| Error::InvalidArgument(format!("bad hello {text:?}")))?;
+                streams.insert(id, stream);
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) => {
+                for mut c in children {
+                    let _ = c.kill();
+                    let _ = c.wait();
+                }
+                return Err(Error::os("accept", e));
+            }
+        }
+    }
+    for (id, child) in children.into_iter().enumerate() {
+        let stream = streams.remove(&(id as u32)).expect("every worker said hello");
+        workers.0.insert(id as u32, Worker { child, stream });
+    }
+    Ok(workers)
+}
+
+/// Sends a command (with handles) and waits for the reply; an `error` reply is an error.
+fn ask(os: &PosixOs, worker: &Worker, command: &str, handles: Vec<shmrc::ShareHandle<PosixOs>>) -> Result<String> {
+    transport::send(os, &worker.stream, command.as_bytes(), handles)?;
+    let reply = String::from_utf8_lossy(&transport::recv(os, &worker.stream)?.payload).into_owned();
+    match reply.strip_prefix("error ") {
+        Some(e) => Err(Error::InvalidArgument(format!("worker: {e}"))),
+        None => Ok(reply),
+    }
+}
+
+/// memfds of shmrc this process still has open.
+fn open_memfds() -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .map(|dir| {
+            dir.filter_map(|e| e.ok())
+                .filter_map(|e| std::fs::read_link(e.path()).ok())
+                .filter(|target| target.to_string_lossy().starts_with("/memfd:shmrc"))
+                .count()
+        })
+        .unwrap_or(0)
+}

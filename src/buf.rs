@@ -1,0 +1,451 @@
+//! [`ShmBuf`]: the user's handle to a shared buffer. In a process it is an `Arc` over
+//! one held reference (one holder slot, or one open memfd); cloning is cheap and the
+//! last clone's drop releases the reference.
+//!
+//! # Across `fork`
+//! A child inherits the parent's mapping but not its reference: the holder slot
+//! belongs to the parent's token. Dropping an inherited buffer in the child releases
+//! nothing (the parent still holds it), [`ShmBuf::share`] refuses with
+//! [`Error::NotHolder`], and [`ShmBuf::reattach`] makes the child a holder of its own.
+//! Reading inherited memory is safe exactly as long as the parent keeps holding it.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Error, Result};
+use crate::handle::{HandleMeta, InFlight, ShareHandle, Target};
+use crate::holders::{self, ClaimError, Finalized, Holders};
+use crate::local::SegmentKey;
+use crate::namespace::Namespace;
+use crate::os::{Mapping, Os};
+use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
+use crate::strategy::{Strategy, sharing_strategy};
+use crate::sync::process::{AtomicBool, Ordering};
+use crate::token::Token;
+
+/// How to create a buffer. `Default`: the process-wide strategy, 64 holder slots, the
+/// namespace `shmrc`.
+#[derive(Clone, Debug)]
+pub struct CreateOptions {
+    strategy: Option<Strategy>,
+    capacity: usize,
+    namespace: Namespace,
+}
+
+impl Default for CreateOptions {
+    fn default() -> CreateOptions {
+        CreateOptions {
+            strategy: None,
+            capacity: DEFAULT_CAPACITY,
+            namespace: Namespace::default(),
+        }
+    }
+}
+
+impl CreateOptions {
+    /// The defaults.
+    pub fn new() -> CreateOptions {
+        CreateOptions::default()
+    }
+
+    /// Use `strategy` instead of the process-wide one.
+    pub fn strategy(mut self, strategy: Strategy) -> CreateOptions {
+        self.strategy = Some(strategy);
+        self
+    }
+
+    /// Holder slots of a file_system buffer (1 to 4096): how many processes may hold it
+    /// at once, in-flight handles included.
+    pub fn capacity(mut self, capacity: usize) -> CreateOptions {
+        self.capacity = capacity;
+        self
+    }
+
+    /// Create file_system buffers in `namespace`.
+    pub fn namespace(mut self, namespace: Namespace) -> CreateOptions {
+        self.namespace = namespace;
+        self
+    }
+}
+
+pub(crate) struct Inner<O: Os> {
+    os: O,
+    map: O::Map,
+    fields: Fields,
+    backing: Backing<O>,
+    /// The process that holds the reference (differs from the current one after fork).
+    holder: Token,
+    released: AtomicBool,
+}
+
+impl<O: Os> Inner<O> {
+    fn holders(&self) -> Option<Holders<'_>> {
+        Header::of(&self.map, self.fields.layout.capacity).map(|h| h.holders())
+    }
+
+    fn segment(&self) -> String {
+        describe(&self.backing)
+    }
+
+    /// Releases this process's reference once; `None` if there was none to release here.
+    fn release(&self) -> Result<Option<Finalized>> {
+        if self.released.swap(true, Ordering::AcqRel) || self.os.current() != self.holder {
+            return Ok(None);
+        }
+        let Backing::Named { name, slot } = &self.backing else {
+            return Ok(None);
+        };
+        let Some(h) = self.holders() else {
+            return Ok(None);
+        };
+        holders::release(&self.os, &h, *slot, holders::held_word(self.holder), name)
+    }
+}
+
+impl<O: Os> Drop for Inner<O> {
+    fn drop(&mut self) {
+        // A failure here (the sim killed us, the segment was damaged) leaves at worst a
+        // reference that a sweep reclaims once this process is gone.
+        let _ = self.release();
+        self.os.local().unregister(self.holder, self.fields.key());
+    }
+}
+
+fn describe<O: Os>(backing: &Backing<O>) -> String {
+    match backing {
+        Backing::Named { name, .. } => name.clone(),
+        Backing::Anonymous { file } => format!("memfd {file:?}"),
+    }
+}
+
+/// A shared-memory buffer; see the module docs.
+///
+/// ```
+/// use shmrc::{CreateOptions, ShmBuf, Strategy};
+/// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
+/// buf.write_at(0, b"hello")?;
+/// // In another process this handle would arrive over a socket or as bytes.
+/// let bytes = buf.share()?.into_bytes()?;
+/// let other = ShmBuf::attach(shmrc::ShareHandle::from_bytes(&bytes)?)?;
+/// let mut out = [0u8; 5];
+/// other.read_at(0, &mut out)?;
+/// assert_eq!(&out, b"hello");
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub struct ShmBuf<O: Os> {
+    inner: Arc<Inner<O>>,
+}
+
+impl<O: Os> Clone for ShmBuf<O> {
+    fn clone(&self) -> ShmBuf<O> {
+        ShmBuf {
+            inner: Arc::clone(&self.inner),
+        }
+    }
+}
+
+impl<O: Os> ShmBuf<O> {
+    /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
+    pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
+        let strategy = options.strategy.unwrap_or_else(sharing_strategy);
+        let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
+        let inner = Arc::new(Inner {
+            os: os.clone(),
+            map: created.map,
+            fields: created.fields,
+            backing: created.backing,
+            holder: created.fields.creator,
+            released: AtomicBool::new(false),
+        });
+        // A fresh key cannot be registered already.
+        let _ = os.local().register(inner.holder, inner.fields.key(), &inner);
+        Ok(ShmBuf { inner })
+    }
+
+    /// A handle that lets one other process attach this buffer. For file_system
+    /// buffers it holds an in-flight reference (a holder slot), so the buffer stays
+    /// alive while the handle travels, even if this process drops its own reference.
+    pub fn share(&self) -> Result<ShareHandle<O>> {
+        let inner = &self.inner;
+        let os = &inner.os;
+        if os.current() != inner.holder {
+            return Err(Error::NotHolder {
+                segment: inner.segment(),
+            });
+        }
+        let meta = HandleMeta {
+            strategy: self.strategy(),
+            key: inner.fields.key(),
+            data_len: inner.fields.layout.data_len,
+            capacity: inner.fields.layout.capacity,
+        };
+        let target = match &inner.backing {
+            Backing::Named { name, .. } => {
+                let word = holders::in_flight_word(inner.holder);
+                let slot = claim(os, inner.holders(), word, name, meta.capacity)?;
+                Target::Named {
+                    name: name.clone(),
+                    in_flight: Some(InFlight { slot, word }),
+                }
+            }
+            Backing::Anonymous { file } => Target::Anonymous {
+                file: os.dup(file)?,
+            },
+        };
+        Ok(ShareHandle {
+            os: os.clone(),
+            meta,
+            target,
+        })
+    }
+
+    /// Attaches the buffer a handle points at, taking over its in-flight reference.
+    /// In a process that already holds the buffer this returns another `Arc` of it
+    /// (one slot per process) and gives the handle's reference back.
+    pub fn attach(mut handle: ShareHandle<O>) -> Result<ShmBuf<O>> {
+        let os = handle.os.clone();
+        let me = os.current();
+        let key = handle.meta.key;
+        if let Some(inner) = os.local().lookup::<Inner<O>>(me, key) {
+            if let (Target::Named { in_flight, .. }, Some(h)) = (&mut handle.target, inner.holders()) {
+                if let Some(f) = in_flight.take() {
+                    holders::vacate(&os, &h, f.slot, f.word)?;
+                }
+            }
+            return Ok(ShmBuf { inner });
+        }
+        let (map, fields, backing) = match handle.take_target() {
+            Target::Named { name, in_flight } => {
+                // Until the in-flight reference is taken over, a failure hands it back.
+                handle.target = Target::Named {
+                    name: name.clone(),
+                    in_flight,
+                };
+                let (ns, _) = Namespace::of_segment(&name, os.uid())?;
+                let opened = segment::open_named(&os, &ns, &name)?;
+                check_matches(&handle.meta, &opened.fields, &name)?;
+                let capacity = opened.fields.layout.capacity;
+                let h = Header::of(&opened.map, capacity).map(|h| h.holders());
+                let word = holders::held_word(me);
+                // Either we take the reference over or it is gone (its sender died,
+                // or the handle was attached already): the handle owns nothing now.
+                handle.take_target();
+                let taken_over = match (in_flight, &h) {
+                    (Some(f), Some(h)) => {
+                        holders::transfer(&os, h, f.slot, f.word, word)?.then_some(f.slot)
+                    }
+                    _ => None,
+                };
+                let slot = match taken_over {
+                    Some(slot) => slot,
+                    None => claim(&os, h, word, &name, capacity)?,
+                };
+                (opened.map, opened.fields, Backing::Named { name, slot })
+            }
+            Target::Anonymous { file } => {
+                let opened = segment::open_file(&os, &file, "received memfd")?;
+                check_matches(&handle.meta, &opened.fields, "received memfd")?;
+                (opened.map, opened.fields, Backing::Anonymous { file })
+            }
+            Target::Taken => {
+                return Err(Error::InvalidArgument("this handle was already attached".into()));
+            }
+        };
+        Ok(ShmBuf {
+            inner: register(Inner {
+                os,
+                map,
+                fields,
+                backing,
+                holder: me,
+                released: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Makes the current process a holder of this buffer: for a child that inherited
+    /// it across `fork` (see the module docs). In the holding process it returns a clone.
+    pub fn reattach(&self) -> Result<ShmBuf<O>> {
+        let inner = &self.inner;
+        let os = &inner.os;
+        let me = os.current();
+        if me == inner.holder {
+            return Ok(self.clone());
+        }
+        if let Some(existing) = os.local().lookup::<Inner<O>>(me, inner.fields.key()) {
+            return Ok(ShmBuf { inner: existing });
+        }
+        let (map, fields, backing) = match &inner.backing {
+            Backing::Named { name, .. } => {
+                let (ns, _) = Namespace::of_segment(name, os.uid())?;
+                let opened = segment::open_named(os, &ns, name)?;
+                let h = Header::of(&opened.map, opened.fields.layout.capacity).map(|h| h.holders());
+                let slot = claim(os, h, holders::held_word(me), name, opened.fields.layout.capacity)?;
+                let backing = Backing::Named { name: name.clone(), slot };
+                (opened.map, opened.fields, backing)
+            }
+            Backing::Anonymous { file } => {
+                let file = os.dup(file)?;
+                let opened = segment::open_file(os, &file, "inherited memfd")?;
+                (opened.map, opened.fields, Backing::Anonymous { file })
+            }
+        };
+        Ok(ShmBuf {
+            inner: register(Inner {
+                os: os.clone(),
+                map,
+                fields,
+                backing,
+                holder: me,
+                released: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// Releases this reference now and says what became of the segment: `Some` when it
+    /// was the last in-process reference to a file_system buffer (the outcome tells
+    /// whether this call unlinked it), `None` otherwise.
+    pub fn release(self) -> Result<Option<Finalized>> {
+        match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner.release(),
+            Err(_) => Ok(None),
+        }
+    }
+
+    /// Length of the data in bytes.
+    pub fn len(&self) -> usize {
+        self.inner.fields.layout.data_len
+    }
+
+    /// Whether the buffer is empty (never: buffers have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The strategy the buffer was created with.
+    pub fn strategy(&self) -> Strategy {
+        match self.inner.backing {
+            Backing::Named { .. } => Strategy::FileSystem,
+            Backing::Anonymous { .. } => Strategy::FileDescriptor,
+        }
+    }
+
+    /// The segment's name (file_system buffers).
+    pub fn name(&self) -> Option<&str> {
+        match &self.inner.backing {
+            Backing::Named { name, .. } => Some(name),
+            Backing::Anonymous { .. } => None,
+        }
+    }
+
+    /// The segment's identity.
+    pub fn key(&self) -> SegmentKey {
+        self.inner.fields.key()
+    }
+
+    /// The header fields (creator, capacity, creation time).
+    pub fn fields(&self) -> &Fields {
+        &self.inner.fields
+    }
+
+    /// Whether the current process holds this buffer (false in a forked child until it
+    /// reattaches).
+    pub fn is_held(&self) -> bool {
+        self.inner.os.current() == self.inner.holder
+    }
+
+    /// A read-only count of the holder slots (file_system buffers).
+    pub fn census(&self) -> Option<holders::Census> {
+        self.inner.holders().map(|h| holders::census(&self.inner.os, &h))
+    }
+
+    /// Copies `out.len()` bytes at `offset` into `out`. Safe while other processes
+    /// write: a concurrent write gives a torn copy, never undefined behaviour.
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        let at = self.data_range(offset, out.len())?;
+        self.copy_checked(self.inner.map.read(at, out), offset, out.len())
+    }
+
+    /// Copies `data` to `offset`. Same concurrency rule as [`ShmBuf::read_at`].
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        let at = self.data_range(offset, data.len())?;
+        self.copy_checked(self.inner.map.write(at, data), offset, data.len())
+    }
+
+    /// Offset in the mapping of `len` data bytes at `offset`, bounds-checked.
+    fn data_range(&self, offset: usize, len: usize) -> Result<usize> {
+        let size = self.len();
+        match offset.checked_add(len) {
+            Some(end) if end <= size => Ok(self.inner.fields.layout.data_offset + offset),
+            _ => Err(Error::OutOfBounds { offset, len, size }),
+        }
+    }
+
+    fn copy_checked(&self, copied: bool, offset: usize, len: usize) -> Result<()> {
+        if copied {
+            Ok(())
+        } else {
+            Err(Error::OutOfBounds {
+                offset,
+                len,
+                size: self.len(),
+            })
+        }
+    }
+
+    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    pub(crate) fn mapping(&self) -> &O::Map {
+        &self.inner.map
+    }
+}
+
+impl<O: Os> fmt::Debug for ShmBuf<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmBuf")
+            .field("segment", &self.inner.segment())
+            .field("len", &self.len())
+            .field("strategy", &self.strategy())
+            .finish()
+    }
+}
+
+/// Registers a freshly attached `inner`, or returns the one another thread of this
+/// process registered first (dropping ours releases its slot).
+fn register<O: Os>(inner: Inner<O>) -> Arc<Inner<O>> {
+    let inner = Arc::new(inner);
+    let local = inner.os.local();
+    match local.register(inner.holder, inner.fields.key(), &inner) {
+        Ok(()) => inner,
+        Err(existing) => existing,
+    }
+}
+
+fn claim<O: Os>(os: &O, h: Option<Holders<'_>>, word: u64, name: &str, capacity: usize) -> Result<usize> {
+    let h = h.ok_or_else(|| Error::Corrupted {
+        segment: name.to_owned(),
+        what: "holder slots lie outside the mapping".into(),
+    })?;
+    match holders::claim(os, &h, word)? {
+        Ok(slot) => Ok(slot),
+        Err(ClaimError::Gone) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(ClaimError::Full) => Err(Error::HoldersFull {
+            segment: name.to_owned(),
+            capacity: capacity as u32,
+        }),
+    }
+}
+
+fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -> Result<()> {
+    if meta.key != fields.key()
+        || meta.data_len != fields.layout.data_len
+        || meta.capacity != fields.layout.capacity
+    {
+        return Err(Error::Corrupted {
+            segment: segment.to_owned(),
+            what: "the handle does not describe this segment (creator, nonce, length or capacity differ)".into(),
+        });
+    }
+    Ok(())
+}

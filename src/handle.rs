@@ -1,0 +1,421 @@
+//! [`ShareHandle`]: what travels between processes to share a buffer, and its wire
+//! encoding.
+//!
+//! A file_system handle carries the segment's name and, usually, an *in-flight
+//! reference*: a holder slot the sender claimed for the receiver, alive while the sender
+//! is (property P1 for handles in flight). The handle owns that reference as a Rust
+//! value: attaching takes it over, dropping an unattached handle gives it back, and
+//! [`ShareHandle::into_bytes`] hands it to whoever gets the bytes. A file_descriptor
+//! handle carries an open memfd, so it can only travel over a Unix socket
+//! ([`crate::transport`]).
+//!
+//! Encoding (little-endian), at most [`MAX_ENCODED_LEN`] bytes:
+//! ```text
+//!  0..4   magic "SHRH"          4..6   version (1)
+//!  6      kind: 1 file_system, 2 file_descriptor
+//!  7      flags: bit 0 = in-flight reference present
+//!  8..16  data length           16..20 slot capacity
+//! 20..24  in-flight slot        24..32 in-flight word
+//! 32..40  creator token         40..56 nonce
+//! 56..58  name length           58..   name (file_system only)
+//! ```
+//! [`decode`] checks every field, and that the name lies in a shmrc namespace of this
+//! user and agrees with the creator and nonce, before anything is opened.
+
+use std::fmt;
+
+use crate::error::{Error, Result};
+use crate::holders::{self, Slot};
+use crate::local::SegmentKey;
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
+use crate::strategy::Strategy;
+use crate::token::Token;
+
+const MAGIC: [u8; 4] = *b"SHRH";
+/// The handle encoding version this build writes and reads.
+pub const HANDLE_VERSION: u16 = 1;
+const FIXED_LEN: usize = 58;
+const MAX_NAME_LEN: usize = 255;
+/// The longest encoded handle.
+pub const MAX_ENCODED_LEN: usize = FIXED_LEN + MAX_NAME_LEN;
+const KIND_FILE_SYSTEM: u8 = 1;
+const KIND_FILE_DESCRIPTOR: u8 = 2;
+const FLAG_IN_FLIGHT: u8 = 1;
+
+/// What a handle says about its segment.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct HandleMeta {
+    /// The buffer's strategy.
+    pub strategy: Strategy,
+    /// The segment's identity.
+    pub key: SegmentKey,
+    /// Data length in bytes.
+    pub data_len: usize,
+    /// Holder slots (0 for file_descriptor).
+    pub capacity: usize,
+}
+
+/// An in-flight reference: slot `slot` holds `word` for the receiver.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct InFlight {
+    /// The slot.
+    pub slot: usize,
+    /// Its word (`IN_FLIGHT | sender token`).
+    pub word: u64,
+}
+
+/// A decoded handle, before any OS object is attached to it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Decoded {
+    /// Segment description.
+    pub meta: HandleMeta,
+    /// The name (file_system) or `None` (file_descriptor).
+    pub name: Option<String>,
+    /// The in-flight reference, if any.
+    pub in_flight: Option<InFlight>,
+}
+
+/// Encodes a handle. `name` must be `Some` exactly for file_system handles.
+pub fn encode(decoded: &Decoded) -> Vec<u8> {
+    let meta = &decoded.meta;
+    let name = decoded.name.as_deref().unwrap_or_default().as_bytes();
+    let mut out = Vec::with_capacity(FIXED_LEN + name.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&HANDLE_VERSION.to_le_bytes());
+    out.push(match meta.strategy {
+        Strategy::FileSystem => KIND_FILE_SYSTEM,
+        Strategy::FileDescriptor => KIND_FILE_DESCRIPTOR,
+    });
+    out.push(if decoded.in_flight.is_some() { FLAG_IN_FLIGHT } else { 0 });
+    out.extend_from_slice(&(meta.data_len as u64).to_le_bytes());
+    out.extend_from_slice(&(meta.capacity as u32).to_le_bytes());
+    let (slot, word) = decoded
+        .in_flight
+        .map_or((0, 0), |f| (f.slot as u32, f.word));
+    out.extend_from_slice(&slot.to_le_bytes());
+    out.extend_from_slice(&word.to_le_bytes());
+    out.extend_from_slice(&meta.key.creator.word().to_le_bytes());
+    out.extend_from_slice(&meta.key.nonce.to_le_bytes());
+    out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+    out.extend_from_slice(name);
+    out
+}
+
+/// Decodes and validates a handle for a process of user `uid`.
+pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
+    let malformed = |why: String| Error::Malformed {
+        what: "share handle",
+        why,
+    };
+    if bytes.len() < FIXED_LEN {
+        return Err(malformed(format!(
+            "{} bytes, a handle has at least {FIXED_LEN}",
+            bytes.len()
+        )));
+    }
+    let u16_at = |at: usize| u16::from_le_bytes([bytes[at], bytes[at + 1]]);
+    let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or([0; 4]));
+    let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap_or([0; 8]));
+    if bytes[0..4] != MAGIC {
+        return Err(malformed("not a shmrc share handle (bad magic)".into()));
+    }
+    let version = u16_at(4);
+    if version != HANDLE_VERSION {
+        return Err(Error::WrongVersion {
+            segment: "share handle".into(),
+            found: u64::from(version),
+            supported: u64::from(HANDLE_VERSION),
+        });
+    }
+    let strategy = match bytes[6] {
+        KIND_FILE_SYSTEM => Strategy::FileSystem,
+        KIND_FILE_DESCRIPTOR => Strategy::FileDescriptor,
+        kind => return Err(malformed(format!("unknown kind {kind}"))),
+    };
+    let flags = bytes[7];
+    if flags & !FLAG_IN_FLIGHT != 0 {
+        return Err(malformed(format!("unknown flags {flags:#04x}")));
+    }
+    let data_len = u64_at(8);
+    if data_len == 0 || data_len > MAX_DATA_LEN {
+        return Err(malformed(format!("data length {data_len} out of range")));
+    }
+    let capacity = u32_at(16) as usize;
+    let creator = Token::from_word(u64_at(32))
+        .ok_or_else(|| malformed("creator is not a valid token".into()))?;
+    let nonce = u128::from_le_bytes(bytes[40..56].try_into().unwrap_or([0; 16]));
+    let name_len = usize::from(u16_at(56));
+    if bytes.len() != FIXED_LEN + name_len || name_len > MAX_NAME_LEN {
+        return Err(malformed(format!(
+            "name length {name_len} does not match the {} bytes received",
+            bytes.len()
+        )));
+    }
+    let in_flight = (flags & FLAG_IN_FLIGHT != 0).then(|| InFlight {
+        slot: u32_at(20) as usize,
+        word: u64_at(24),
+    });
+    let key = SegmentKey { creator, nonce };
+    let name = match strategy {
+        Strategy::FileDescriptor => {
+            if capacity != 0 || name_len != 0 || in_flight.is_some() {
+                return Err(malformed(
+                    "a file_descriptor handle has no name, slots or in-flight reference".into(),
+                ));
+            }
+            None
+        }
+        Strategy::FileSystem => {
+            if capacity == 0 || capacity > MAX_CAPACITY {
+                return Err(malformed(format!("slot capacity {capacity} out of range")));
+            }
+            if let Some(f) = in_flight {
+                if f.slot >= capacity || !matches!(Slot::decode(f.word), Slot::InFlight(_)) {
+                    return Err(malformed("in-flight reference is not a valid slot word".into()));
+                }
+            }
+            let name = std::str::from_utf8(&bytes[FIXED_LEN..])
+                .map_err(|_| malformed("name is not UTF-8".into()))?;
+            let (_, parts) = Namespace::of_segment(name, uid)?;
+            if parts.creator != creator || parts.nonce != nonce {
+                return Err(malformed(
+                    "name does not agree with the handle's creator and nonce".into(),
+                ));
+            }
+            Some(name.to_owned())
+        }
+    };
+    Ok(Decoded {
+        meta: HandleMeta {
+            strategy,
+            key,
+            data_len: data_len as usize,
+            capacity,
+        },
+        name,
+        in_flight,
+    })
+}
+
+/// What a handle points at.
+pub(crate) enum Target<O: Os> {
+    /// A named segment, with the in-flight reference this handle owns, if any.
+    Named {
+        name: String,
+        in_flight: Option<InFlight>,
+    },
+    /// An open memfd.
+    Anonymous { file: O::File },
+    /// Consumed by an attach.
+    Taken,
+}
+
+/// A buffer on its way to another process. See the module docs.
+///
+/// Obtain one with [`crate::ShmBuf::share`]; turn it into a buffer in the receiving
+/// process with [`crate::ShmBuf::attach`]; move it with [`crate::transport`] or, for
+/// file_system handles, as bytes ([`ShareHandle::into_bytes`],
+/// [`ShareHandle::from_bytes`]).
+pub struct ShareHandle<O: Os> {
+    pub(crate) os: O,
+    pub(crate) meta: HandleMeta,
+    pub(crate) target: Target<O>,
+}
+
+impl<O: Os> ShareHandle<O> {
+    /// The buffer's strategy.
+    pub fn strategy(&self) -> Strategy {
+        self.meta.strategy
+    }
+
+    /// The buffer's length in bytes.
+    pub fn len(&self) -> usize {
+        self.meta.data_len
+    }
+
+    /// Whether the buffer is empty (never: buffers have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.meta.data_len == 0
+    }
+
+    /// The segment's name (file_system handles).
+    pub fn name(&self) -> Option<&str> {
+        match &self.target {
+            Target::Named { name, .. } => Some(name),
+            Target::Anonymous { .. } | Target::Taken => None,
+        }
+    }
+
+    /// Takes the target out (an attach consumes it); the handle then owns nothing.
+    pub(crate) fn take_target(&mut self) -> Target<O> {
+        std::mem::replace(&mut self.target, Target::Taken)
+    }
+
+    /// The segment's identity.
+    pub fn key(&self) -> SegmentKey {
+        self.meta.key
+    }
+
+    /// The encoding of this handle, without giving up its in-flight reference.
+    pub(crate) fn encoded(&self) -> Vec<u8> {
+        let (name, in_flight) = match &self.target {
+            Target::Named { name, in_flight } => (Some(name.clone()), *in_flight),
+            Target::Anonymous { .. } | Target::Taken => (None, None),
+        };
+        encode(&Decoded {
+            meta: self.meta,
+            name,
+            in_flight,
+        })
+    }
+
+    /// Hands the in-flight reference to whoever receives the bytes: from now on it is
+    /// released by the receiver's handle, or when this (sending) process exits.
+    pub(crate) fn disarm(&mut self) {
+        if let Target::Named { in_flight, .. } = &mut self.target {
+            *in_flight = None;
+        }
+    }
+
+    /// The bytes of a file_system handle, to send by any means; the in-flight reference
+    /// travels with them (if the bytes are lost, it is released when this process
+    /// exits). A file_descriptor handle is [`Error::WrongStrategy`]: its descriptor must
+    /// travel over a Unix socket ([`crate::transport::send`]).
+    pub fn into_bytes(mut self) -> Result<Vec<u8>> {
+        if self.meta.strategy != Strategy::FileSystem {
+            return Err(Error::WrongStrategy {
+                op: "encoding a handle as bytes",
+                strategy: self.meta.strategy,
+            });
+        }
+        let bytes = self.encoded();
+        self.disarm();
+        Ok(bytes)
+    }
+
+    /// A handle decoded from bytes made by [`ShareHandle::into_bytes`] in another
+    /// process of this user; it owns the in-flight reference they carry.
+    pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
+        let decoded = decode(bytes, os.uid())?;
+        match decoded.name {
+            Some(name) => Ok(ShareHandle {
+                os: os.clone(),
+                meta: decoded.meta,
+                target: Target::Named {
+                    name,
+                    in_flight: decoded.in_flight,
+                },
+            }),
+            None => Err(Error::WrongStrategy {
+                op: "decoding a handle from bytes alone",
+                strategy: decoded.meta.strategy,
+            }),
+        }
+    }
+
+    /// Gives the in-flight reference back (best effort; the sender's exit releases it
+    /// otherwise), finalizing the segment if that was its last reference.
+    fn cancel_in_flight(&mut self) -> Result<()> {
+        let Target::Named { name, in_flight } = &mut self.target else {
+            return Ok(());
+        };
+        let Some(f) = in_flight.take() else {
+            return Ok(());
+        };
+        let (ns, _) = Namespace::of_segment(name, self.os.uid())?;
+        let opened = segment::open_named(&self.os, &ns, name)?;
+        if opened.fields.key() != self.meta.key {
+            return Ok(());
+        }
+        if let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) {
+            let h = header.holders();
+            if holders::vacate(&self.os, &h, f.slot, f.word)? {
+                holders::finalize(&self.os, &h, name)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl<O: Os> Drop for ShareHandle<O> {
+    fn drop(&mut self) {
+        // Nothing to report to: a segment already gone has nothing to give back.
+        let _ = self.cancel_in_flight();
+    }
+}
+
+impl<O: Os> fmt::Debug for ShareHandle<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("ShareHandle");
+        d.field("strategy", &self.meta.strategy)
+            .field("len", &self.meta.data_len);
+        match &self.target {
+            Target::Named { name, in_flight } => d.field("name", name).field("in_flight", in_flight),
+            Target::Anonymous { file } => d.field("file", file),
+            Target::Taken => d.field("taken", &true),
+        };
+        d.finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Decoded {
+        let creator = Token::new(321, 654).unwrap();
+        let ns = Namespace::new("shmrc-h").unwrap();
+        Decoded {
+            meta: HandleMeta {
+                strategy: Strategy::FileSystem,
+                key: SegmentKey { creator, nonce: 77 },
+                data_len: 4096,
+                capacity: 8,
+            },
+            name: Some(ns.segment_name(1000, creator, 77)),
+            in_flight: Some(InFlight {
+                slot: 3,
+                word: holders::in_flight_word(Token::new(999, 1).unwrap()),
+            }),
+        }
+    }
+
+    #[test]
+    fn a_handle_round_trips() {
+        let d = sample();
+        assert_eq!(decode(&encode(&d), 1000).unwrap(), d);
+    }
+
+    #[test]
+    fn every_truncation_of_a_handle_is_refused() {
+        let bytes = encode(&sample());
+        for len in 0..bytes.len() {
+            assert!(decode(&bytes[..len], 1000).is_err(), "{len}");
+        }
+    }
+
+    #[test]
+    fn forged_fields_are_refused_with_their_cause() {
+        let bytes = encode(&sample());
+        let with = |at: usize, v: u8| {
+            let mut b = bytes.clone();
+            b[at] = v;
+            decode(&b, 1000)
+        };
+        assert!(matches!(with(0, b'X'), Err(Error::Malformed { .. })));
+        assert!(matches!(with(4, 9), Err(Error::WrongVersion { found: 9, .. })));
+        assert!(matches!(with(6, 7), Err(Error::Malformed { .. })));
+        assert!(matches!(with(7, 0x80), Err(Error::Malformed { .. })));
+        assert!(matches!(with(20, 8), Err(Error::Malformed { .. })), "slot >= capacity");
+        assert!(matches!(with(45, 1), Err(Error::Malformed { .. })), "nonce differs from name");
+        assert!(matches!(decode(&bytes, 1001), Err(Error::OutsideNamespace { .. })));
+        let mut other_ns = sample();
+        other_ns.name = Some(other_ns.name.unwrap().replace("shmrc-h", "torch-h"));
+        assert!(matches!(
+            decode(&encode(&other_ns), 1000),
+            Err(Error::OutsideNamespace { .. })
+        ));
+    }
+}

@@ -1,0 +1,186 @@
+//! The namespace-wide view: list this user's segments of a namespace with their holders
+//! ([`inspect`]), and sweep them ([`sweep_with`]): finalize every segment, which
+//! reclaims the slots of dead holders and unlinks what nobody live holds, and remove
+//! segments whose creator died before publishing the header.
+//!
+//! A sweep only ever touches names that parse as segments of the namespace for this
+//! uid (P2), never unlinks a segment a live process holds or has in flight (P1), and
+//! leaves damaged segments (bad magic, wrong version, corrupted, truncated, another
+//! user's or another pid namespace's) in place, reporting why.
+
+use crate::error::{Error, Result};
+use crate::holders::{self, Census, Outcome};
+use crate::namespace::{NameParts, Namespace};
+use crate::os::Os;
+use crate::segment::{self, Fields, Header};
+
+/// One segment as a sweep or listing saw it.
+#[derive(Debug)]
+pub struct SegmentReport {
+    /// Its name in `/dev/shm`.
+    pub name: String,
+    /// What the name says (creator, nonce).
+    pub parts: NameParts,
+    /// Whether the creator (from the name) is alive.
+    pub creator_alive: bool,
+    /// The header, when it validated.
+    pub fields: Option<Fields>,
+    /// The holder slots, when the header validated.
+    pub census: Option<Census>,
+    /// What was done (or, in a dry run, would be).
+    pub action: Action,
+}
+
+/// What a sweep did to one segment.
+#[derive(Debug)]
+pub enum Action {
+    /// Still held by a live process (or in flight, or being finalized): kept.
+    Kept,
+    /// Nobody held it: unlinked (`dry_run`: would be).
+    Unlinked,
+    /// Its creator died before publishing the header: removed (`dry_run`: would be).
+    RemovedHalfCreated,
+    /// Its creator is still creating it: left alone.
+    BeingCreated,
+    /// It disappeared while we looked (another finalizer got there first).
+    Vanished,
+    /// Left in place because it cannot be trusted; the error says why.
+    Skipped(Error),
+}
+
+/// The result of [`sweep_with`] or [`inspect`].
+#[derive(Debug, Default)]
+pub struct SweepReport {
+    /// Every segment seen, in name order.
+    pub segments: Vec<SegmentReport>,
+    /// Dead holders' slots reclaimed.
+    pub reclaimed: u32,
+    /// Segments unlinked (half-created ones included).
+    pub unlinked: u32,
+    /// Whether this was a dry run (nothing changed).
+    pub dry_run: bool,
+}
+
+/// Lists the segments of `ns` and what a sweep would do, changing nothing.
+pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
+    sweep_with(os, ns, true)
+}
+
+/// Sweeps the segments of namespace `ns` for the calling user. With `dry_run`, reports
+/// what it would do and changes nothing.
+pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepReport> {
+    let uid = os.uid();
+    let mut report = SweepReport {
+        dry_run,
+        ..SweepReport::default()
+    };
+    for name in os.shm_list(&ns.name_start(uid))? {
+        // Names of the namespace's shape only: anything else is not ours to touch.
+        let Ok(parts) = ns.parse(&name, uid) else {
+            continue;
+        };
+        let seg = sweep_one(os, ns, name, parts, dry_run)?;
+        if let Some(census) = &seg.census {
+            if !dry_run {
+                report.reclaimed += census.dead;
+            }
+        }
+        if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
+            report.unlinked += 1;
+        }
+        report.segments.push(seg);
+    }
+    Ok(report)
+}
+
+fn sweep_one<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    name: String,
+    parts: NameParts,
+    dry_run: bool,
+) -> Result<SegmentReport> {
+    let me = os.current();
+    let creator_alive = parts.creator == me || os.is_alive(parts.creator);
+    let mut seg = SegmentReport {
+        name,
+        parts,
+        creator_alive,
+        fields: None,
+        census: None,
+        action: Action::Kept,
+    };
+    let opened = match segment::open_named(os, ns, &seg.name) {
+        Ok(opened) => opened,
+        Err(Error::Gone { .. }) => {
+            seg.action = Action::Vanished;
+            return Ok(seg);
+        }
+        Err(Error::HalfCreated { .. }) => {
+            seg.action = remove_half_created(os, ns, &seg.name, parts, dry_run)?;
+            return Ok(seg);
+        }
+        Err(Error::Killed) => return Err(Error::Killed),
+        Err(e) => {
+            seg.action = Action::Skipped(e);
+            return Ok(seg);
+        }
+    };
+    seg.fields = Some(opened.fields);
+    let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) else {
+        seg.action = Action::Skipped(Error::Corrupted {
+            segment: seg.name.clone(),
+            what: "holder slots lie outside the mapping".into(),
+        });
+        return Ok(seg);
+    };
+    let h = header.holders();
+    let before = holders::census(os, &h);
+    if dry_run {
+        seg.census = Some(before);
+        seg.action = if before.unheld() { Action::Unlinked } else { Action::Kept };
+        return Ok(seg);
+    }
+    let finalized = holders::finalize(os, &h, &seg.name)?;
+    seg.census = Some(Census {
+        dead: finalized.reclaimed,
+        ..holders::census(os, &h)
+    });
+    seg.action = match finalized.outcome {
+        Outcome::Unlinked => Action::Unlinked,
+        Outcome::AlreadyGone => Action::Vanished,
+        Outcome::InUse | Outcome::Deferred => Action::Kept,
+    };
+    Ok(seg)
+}
+
+/// A segment whose header is unpublished: remove it only once its creator is dead, and
+/// only if it is *still* unpublished after that was established (a creator that
+/// published and then died leaves a valid segment, which holders may use).
+fn remove_half_created<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    name: &str,
+    parts: NameParts,
+    dry_run: bool,
+) -> Result<Action> {
+    if parts.creator == os.current() || os.is_alive(parts.creator) {
+        return Ok(Action::BeingCreated);
+    }
+    os.crash_point()?;
+    match segment::open_named(os, ns, name) {
+        Err(Error::HalfCreated { .. }) => {}
+        Err(Error::Gone { .. }) => return Ok(Action::Vanished),
+        Err(Error::Killed) => return Err(Error::Killed),
+        Err(e) => return Ok(Action::Skipped(e)),
+        Ok(_) => return Ok(Action::Kept),
+    }
+    if dry_run {
+        return Ok(Action::RemovedHalfCreated);
+    }
+    match os.shm_unlink(name) {
+        Ok(()) => Ok(Action::RemovedHalfCreated),
+        Err(e) if e.is_gone() => Ok(Action::Vanished),
+        Err(e) => Err(e),
+    }
+}

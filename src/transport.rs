@@ -1,0 +1,226 @@
+//! Moving share handles (and a payload of your own) over a connected Unix stream
+//! socket: [`send`] and [`recv`]. file_descriptor handles carry their memfd with
+//! `SCM_RIGHTS`, up to 253 per frame (the kernel's `SCM_MAX_FD`); a message with more
+//! is split into several frames and reassembled by [`recv`].
+//!
+//! Frame (little-endian):
+//! ```text
+//!  0..4  magic "SHMT"        4..6  version (1)     6..8 flags: bit 0 = more frames follow
+//!  8..12 payload length     12..16 handle count   16..20 fd count   20..24 handle bytes
+//! payload, then per handle: u16 length + handle encoding (see handle.rs)
+//! ```
+//! The descriptors ride on the frame's first byte. A receiver that hits its fd limit
+//! gets [`crate::Error::TooManyFds`] (never "received 0 items of ancdata" in silence);
+//! the connection is then out of step and should be closed.
+
+use crate::error::{Error, Result};
+use crate::handle::{self, ShareHandle, Target};
+use crate::os::{MAX_FDS_PER_SEND, Os};
+use crate::strategy::Strategy;
+
+const MAGIC: [u8; 4] = *b"SHMT";
+const VERSION: u16 = 1;
+const FRAME_HEADER: usize = 24;
+const FLAG_MORE: u16 = 1;
+/// The largest payload one message may carry.
+pub const MAX_PAYLOAD: usize = 64 << 20;
+/// The most handles one frame may carry.
+const MAX_HANDLES_PER_FRAME: usize = 4096;
+
+/// What [`recv`] returns: your payload and the handles that came with it.
+#[derive(Debug)]
+pub struct Message<O: Os> {
+    /// The bytes passed to [`send`].
+    pub payload: Vec<u8>,
+    /// The handles, in the order they were sent; each owns its reference until
+    /// attached or dropped.
+    pub handles: Vec<ShareHandle<O>>,
+}
+
+/// Sends `payload` and `handles` as one message. On success the handles' in-flight
+/// references belong to the receiver; on failure they are given back when the handles
+/// you passed are dropped.
+pub fn send<O: Os>(
+    os: &O,
+    stream: &O::Stream,
+    payload: &[u8],
+    mut handles: Vec<ShareHandle<O>>,
+) -> Result<()> {
+    if payload.len() > MAX_PAYLOAD {
+        return Err(Error::InvalidArgument(format!(
+            "payload of {} bytes exceeds {MAX_PAYLOAD}",
+            payload.len()
+        )));
+    }
+    let frames = split_into_frames(&handles);
+    let last = frames.len() - 1;
+    for (index, range) in frames.iter().enumerate() {
+        let batch = &handles[range.clone()];
+        let frame_payload = if index == last { payload } else { &[] };
+        let mut encoded = Vec::new();
+        let mut files = Vec::new();
+        for h in batch {
+            let bytes = h.encoded();
+            encoded.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
+            encoded.extend_from_slice(&bytes);
+            if let Target::Anonymous { file } = &h.target {
+                files.push(file);
+            }
+        }
+        let flags = if index == last { 0 } else { FLAG_MORE };
+        let mut frame = Vec::with_capacity(FRAME_HEADER + frame_payload.len() + encoded.len());
+        frame.extend_from_slice(&MAGIC);
+        frame.extend_from_slice(&VERSION.to_le_bytes());
+        frame.extend_from_slice(&flags.to_le_bytes());
+        frame.extend_from_slice(&(frame_payload.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&(batch.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&(files.len() as u32).to_le_bytes());
+        frame.extend_from_slice(&(encoded.len() as u32).to_le_bytes());
+        frame.extend_from_slice(frame_payload);
+        frame.extend_from_slice(&encoded);
+        os.send(stream, &frame, &files)?;
+    }
+    for h in &mut handles {
+        h.disarm();
+    }
+    Ok(())
+}
+
+/// Groups handles so that no frame carries more than [`MAX_FDS_PER_SEND`] descriptors
+/// or [`MAX_HANDLES_PER_FRAME`] handles; always at least one (possibly empty) frame.
+fn split_into_frames<O: Os>(handles: &[ShareHandle<O>]) -> Vec<std::ops::Range<usize>> {
+    let mut frames = Vec::new();
+    let (mut start, mut fds) = (0, 0);
+    for (i, h) in handles.iter().enumerate() {
+        let is_fd = h.strategy() == Strategy::FileDescriptor;
+        if (is_fd && fds == MAX_FDS_PER_SEND) || i - start == MAX_HANDLES_PER_FRAME {
+            frames.push(start..i);
+            (start, fds) = (i, 0);
+        }
+        fds += usize::from(is_fd);
+    }
+    frames.push(start..handles.len());
+    frames
+}
+
+/// Receives one message sent with [`send`]. [`Error::Disconnected`] if the peer closed
+/// the socket before a message began.
+pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
+    let mut handles = Vec::new();
+    let mut first = true;
+    loop {
+        let mut files = Vec::new();
+        let mut header = [0u8; FRAME_HEADER];
+        if !read_exact(os, stream, &mut header, &mut files, first)? {
+            return Err(Error::Disconnected);
+        }
+        let field = |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]) as usize;
+        if header[0..4] != MAGIC {
+            return Err(malformed("bad magic".into()));
+        }
+        let version = u16::from_le_bytes([header[4], header[5]]);
+        if version != VERSION {
+            return Err(Error::WrongVersion {
+                segment: "transport frame".into(),
+                found: u64::from(version),
+                supported: u64::from(VERSION),
+            });
+        }
+        let flags = u16::from_le_bytes([header[6], header[7]]);
+        let (payload_len, count, fd_count, handle_bytes) = (field(8), field(12), field(16), field(20));
+        if flags & !FLAG_MORE != 0
+            || payload_len > MAX_PAYLOAD
+            || count > MAX_HANDLES_PER_FRAME
+            || fd_count > count.min(MAX_FDS_PER_SEND)
+            || handle_bytes > count * (2 + handle::MAX_ENCODED_LEN)
+        {
+            return Err(malformed(format!(
+                "frame header out of range (flags {flags:#x}, payload {payload_len}, handles {count}, fds {fd_count}, handle bytes {handle_bytes})"
+            )));
+        }
+        first = false;
+        let mut body = vec![0u8; payload_len + handle_bytes];
+        if !read_exact(os, stream, &mut body, &mut files, false)? {
+            return Err(malformed("connection closed inside a frame".into()));
+        }
+        if files.len() != fd_count {
+            return Err(malformed(format!(
+                "frame announced {fd_count} descriptors, {} arrived",
+                files.len()
+            )));
+        }
+        let (payload, mut rest) = body.split_at(payload_len);
+        let mut files = files.into_iter();
+        for _ in 0..count {
+            let Some((len, tail)) = rest.split_first_chunk::<2>() else {
+                return Err(malformed("handle length cut short".into()));
+            };
+            let len = usize::from(u16::from_le_bytes(*len));
+            if tail.len() < len {
+                return Err(malformed("handle cut short".into()));
+            }
+            let (bytes, tail) = tail.split_at(len);
+            rest = tail;
+            let decoded = handle::decode(bytes, os.uid())?;
+            let target = match decoded.name {
+                Some(name) => Target::Named {
+                    name,
+                    in_flight: decoded.in_flight,
+                },
+                None => Target::Anonymous {
+                    file: files
+                        .next()
+                        .ok_or_else(|| malformed("fewer descriptors than file_descriptor handles".into()))?,
+                },
+            };
+            handles.push(ShareHandle {
+                os: os.clone(),
+                meta: decoded.meta,
+                target,
+            });
+        }
+        if !rest.is_empty() || files.next().is_some() {
+            return Err(malformed("trailing bytes or descriptors after the handles".into()));
+        }
+        if flags & FLAG_MORE == 0 {
+            return Ok(Message {
+                payload: payload.to_vec(),
+                handles,
+            });
+        }
+    }
+}
+
+/// Fills `buf`, collecting arriving files. `Ok(false)` if the stream ended before the
+/// first byte and `eof_ok` (a clean end between messages).
+fn read_exact<O: Os>(
+    os: &O,
+    stream: &O::Stream,
+    buf: &mut [u8],
+    files: &mut Vec<O::File>,
+    eof_ok: bool,
+) -> Result<bool> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        let n = os.recv(stream, &mut buf[filled..], files)?;
+        if n == 0 {
+            return if filled == 0 && eof_ok {
+                Ok(false)
+            } else {
+                Err(malformed(format!(
+                    "connection closed after {filled} of {} bytes",
+                    buf.len()
+                )))
+            };
+        }
+        filled += n;
+    }
+    Ok(true)
+}
+
+fn malformed(why: String) -> Error {
+    Error::Malformed {
+        what: "transport frame",
+        why,
+    }
+}
