@@ -1,0 +1,61 @@
+//! What a buffer means across `fork` (see `buf.rs`): the child inherits the mapping but
+//! not the reference. Dropping the inherited buffer releases nothing, sharing it is
+//! `NotHolder`, and `reattach` makes the child a holder of its own.
+//!
+//! This file holds one test so that its process has no other test thread that could
+//! hold a lock across the fork.
+#![allow(unsafe_code)]
+
+mod common;
+
+use common::TestNamespace;
+use nix::sys::wait::{WaitStatus, waitpid};
+use nix::unistd::{ForkResult, fork};
+use shmrc::holders::Outcome;
+use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
+
+/// The child's checks; its exit code says which failed (0: none).
+fn in_child(buf: ShmBuf<shmrc::PosixOs>) -> i32 {
+    if buf.is_held() {
+        return 10;
+    }
+    if !matches!(buf.share(), Err(Error::NotHolder { .. })) {
+        return 11;
+    }
+    let mine = match buf.reattach() {
+        Ok(mine) => mine,
+        Err(_) => return 12,
+    };
+    if !mine.is_held() || mine.census().map(|c| c.live) != Some(2) {
+        return 13;
+    }
+    if mine.release().ok().flatten().map(|f| f.outcome) != Some(Outcome::InUse) {
+        return 14;
+    }
+    drop(buf);
+    0
+}
+
+#[test]
+fn a_forked_child_never_releases_its_parents_reference() {
+    let t = TestNamespace::new("fork");
+    let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem).namespace(t.ns.clone())).unwrap();
+    // SAFETY: this test binary runs this one test, so no other thread holds a lock the
+    // child could need; the child runs only `in_child` and leaves with `_exit`, never
+    // returning into the test harness.
+    match unsafe { fork() }.unwrap() {
+        ForkResult::Child => {
+            let code = in_child(buf.clone());
+            // SAFETY: `_exit` ends the child at once without running the parent's
+            // atexit handlers or destructors twice.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => {
+            assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
+        }
+    }
+    let census = buf.census().unwrap();
+    assert_eq!((census.live, census.dead), (1, 0), "the child's drop left the parent's slot alone");
+    assert_eq!(buf.release().unwrap().unwrap().outcome, Outcome::Unlinked);
+    assert!(t.names().is_empty());
+}
