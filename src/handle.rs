@@ -332,7 +332,7 @@ impl<O: Os> ShareHandle<O> {
         if let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) {
             let h = header.holders();
             if holders::vacate(&self.os, &h, f.slot, f.word)? {
-                holders::finalize(&self.os, &h, name)?;
+                holders::finalize(&self.os, &h, name, holders::Reclaim::UntilLive)?;
             }
         }
         Ok(())

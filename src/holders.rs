@@ -131,6 +131,16 @@ pub struct Finalized {
     pub reclaimed: u32,
 }
 
+/// How much of the slot table [`finalize`] reclaims before deciding.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Reclaim {
+    /// Every dead holder's slot (sweeps): one liveness check per held slot.
+    All,
+    /// Dead holders' slots up to the first live holder (releases): a release while
+    /// others hold costs one liveness check.
+    UntilLive,
+}
+
 /// A read-only count of slot states (for `ls` and dry-run sweeps).
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
 pub struct Census {
@@ -253,7 +263,7 @@ pub fn release<O: Os>(
     if !vacate(os, h, index, word)? {
         return Ok(None);
     }
-    finalize(os, h, name).map(Some)
+    finalize(os, h, name, Reclaim::UntilLive).map(Some)
 }
 
 /// Reads every slot without changing anything.
@@ -277,15 +287,16 @@ pub fn census<O: Os>(os: &O, h: &Holders<'_>) -> Census {
 
 /// Destroys the segment named `name` if nobody live holds it: reclaims dead holders'
 /// slots, then (holding the finalizer word) turns every slot to a tombstone and unlinks
-/// the name. Safe to call by anyone at any time; see the module docs.
-pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str) -> Result<Finalized> {
+/// the name. Safe to call by anyone at any time; see the module docs. `reclaim` says
+/// whether to reclaim every dead holder or stop at the first live one.
+pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) -> Result<Finalized> {
     let _one_finalizer_per_process = os.local().finalize_lock();
     let me = os.current();
     let mine = held_word(me);
     let mut reclaimed = 0;
     let done = |outcome, reclaimed| Ok(Finalized { outcome, reclaimed });
     for _ in 0..FINALIZE_ROUNDS {
-        // 1. Reclaim the slots of dead holders; stop at the first live one.
+        // 1. Reclaim the slots of dead holders (all, or up to the first live one).
         let mut live = false;
         for slot in h.slots {
             os.crash_point()?;
@@ -294,7 +305,9 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str) -> Result<Finalized>
                 Slot::Free | Slot::Tomb => {}
                 s if s.owner().is_some_and(|t| alive(os, me, t)) => {
                     live = true;
-                    break;
+                    if reclaim == Reclaim::UntilLive {
+                        break;
+                    }
                 }
                 _ => {
                     os.crash_point()?;

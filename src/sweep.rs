@@ -141,7 +141,7 @@ fn sweep_one<O: Os>(
         seg.action = if before.unheld() { Action::Unlinked } else { Action::Kept };
         return Ok(seg);
     }
-    let finalized = holders::finalize(os, &h, &seg.name)?;
+    let finalized = holders::finalize(os, &h, &seg.name, holders::Reclaim::All)?;
     seg.census = Some(Census {
         dead: finalized.reclaimed,
         ..holders::census(os, &h)

@@ -38,8 +38,12 @@ fn open(t: &TestNamespace, name: &str) -> shmrc::Result<segment::Opened<PosixOs>
 fn attaching_an_unlinked_segment_is_gone() {
     let t = TestNamespace::new("gone");
     let buf = named(&t, 4096, 4);
+    let name = buf.name().unwrap().to_owned();
     let bytes = buf.share().unwrap().into_bytes().unwrap();
-    PosixOs.shm_unlink(buf.name().unwrap()).unwrap();
+    // Our own reference goes (an attach in a holding process just returns it); the
+    // in-flight one in `bytes` keeps the segment until an outsider unlinks it.
+    drop(buf);
+    PosixOs.shm_unlink(&name).unwrap();
     let err = ShmBuf::attach(ShareHandle::from_bytes(&bytes).unwrap()).unwrap_err();
     assert!(matches!(err, Error::Gone { .. }), "{err}");
     assert!(err.to_string().contains("gone"));
@@ -117,16 +121,17 @@ fn a_scribbled_header_field_is_corrupted() {
     let t = TestNamespace::new("corrupt");
     let buf = named(&t, 4096, 4);
     let name = buf.name().unwrap().to_owned();
+    let bytes = buf.share().unwrap().into_bytes().unwrap();
     scribble(&name, 3 * 8, &1u64.to_ne_bytes());
     assert!(matches!(open(&t, &name), Err(Error::Corrupted { .. })), "data length changed");
-    let bytes = buf.share().unwrap().into_bytes().unwrap();
-    let err = ShmBuf::attach(ShareHandle::from_bytes(&bytes).unwrap()).unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
     // The holder is unharmed: its own view was validated at creation.
     buf.write_at(0, b"still mine").unwrap();
-    scribble(&name, 3 * 8, &4096u64.to_ne_bytes());
     drop(buf);
-    assert!(t.names().is_empty());
+    let err = ShmBuf::attach(ShareHandle::from_bytes(&bytes).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    // The segment stays (the in-flight reference of `bytes` is ours, and we live):
+    // a sweep leaves it, the guard removes it.
+    assert_eq!(shmrc::sweep(&t.ns).unwrap().unlinked, 0);
 }
 
 #[test]
