@@ -158,7 +158,9 @@ impl<O: Os> ShmBuf<O> {
             released: AtomicBool::new(false),
         });
         // A fresh key cannot be registered already.
-        let _ = os.local().register(inner.holder, inner.fields.key(), &inner);
+        let _ = os
+            .local()
+            .register(inner.holder, inner.fields.key(), &inner);
         Ok(ShmBuf { inner })
     }
 
@@ -207,7 +209,9 @@ impl<O: Os> ShmBuf<O> {
         let me = os.current();
         let key = handle.meta.key;
         if let Some(inner) = os.local().lookup::<Inner<O>>(me, key) {
-            if let (Target::Named { in_flight, .. }, Some(h)) = (&mut handle.target, inner.holders()) {
+            if let (Target::Named { in_flight, .. }, Some(h)) =
+                (&mut handle.target, inner.holders())
+            {
                 if let Some(f) = in_flight.take() {
                     holders::vacate(&os, &h, f.slot, f.word)?;
                 }
@@ -248,7 +252,9 @@ impl<O: Os> ShmBuf<O> {
                 (opened.map, opened.fields, Backing::Anonymous { file })
             }
             Target::Taken => {
-                return Err(Error::InvalidArgument("this handle was already attached".into()));
+                return Err(Error::InvalidArgument(
+                    "this handle was already attached".into(),
+                ));
             }
         };
         Ok(ShmBuf {
@@ -280,8 +286,17 @@ impl<O: Os> ShmBuf<O> {
                 let (ns, _) = Namespace::of_segment(name, os.uid())?;
                 let opened = segment::open_named(os, &ns, name)?;
                 let h = Header::of(&opened.map, opened.fields.layout.capacity).map(|h| h.holders());
-                let slot = claim(os, h, holders::held_word(me), name, opened.fields.layout.capacity)?;
-                let backing = Backing::Named { name: name.clone(), slot };
+                let slot = claim(
+                    os,
+                    h,
+                    holders::held_word(me),
+                    name,
+                    opened.fields.layout.capacity,
+                )?;
+                let backing = Backing::Named {
+                    name: name.clone(),
+                    slot,
+                };
                 (opened.map, opened.fields, backing)
             }
             Backing::Anonymous { file } => {
@@ -356,7 +371,9 @@ impl<O: Os> ShmBuf<O> {
 
     /// A read-only count of the holder slots (file_system buffers).
     pub fn census(&self) -> Option<holders::Census> {
-        self.inner.holders().map(|h| holders::census(&self.inner.os, &h))
+        self.inner
+            .holders()
+            .map(|h| holders::census(&self.inner.os, &h))
     }
 
     /// Copies `out.len()` bytes at `offset` into `out`. Safe while other processes
@@ -420,7 +437,13 @@ fn register<O: Os>(inner: Inner<O>) -> Arc<Inner<O>> {
     }
 }
 
-fn claim<O: Os>(os: &O, h: Option<Holders<'_>>, word: u64, name: &str, capacity: usize) -> Result<usize> {
+fn claim<O: Os>(
+    os: &O,
+    h: Option<Holders<'_>>,
+    word: u64,
+    name: &str,
+    capacity: usize,
+) -> Result<usize> {
     let h = h.ok_or_else(|| Error::Corrupted {
         segment: name.to_owned(),
         what: "holder slots lie outside the mapping".into(),

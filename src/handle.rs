@@ -88,7 +88,11 @@ pub fn encode(decoded: &Decoded) -> Vec<u8> {
         Strategy::FileSystem => KIND_FILE_SYSTEM,
         Strategy::FileDescriptor => KIND_FILE_DESCRIPTOR,
     });
-    out.push(if decoded.in_flight.is_some() { FLAG_IN_FLIGHT } else { 0 });
+    out.push(if decoded.in_flight.is_some() {
+        FLAG_IN_FLIGHT
+    } else {
+        0
+    });
     out.extend_from_slice(&(meta.data_len as u64).to_le_bytes());
     out.extend_from_slice(&(meta.capacity as u32).to_le_bytes());
     let (slot, word) = decoded
@@ -173,7 +177,9 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
             }
             if let Some(f) = in_flight {
                 if f.slot >= capacity || !matches!(Slot::decode(f.word), Slot::InFlight(_)) {
-                    return Err(malformed("in-flight reference is not a valid slot word".into()));
+                    return Err(malformed(
+                        "in-flight reference is not a valid slot word".into(),
+                    ));
                 }
             }
             let name = std::str::from_utf8(&bytes[FIXED_LEN..])
@@ -352,7 +358,9 @@ impl<O: Os> fmt::Debug for ShareHandle<O> {
         d.field("strategy", &self.meta.strategy)
             .field("len", &self.meta.data_len);
         match &self.target {
-            Target::Named { name, in_flight } => d.field("name", name).field("in_flight", in_flight),
+            Target::Named { name, in_flight } => {
+                d.field("name", name).field("in_flight", in_flight)
+            }
             Target::Anonymous { file } => d.field("file", file),
             Target::Taken => d.field("taken", &true),
         };
@@ -405,12 +413,24 @@ mod tests {
             decode(&b, 1000)
         };
         assert!(matches!(with(0, b'X'), Err(Error::Malformed { .. })));
-        assert!(matches!(with(4, 9), Err(Error::WrongVersion { found: 9, .. })));
+        assert!(matches!(
+            with(4, 9),
+            Err(Error::WrongVersion { found: 9, .. })
+        ));
         assert!(matches!(with(6, 7), Err(Error::Malformed { .. })));
         assert!(matches!(with(7, 0x80), Err(Error::Malformed { .. })));
-        assert!(matches!(with(20, 8), Err(Error::Malformed { .. })), "slot >= capacity");
-        assert!(matches!(with(45, 1), Err(Error::Malformed { .. })), "nonce differs from name");
-        assert!(matches!(decode(&bytes, 1001), Err(Error::OutsideNamespace { .. })));
+        assert!(
+            matches!(with(20, 8), Err(Error::Malformed { .. })),
+            "slot >= capacity"
+        );
+        assert!(
+            matches!(with(45, 1), Err(Error::Malformed { .. })),
+            "nonce differs from name"
+        );
+        assert!(matches!(
+            decode(&bytes, 1001),
+            Err(Error::OutsideNamespace { .. })
+        ));
         let mut other_ns = sample();
         other_ns.name = Some(other_ns.name.unwrap().replace("shmrc-h", "torch-h"));
         assert!(matches!(

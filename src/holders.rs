@@ -340,8 +340,7 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) ->
             continue;
         }
         os.crash_point()?;
-        if h
-            .finalizer
+        if h.finalizer
             .compare_exchange(finalizer, mine, SeqCst, SeqCst)
             .is_err()
         {

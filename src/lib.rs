@@ -82,6 +82,6 @@ pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, shari
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use production::{inspect, sweep};
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::{DataRegion, PosixOs};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use production::{inspect, sweep};

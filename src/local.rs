@@ -8,7 +8,7 @@
 
 use std::any::Any;
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError, Weak};
 
 use crate::token::Token;
 
@@ -84,9 +84,17 @@ impl ProcessLocal {
             .count()
     }
 
-    /// Serializes finalizers within this process.
+    /// Serializes finalizers within this process. Waits by [`crate::sync::spin`]
+    /// rather than blocking, so that under loom or shuttle two threads of one simulated
+    /// process yield to the checker instead of deadlocking it.
     pub fn finalize_lock(&self) -> MutexGuard<'_, ()> {
-        lock(&self.finalize)
+        loop {
+            match self.finalize.try_lock() {
+                Ok(guard) => return guard,
+                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+                Err(TryLockError::WouldBlock) => crate::sync::spin(),
+            }
+        }
     }
 }
 

@@ -90,7 +90,9 @@ impl Namespace {
             name: name.to_owned(),
             namespace: format!("{}.{}", self.prefix, uid),
         };
-        let rest = name.strip_prefix(&self.name_start(uid)).ok_or_else(outside)?;
+        let rest = name
+            .strip_prefix(&self.name_start(uid))
+            .ok_or_else(outside)?;
         let parts = parse_name_tail(rest).ok_or_else(outside)?;
         Ok(NameParts { uid, ..parts })
     }
@@ -192,7 +194,10 @@ mod tests {
         let name = ns.segment_name(1000, token(), 1);
         assert!(!ns.contains(&name, 1001), "another uid");
         let other = Namespace::new("shmrc-t2").unwrap();
-        assert!(!other.contains(&name, 1000), "a longer prefix is another namespace");
+        assert!(
+            !other.contains(&name, 1000),
+            "a longer prefix is another namespace"
+        );
         for bad in [
             "torch_123_456_7",
             "shmrc-t.1000.4242.987654",

@@ -223,7 +223,12 @@ pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> 
     match header[W_MAGIC].load(Ordering::Acquire) {
         MAGIC => {}
         0 => return Err(Error::HalfCreated { segment: seg() }),
-        found => return Err(Error::BadMagic { segment: seg(), found }),
+        found => {
+            return Err(Error::BadMagic {
+                segment: seg(),
+                found,
+            });
+        }
     }
     let load = |w: usize| header[w].load(Ordering::Relaxed);
     let version = load(W_VERSION);
@@ -239,20 +244,32 @@ pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> 
         *value = load(W_VERSION + i);
     }
     if checksum(&values) != load(W_CHECKSUM) {
-        return Err(corrupted(segment, "header checksum does not match its fields"));
+        return Err(corrupted(
+            segment,
+            "header checksum does not match its fields",
+        ));
     }
     let capacity = load(W_CAPACITY);
     if capacity > MAX_CAPACITY as u64 {
-        return Err(corrupted(segment, format!("slot capacity {capacity} exceeds {MAX_CAPACITY}")));
+        return Err(corrupted(
+            segment,
+            format!("slot capacity {capacity} exceeds {MAX_CAPACITY}"),
+        ));
     }
     let capacity = capacity as usize;
     let data_offset = load(W_DATA_OFFSET);
     if data_offset != data_offset_for(capacity) as u64 {
-        return Err(corrupted(segment, format!("data offset {data_offset} does not follow capacity {capacity}")));
+        return Err(corrupted(
+            segment,
+            format!("data offset {data_offset} does not follow capacity {capacity}"),
+        ));
     }
     let data_len = load(W_DATA_LEN);
     if data_len == 0 || data_len > MAX_DATA_LEN {
-        return Err(corrupted(segment, format!("data length {data_len} out of range")));
+        return Err(corrupted(
+            segment,
+            format!("data length {data_len} out of range"),
+        ));
     }
     let need = data_offset + data_len;
     if need > info.len || need > map.len() as u64 {
@@ -267,8 +284,16 @@ pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> 
     let uid = load(W_UID);
     let me = os.uid();
     if info.uid != me || uid != u64::from(me) {
-        let owner = if info.uid != me { info.uid } else { uid.min(u64::from(u32::MAX)) as u32 };
-        return Err(Error::OtherUser { segment: seg(), owner, me });
+        let owner = if info.uid != me {
+            info.uid
+        } else {
+            uid.min(u64::from(u32::MAX)) as u32
+        };
+        return Err(Error::OtherUser {
+            segment: seg(),
+            owner,
+            me,
+        });
     }
     let pid_namespace = load(W_PIDNS);
     if capacity > 0 && pid_namespace != os.pid_namespace() {
@@ -429,7 +454,12 @@ pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<
     let len = usize::try_from(info.len)
         .ok()
         .filter(|len| *len as u64 <= MAX_DATA_LEN + data_offset_for(MAX_CAPACITY) as u64)
-        .ok_or_else(|| corrupted(segment, format!("file length {} beyond any layout", info.len)))?;
+        .ok_or_else(|| {
+            corrupted(
+                segment,
+                format!("file length {} beyond any layout", info.len),
+            )
+        })?;
     let map = os.map(file, len)?;
     let fields = validate(os, &map, &info, segment)?;
     Ok(Opened { map, fields })

@@ -138,7 +138,11 @@ fn sweep_one<O: Os>(
     let before = holders::census(os, &h);
     if dry_run {
         seg.census = Some(before);
-        seg.action = if before.unheld() { Action::Unlinked } else { Action::Kept };
+        seg.action = if before.unheld() {
+            Action::Unlinked
+        } else {
+            Action::Kept
+        };
         return Ok(seg);
     }
     let finalized = holders::finalize(os, &h, &seg.name, holders::Reclaim::All)?;

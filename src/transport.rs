@@ -114,7 +114,10 @@ pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
         if !read_exact(os, stream, &mut header, &mut files, first)? {
             return Err(Error::Disconnected);
         }
-        let field = |at: usize| u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]) as usize;
+        let field = |at: usize| {
+            u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+                as usize
+        };
         if header[0..4] != MAGIC {
             return Err(malformed("bad magic".into()));
         }
@@ -127,7 +130,8 @@ pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
             });
         }
         let flags = u16::from_le_bytes([header[6], header[7]]);
-        let (payload_len, count, fd_count, handle_bytes) = (field(8), field(12), field(16), field(20));
+        let (payload_len, count, fd_count, handle_bytes) =
+            (field(8), field(12), field(16), field(20));
         if flags & !FLAG_MORE != 0
             || payload_len > MAX_PAYLOAD
             || count > MAX_HANDLES_PER_FRAME
@@ -168,9 +172,9 @@ pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
                     in_flight: decoded.in_flight,
                 },
                 None => Target::Anonymous {
-                    file: files
-                        .next()
-                        .ok_or_else(|| malformed("fewer descriptors than file_descriptor handles".into()))?,
+                    file: files.next().ok_or_else(|| {
+                        malformed("fewer descriptors than file_descriptor handles".into())
+                    })?,
                 },
             };
             handles.push(ShareHandle {
@@ -180,7 +184,9 @@ pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
             });
         }
         if !rest.is_empty() || files.next().is_some() {
-            return Err(malformed("trailing bytes or descriptors after the handles".into()));
+            return Err(malformed(
+                "trailing bytes or descriptors after the handles".into(),
+            ));
         }
         if flags & FLAG_MORE == 0 {
             return Ok(Message {

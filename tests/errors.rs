@@ -4,6 +4,7 @@
 //! refused without side effects. (Causes the real kernel cannot be made to produce on
 //! demand, like another pid namespace or an fd limit hit mid-protocol, are checked on
 //! the simulated kernel in `sim_protocol.rs`.)
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod common;
 
@@ -18,14 +19,20 @@ use shmrc::{CreateOptions, Error, Namespace, PosixOs, ShareHandle, ShmBuf, Strat
 fn named(t: &TestNamespace, len: usize, capacity: usize) -> ShmBuf<PosixOs> {
     ShmBuf::with_options(
         len,
-        &CreateOptions::new().strategy(Strategy::FileSystem).namespace(t.ns.clone()).capacity(capacity),
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(t.ns.clone())
+            .capacity(capacity),
     )
     .unwrap()
 }
 
 /// Writes `bytes` at `offset` of the segment file, as a hostile peer could.
 fn scribble(name: &str, offset: u64, bytes: &[u8]) {
-    let f = OpenOptions::new().write(true).open(format!("/dev/shm/{name}")).unwrap();
+    let f = OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap();
     f.write_all_at(bytes, offset).unwrap();
 }
 
@@ -54,9 +61,15 @@ fn a_segment_without_a_published_header_is_half_created() {
     let t = TestNamespace::new("half");
     let name = t.ns.segment_name(PosixOs.uid(), PosixOs.current(), 1);
     let file = PosixOs.shm_create(&name).unwrap();
-    assert!(matches!(open(&t, &name), Err(Error::HalfCreated { .. })), "empty file");
+    assert!(
+        matches!(open(&t, &name), Err(Error::HalfCreated { .. })),
+        "empty file"
+    );
     PosixOs.allocate(&file, 4096).unwrap();
-    assert!(matches!(open(&t, &name), Err(Error::HalfCreated { .. })), "sized, magic not yet published");
+    assert!(
+        matches!(open(&t, &name), Err(Error::HalfCreated { .. })),
+        "sized, magic not yet published"
+    );
     PosixOs.shm_unlink(&name).unwrap();
 }
 
@@ -72,7 +85,11 @@ fn a_sweep_removes_half_created_segments_only_once_their_creator_is_dead() {
     drop(PosixOs.shm_create(&theirs).unwrap());
     let report = shmrc::sweep(&t.ns).unwrap();
     assert_eq!(report.unlinked, 1);
-    assert_eq!(t.names(), vec![mine.clone()], "a live creator's segment stays");
+    assert_eq!(
+        t.names(),
+        vec![mine.clone()],
+        "a live creator's segment stays"
+    );
     PosixOs.shm_unlink(&mine).unwrap();
 }
 
@@ -81,14 +98,20 @@ fn a_shortened_segment_is_truncated() {
     let t = TestNamespace::new("trunc");
     let buf = named(&t, 8192, 4);
     let name = buf.name().unwrap().to_owned();
-    let f = OpenOptions::new().write(true).open(format!("/dev/shm/{name}")).unwrap();
+    let f = OpenOptions::new()
+        .write(true)
+        .open(format!("/dev/shm/{name}"))
+        .unwrap();
     f.set_len(4096).unwrap();
     match open(&t, &name) {
         Err(Error::Truncated { need, have, .. }) => assert_eq!((have, need > have), (4096, true)),
         other => panic!("{other:?}"),
     }
     f.set_len(100).unwrap();
-    assert!(matches!(open(&t, &name), Err(Error::Truncated { have: 100, .. })));
+    assert!(matches!(
+        open(&t, &name),
+        Err(Error::Truncated { have: 100, .. })
+    ));
     drop(buf);
 }
 
@@ -111,7 +134,14 @@ fn another_layout_version_is_refused_by_version() {
     let buf = named(&t, 4096, 4);
     let name = buf.name().unwrap().to_owned();
     scribble(&name, 8, &2u64.to_ne_bytes());
-    assert!(matches!(open(&t, &name), Err(Error::WrongVersion { found: 2, supported: 1, .. })));
+    assert!(matches!(
+        open(&t, &name),
+        Err(Error::WrongVersion {
+            found: 2,
+            supported: 1,
+            ..
+        })
+    ));
     scribble(&name, 8, &1u64.to_ne_bytes());
     drop(buf);
 }
@@ -123,7 +153,10 @@ fn a_scribbled_header_field_is_corrupted() {
     let name = buf.name().unwrap().to_owned();
     let bytes = buf.share().unwrap().into_bytes().unwrap();
     scribble(&name, 3 * 8, &1u64.to_ne_bytes());
-    assert!(matches!(open(&t, &name), Err(Error::Corrupted { .. })), "data length changed");
+    assert!(
+        matches!(open(&t, &name), Err(Error::Corrupted { .. })),
+        "data length changed"
+    );
     // The holder is unharmed: its own view was validated at creation.
     buf.write_at(0, b"still mine").unwrap();
     drop(buf);
@@ -144,7 +177,14 @@ fn another_users_segment_is_refused() {
     let buf = named(&t, 4096, 4);
     let name = buf.name().unwrap().to_owned();
     std::os::unix::fs::chown(format!("/dev/shm/{name}"), Some(65534), None).unwrap();
-    assert!(matches!(open(&t, &name), Err(Error::OtherUser { owner: 65534, me: 0, .. })));
+    assert!(matches!(
+        open(&t, &name),
+        Err(Error::OtherUser {
+            owner: 65534,
+            me: 0,
+            ..
+        })
+    ));
     std::os::unix::fs::chown(format!("/dev/shm/{name}"), Some(0), None).unwrap();
     drop(buf);
 }
@@ -154,7 +194,9 @@ fn a_full_dev_shm_is_no_space_at_creation_and_leaves_nothing() {
     let t = TestNamespace::new("nospace");
     let err = ShmBuf::with_options(
         1 << 40,
-        &CreateOptions::new().strategy(Strategy::FileSystem).namespace(t.ns.clone()),
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(t.ns.clone()),
     )
     .unwrap_err();
     assert!(matches!(err, Error::NoSpace { .. }), "{err}");
@@ -165,7 +207,10 @@ fn a_full_dev_shm_is_no_space_at_creation_and_leaves_nothing() {
 fn a_full_segment_is_holders_full() {
     let t = TestNamespace::new("full");
     let buf = named(&t, 4096, 1);
-    assert!(matches!(buf.share(), Err(Error::HoldersFull { capacity: 1, .. })));
+    assert!(matches!(
+        buf.share(),
+        Err(Error::HoldersFull { capacity: 1, .. })
+    ));
     drop(buf);
     assert!(t.names().is_empty());
 }
@@ -173,42 +218,86 @@ fn a_full_segment_is_holders_full() {
 #[test]
 fn names_outside_the_namespace_are_never_opened() {
     let t = TestNamespace::new("outside");
-    for name in ["torch_1_2_3", "shmrc-t-other.0.1.1.00000000000000000000000000000001", "../etc/passwd"] {
-        assert!(matches!(open(&t, name), Err(Error::OutsideNamespace { .. })), "{name}");
+    for name in [
+        "torch_1_2_3",
+        "shmrc-t-other.0.1.1.00000000000000000000000000000001",
+        "../etc/passwd",
+    ] {
+        assert!(
+            matches!(open(&t, name), Err(Error::OutsideNamespace { .. })),
+            "{name}"
+        );
     }
-    assert!(matches!(Namespace::new("not-shmrc"), Err(Error::BadNamespace { .. })));
+    assert!(matches!(
+        Namespace::new("not-shmrc"),
+        Err(Error::BadNamespace { .. })
+    ));
 }
 
 #[test]
 fn garbage_handles_are_malformed() {
-    assert!(matches!(ShareHandle::from_bytes(b"garbage"), Err(Error::Malformed { .. })));
+    assert!(matches!(
+        ShareHandle::from_bytes(b"garbage"),
+        Err(Error::Malformed { .. })
+    ));
 }
 
 #[test]
 fn out_of_bounds_access_and_bad_sizes_are_refused() {
     let t = TestNamespace::new("bounds");
     for strategy in shmrc::all_sharing_strategies() {
-        let opts = CreateOptions::new().strategy(*strategy).namespace(t.ns.clone());
+        let opts = CreateOptions::new()
+            .strategy(*strategy)
+            .namespace(t.ns.clone());
         let buf = ShmBuf::with_options(100, &opts).unwrap();
         let mut out = [0u8; 8];
-        assert!(matches!(buf.read_at(96, &mut out), Err(Error::OutOfBounds { offset: 96, len: 8, size: 100 })));
-        assert!(matches!(buf.write_at(usize::MAX, b"x"), Err(Error::OutOfBounds { .. })));
+        assert!(matches!(
+            buf.read_at(96, &mut out),
+            Err(Error::OutOfBounds {
+                offset: 96,
+                len: 8,
+                size: 100
+            })
+        ));
+        assert!(matches!(
+            buf.write_at(usize::MAX, b"x"),
+            Err(Error::OutOfBounds { .. })
+        ));
         assert!(buf.write_at(92, &out).is_ok());
-        assert!(matches!(ShmBuf::with_options(0, &opts), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            ShmBuf::with_options(0, &opts),
+            Err(Error::InvalidArgument(_))
+        ));
     }
-    let too_many = CreateOptions::new().strategy(Strategy::FileSystem).namespace(t.ns.clone()).capacity(5000);
-    assert!(matches!(ShmBuf::with_options(1, &too_many), Err(Error::InvalidArgument(_))));
+    let too_many = CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(t.ns.clone())
+        .capacity(5000);
+    assert!(matches!(
+        ShmBuf::with_options(1, &too_many),
+        Err(Error::InvalidArgument(_))
+    ));
     assert!(t.names().is_empty());
 }
 
 #[test]
 fn file_descriptor_handles_cannot_become_bytes() {
-    let buf = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor)).unwrap();
+    let buf =
+        ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor)).unwrap();
     let err = buf.share().unwrap().into_bytes().unwrap_err();
-    assert!(matches!(err, Error::WrongStrategy { strategy: Strategy::FileDescriptor, .. }));
+    assert!(matches!(
+        err,
+        Error::WrongStrategy {
+            strategy: Strategy::FileDescriptor,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn unknown_strategy_names_are_refused() {
-    assert!(matches!("shared".parse::<Strategy>(), Err(Error::UnknownStrategy(_))));
+    assert!(matches!(
+        "shared".parse::<Strategy>(),
+        Err(Error::UnknownStrategy(_))
+    ));
 }

@@ -4,6 +4,7 @@
 //!
 //! This file holds one test so that its process has no other test thread that could
 //! hold a lock across the fork.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
 #![allow(unsafe_code)]
 
 mod common;
@@ -39,7 +40,13 @@ fn in_child(buf: ShmBuf<shmrc::PosixOs>) -> i32 {
 #[test]
 fn a_forked_child_never_releases_its_parents_reference() {
     let t = TestNamespace::new("fork");
-    let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem).namespace(t.ns.clone())).unwrap();
+    let buf = ShmBuf::with_options(
+        4096,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(t.ns.clone()),
+    )
+    .unwrap();
     // SAFETY: this test binary runs this one test, so no other thread holds a lock the
     // child could need; the child runs only `in_child` and leaves with `_exit`, never
     // returning into the test harness.
@@ -55,7 +62,11 @@ fn a_forked_child_never_releases_its_parents_reference() {
         }
     }
     let census = buf.census().unwrap();
-    assert_eq!((census.live, census.dead), (1, 0), "the child's drop left the parent's slot alone");
+    assert_eq!(
+        (census.live, census.dead),
+        (1, 0),
+        "the child's drop left the parent's slot alone"
+    );
     assert_eq!(buf.release().unwrap().unwrap().outcome, Outcome::Unlinked);
     assert!(t.names().is_empty());
 }

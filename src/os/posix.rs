@@ -32,7 +32,6 @@ use nix::unistd::{ftruncate, geteuid};
 use super::{FileInfo, MAX_FDS_PER_SEND, Mapping, Os};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
-#[allow(clippy::disallowed_types)] // the facade's type itself; clippy sees through re-exports
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
@@ -248,7 +247,6 @@ fn read_own_token(pid: u32) -> Token {
 
 /// The token of this process as last computed (0: none yet). A forked child sees its
 /// parent's token here, with another pid, and recomputes.
-#[allow(clippy::disallowed_types)] // a process-local cache, never shared: see sync::process
 static CURRENT: crate::sync::process::AtomicU64 = crate::sync::process::AtomicU64::new(0);
 
 /// The process-local protocol state of this process.
@@ -673,7 +671,6 @@ impl Mapping for PosixMap {
         self.raw.len()
     }
 
-    #[allow(clippy::disallowed_types)] // the facade's AtomicU64, named as the trait does
     fn words(&self, n: usize) -> Option<&[AtomicU64]> {
         if n.checked_mul(size_of::<AtomicU64>())? > self.len() {
             return None;

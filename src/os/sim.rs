@@ -33,11 +33,6 @@
 //! `std::thread` and no real time is used: everything is deterministic given the seed
 //! and the schedule.
 
-// `crate::sync::AtomicU64` *is* std's type without a model-checker feature, so
-// clippy.toml's ban on std atomics fires on the facade itself; this module only ever
-// names the facade's atomics.
-#![allow(clippy::disallowed_types)]
-
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt;
 use std::io;
@@ -1724,7 +1719,7 @@ mod tests {
             assert_eq!(released.outcome, Outcome::Unlinked);
             assert_eq!(released.reclaimed, 1, "A's slot");
             assert!(k.names().is_empty());
-            let again = holders::finalize(&b, &h, &name).unwrap();
+            let again = holders::finalize(&b, &h, &name, holders::Reclaim::All).unwrap();
             assert_eq!(again.outcome, Outcome::AlreadyGone);
             assert_eq!(holders::claim(&b, &h, word).unwrap(), Err(ClaimError::Gone));
             assert!(segment::open_named(&b, &ns(), &name).unwrap_err().is_gone());
@@ -1766,7 +1761,7 @@ mod tests {
                     assert!(matches!(result, Err(Error::Killed)), "{result:?}");
                     let opened = segment::open_named(&c, &ns(), &name).unwrap();
                     let h = Header::of(&opened.map, cap).unwrap().holders();
-                    let fin = holders::finalize(&c, &h, &name).unwrap();
+                    let fin = holders::finalize(&c, &h, &name, holders::Reclaim::All).unwrap();
                     assert_eq!(fin.outcome, Outcome::Unlinked, "killed at {kill_at:?}");
                 } else {
                     assert_eq!(result.unwrap().unwrap().outcome, Outcome::Unlinked);

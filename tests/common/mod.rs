@@ -58,7 +58,8 @@ impl Worker {
 
     /// Sends a command with handles and returns the reply, error or not.
     pub fn try_ask(&self, command: &str, handles: Vec<ShareHandle<PosixOs>>) -> String {
-        transport::send(&PosixOs, &self.stream, command.as_bytes(), handles).expect("send to worker");
+        transport::send(&PosixOs, &self.stream, command.as_bytes(), handles)
+            .expect("send to worker");
         let reply = transport::recv(&PosixOs, &self.stream).expect("reply from worker");
         String::from_utf8(reply.payload).expect("utf-8 reply")
     }
@@ -115,7 +116,11 @@ pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
                 stream.set_nonblocking(false).expect("blocking");
                 let hello = transport::recv(&PosixOs, &stream).expect("hello");
                 let text = String::from_utf8(hello.payload).expect("utf-8");
-                let id: u32 = text.split_whitespace().nth(1).and_then(|n| n.parse().ok()).expect("hello <id>");
+                let id: u32 = text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse().ok())
+                    .expect("hello <id>");
                 let child = children[id as usize].take().expect("one hello per worker");
                 workers.push(Worker { child, stream, id });
             }
@@ -133,10 +138,14 @@ pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
 
 /// FNV-1a 64, as the worker computes it.
 pub fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3))
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// A recognisable pattern for buffer `seed`.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len).map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed)).collect()
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+        .collect()
 }

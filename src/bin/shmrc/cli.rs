@@ -11,7 +11,11 @@ use shmrc::{Namespace, PosixOs, Strategy};
 use crate::table::{Table, age, bytes};
 
 #[derive(Parser)]
-#[command(name = "shmrc", version, about = "Shared memory between processes, without leaks")]
+#[command(
+    name = "shmrc",
+    version,
+    about = "Shared memory between processes, without leaks"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -86,12 +90,22 @@ fn namespaces(given: Option<&str>) -> shmrc::Result<Vec<Namespace>> {
 }
 
 fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
-    let mut table = Table::new(["NAME", "SIZE", "HOLDERS live/in-flight/dead/cap", "CREATOR", "AGE", "STATE"]);
+    let mut table = Table::new([
+        "NAME",
+        "SIZE",
+        "HOLDERS live/in-flight/dead/cap",
+        "CREATOR",
+        "AGE",
+        "STATE",
+    ]);
     let now = PosixOs.now_unix_nanos();
     for ns in namespaces(namespace)? {
         for seg in shmrc::inspect(&ns)?.segments {
             let holders = match (&seg.census, &seg.fields) {
-                (Some(c), Some(f)) => format!("{}/{}/{}/{}", c.live, c.in_flight, c.dead, f.layout.capacity),
+                (Some(c), Some(f)) => format!(
+                    "{}/{}/{}/{}",
+                    c.live, c.in_flight, c.dead, f.layout.capacity
+                ),
                 _ => "-".into(),
             };
             let creator = format!(
@@ -101,16 +115,20 @@ fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
             );
             table.row([
                 seg.name.clone(),
-                seg.fields.map_or("-".into(), |f| bytes(f.layout.data_len as u64)),
+                seg.fields
+                    .map_or("-".into(), |f| bytes(f.layout.data_len as u64)),
                 holders,
                 creator,
-                seg.fields.map_or("-".into(), |f| age(now.saturating_sub(f.created_at_nanos))),
+                seg.fields
+                    .map_or("-".into(), |f| age(now.saturating_sub(f.created_at_nanos))),
                 state(&seg.action, true),
             ]);
         }
     }
     if table.is_empty() {
-        println!("no shmrc segments of this user in /dev/shm (file_descriptor buffers never appear here)");
+        println!(
+            "no shmrc segments of this user in /dev/shm (file_descriptor buffers never appear here)"
+        );
     } else {
         table.print();
     }
@@ -121,18 +139,35 @@ fn sweep(namespace: Option<&str>, dry_run: bool) -> shmrc::Result<()> {
     let mut total = SweepReport::default();
     let mut table = Table::new(["NAME", "RECLAIMED", "ACTION"]);
     for ns in namespaces(namespace)? {
-        let report = if dry_run { shmrc::inspect(&ns)? } else { shmrc::sweep(&ns)? };
+        let report = if dry_run {
+            shmrc::inspect(&ns)?
+        } else {
+            shmrc::sweep(&ns)?
+        };
         for seg in &report.segments {
             let reclaimed = seg.census.map_or(0, |c| c.dead);
-            table.row([seg.name.clone(), reclaimed.to_string(), state(&seg.action, !dry_run)]);
+            table.row([
+                seg.name.clone(),
+                reclaimed.to_string(),
+                state(&seg.action, !dry_run),
+            ]);
         }
-        total.reclaimed += report.segments.iter().filter_map(|s| s.census).map(|c| c.dead).sum::<u32>();
+        total.reclaimed += report
+            .segments
+            .iter()
+            .filter_map(|s| s.census)
+            .map(|c| c.dead)
+            .sum::<u32>();
         total.unlinked += report.unlinked;
     }
     if !table.is_empty() {
         table.print();
     }
-    let verb = if dry_run { "would reclaim" } else { "reclaimed" };
+    let verb = if dry_run {
+        "would reclaim"
+    } else {
+        "reclaimed"
+    };
     let unlinked = if dry_run { "would unlink" } else { "unlinked" };
     println!(
         "{verb} {} dead holder slot(s), {unlinked} {} segment(s)",
@@ -148,7 +183,9 @@ fn state(action: &Action, done: bool) -> String {
         (Action::Unlinked, true) => "unlinked".into(),
         (Action::Unlinked, false) => "unheld (a sweep unlinks it)".into(),
         (Action::RemovedHalfCreated, true) => "half-created, removed".into(),
-        (Action::RemovedHalfCreated, false) => "half-created by a dead creator (a sweep removes it)".into(),
+        (Action::RemovedHalfCreated, false) => {
+            "half-created by a dead creator (a sweep removes it)".into()
+        }
         (Action::BeingCreated, _) => "being created".into(),
         (Action::Vanished, _) => "gone".into(),
         (Action::Skipped(e), _) => format!("left alone: {e}"),

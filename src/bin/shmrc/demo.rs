@@ -75,7 +75,12 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 
 fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     let os = PosixOs;
-    println!("shmrc demo: {} workers, {} buffers of {} per strategy, namespace {ns}", args.workers, args.buffers, bytes(args.size as u64));
+    println!(
+        "shmrc demo: {} workers, {} buffers of {} per strategy, namespace {ns}",
+        args.workers,
+        args.buffers,
+        bytes(args.size as u64)
+    );
     let mut workers = start_workers(&socket, args.workers)?;
     let mut ledger: BTreeMap<&str, Row> = BTreeMap::new();
 
@@ -83,10 +88,16 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     let mut buffers: Vec<(ShmBuf<PosixOs>, u64)> = Vec::new();
     for strategy in crate::cli::strategies() {
         shmrc::set_sharing_strategy(*strategy);
-        println!("\n[1] sharing strategy switched to {}: creating {} buffers", shmrc::sharing_strategy(), args.buffers);
+        println!(
+            "\n[1] sharing strategy switched to {}: creating {} buffers",
+            shmrc::sharing_strategy(),
+            args.buffers
+        );
         for index in 0..args.buffers {
             let buf = ShmBuf::with_options(args.size, &CreateOptions::new().namespace(ns.clone()))?;
-            let pattern: Vec<u8> = (0..args.size).map(|i| (i as u32).wrapping_mul(31).wrapping_add(index * 7) as u8).collect();
+            let pattern: Vec<u8> = (0..args.size)
+                .map(|i| (i as u32).wrapping_mul(31).wrapping_add(index * 7) as u8)
+                .collect();
             buf.write_at(0, &pattern)?;
             buffers.push((buf, fnv1a(&pattern)));
             ledger.entry(strategy.name()).or_default().created += 1;
@@ -94,9 +105,15 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     }
 
     // 2. Every worker attaches every buffer and checks its bytes.
-    println!("\n[2] sharing all {} buffers with every worker (one message each, fds batched)", buffers.len());
+    println!(
+        "\n[2] sharing all {} buffers with every worker (one message each, fds batched)",
+        buffers.len()
+    );
     for (id, worker) in &workers.0 {
-        let handles = buffers.iter().map(|(b, _)| b.share()).collect::<Result<Vec<_>>>()?;
+        let handles = buffers
+            .iter()
+            .map(|(b, _)| b.share())
+            .collect::<Result<Vec<_>>>()?;
         let sums: Vec<String> = buffers.iter().map(|(_, s)| s.to_string()).collect();
         let reply = ask(&os, worker, &format!("hold {}", sums.join(" ")), handles)?;
         println!("    worker {id} (pid {}): {reply}", worker.child.id());
@@ -104,9 +121,15 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
             ledger.entry(b.strategy().name()).or_default().attached += 1;
         }
     }
-    let watched = buffers.iter().find(|(b, _)| b.strategy() == Strategy::FileSystem).map(|(b, _)| b.clone());
+    let watched = buffers
+        .iter()
+        .find(|(b, _)| b.strategy() == Strategy::FileSystem)
+        .map(|(b, _)| b.clone());
     if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
-        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+        println!(
+            "    holders of a file_system buffer: {} live, {} dead",
+            census.live, census.dead
+        );
     }
 
     // 3. SIGKILL one worker while it holds everything.
@@ -114,7 +137,10 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     let victim_pid = victim.child.id();
     victim.child.kill().map_err(|e| Error::os("kill", e))?;
     victim.child.wait().map_err(|e| Error::os("waitpid", e))?;
-    println!("\n[3] SIGKILLed worker {victim_id} (pid {victim_pid}) while it held {} buffers", buffers.len());
+    println!(
+        "\n[3] SIGKILLed worker {victim_id} (pid {victim_pid}) while it held {} buffers",
+        buffers.len()
+    );
     for (b, _) in &buffers {
         ledger.entry(b.strategy().name()).or_default().refs_killed += 1;
     }
@@ -124,17 +150,28 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
         println!("[4] worker {id}: {}", ask(&os, worker, "verify", vec![])?);
     }
     if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
-        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+        println!(
+            "    holders of a file_system buffer: {} live, {} dead",
+            census.live, census.dead
+        );
     }
 
     // 5. Sweep while the job runs: the dead worker's slots come back.
     let report = shmrc::sweep(ns)?;
-    println!("\n[5] sweep while {} workers still hold: reclaimed {} dead slot(s), unlinked {}", workers.0.len(), report.reclaimed, report.unlinked);
+    println!(
+        "\n[5] sweep while {} workers still hold: reclaimed {} dead slot(s), unlinked {}",
+        workers.0.len(),
+        report.reclaimed,
+        report.unlinked
+    );
     let fs = ledger.entry(Strategy::FileSystem.name()).or_default();
     fs.reclaimed += report.reclaimed;
     fs.unlinked += report.unlinked;
     if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
-        println!("    holders of a file_system buffer: {} live, {} dead", census.live, census.dead);
+        println!(
+            "    holders of a file_system buffer: {} live, {} dead",
+            census.live, census.dead
+        );
     }
     drop(watched);
 
@@ -143,18 +180,27 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     for (buf, expected) in buffers.drain(..) {
         let found = checksum(&buf)?;
         if found != expected {
-            return Err(Error::InvalidArgument(format!("buffer changed under its holder: {found:#x} != {expected:#x}")));
+            return Err(Error::InvalidArgument(format!(
+                "buffer changed under its holder: {found:#x} != {expected:#x}"
+            )));
         }
         let strategy = buf.strategy();
         if let Some(f) = buf.release()? {
-            ledger.entry(strategy.name()).or_default().unlinked += u32::from(f.outcome == Outcome::Unlinked);
+            ledger.entry(strategy.name()).or_default().unlinked +=
+                u32::from(f.outcome == Outcome::Unlinked);
         }
     }
     for (id, worker) in &workers.0 {
         let reply = ask(&os, worker, "release", vec![])?;
         println!("    worker {id}: {reply}");
-        let n: u32 = reply.strip_prefix("released ").and_then(|n| n.parse().ok()).unwrap_or(0);
-        ledger.entry(Strategy::FileSystem.name()).or_default().unlinked += n;
+        let n: u32 = reply
+            .strip_prefix("released ")
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0);
+        ledger
+            .entry(Strategy::FileSystem.name())
+            .or_default()
+            .unlinked += n;
         ask(&os, worker, "exit", vec![])?;
     }
     for worker in workers.0.values_mut() {
@@ -164,12 +210,29 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
 
     // 7. Measure what is left.
     let leftover_sweep = shmrc::sweep(ns)?;
-    ledger.entry(Strategy::FileSystem.name()).or_default().unlinked += leftover_sweep.unlinked;
-    ledger.entry(Strategy::FileSystem.name()).or_default().leaked = os.shm_list(&ns.name_start(os.uid()))?.len();
-    ledger.entry(Strategy::FileDescriptor.name()).or_default().leaked = open_memfds();
+    ledger
+        .entry(Strategy::FileSystem.name())
+        .or_default()
+        .unlinked += leftover_sweep.unlinked;
+    ledger
+        .entry(Strategy::FileSystem.name())
+        .or_default()
+        .leaked = os.shm_list(&ns.name_start(os.uid()))?.len();
+    ledger
+        .entry(Strategy::FileDescriptor.name())
+        .or_default()
+        .leaked = open_memfds();
 
     println!("\n[7] ledger");
-    let mut table = Table::new(["strategy", "created", "attached", "refs killed", "reclaimed", "unlinked", "leaked"]);
+    let mut table = Table::new([
+        "strategy",
+        "created",
+        "attached",
+        "refs killed",
+        "reclaimed",
+        "unlinked",
+        "leaked",
+    ]);
     let mut leaked = 0;
     for (name, row) in &ledger {
         let fd = *name == Strategy::FileDescriptor.name();
@@ -178,8 +241,16 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
             row.created.to_string(),
             row.attached.to_string(),
             row.refs_killed.to_string(),
-            if fd { "by kernel".into() } else { row.reclaimed.to_string() },
-            if fd { "n/a (no name)".into() } else { row.unlinked.to_string() },
+            if fd {
+                "by kernel".into()
+            } else {
+                row.reclaimed.to_string()
+            },
+            if fd {
+                "n/a (no name)".into()
+            } else {
+                row.unlinked.to_string()
+            },
             row.leaked.to_string(),
         ]);
         leaked += row.leaked;
@@ -187,14 +258,18 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     table.print();
     println!("leaked = {leaked}");
     if leaked > 0 {
-        return Err(Error::InvalidArgument(format!("{leaked} segment(s) leaked")));
+        return Err(Error::InvalidArgument(format!(
+            "{leaked} segment(s) leaked"
+        )));
     }
     Ok(())
 }
 
 fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
     let listener = UnixListener::bind(socket).map_err(|e| Error::os("bind", e))?;
-    listener.set_nonblocking(true).map_err(|e| Error::os("fcntl", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::os("fcntl", e))?;
     let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
     let mut children = Vec::new();
     let mut workers = Workers(BTreeMap::new());
@@ -213,13 +288,21 @@ fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
     while streams.len() < count as usize {
         match listener.accept() {
             Ok((stream, _)) => {
-                stream.set_nonblocking(false).map_err(|e| Error::os("fcntl", e))?;
+                stream
+                    .set_nonblocking(false)
+                    .map_err(|e| Error::os("fcntl", e))?;
                 let hello = transport::recv(&PosixOs, &stream)?;
                 let text = String::from_utf8_lossy(&hello.payload).into_owned();
-                let id: u32 = text.split_whitespace().nth(1).and_then(|n| n.parse().ok()).ok_or_else(|| Error::InvalidArgument(format!("bad hello {text:?}")))?;
+                let id: u32 = text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse().ok())
+                    .ok_or_else(|| Error::InvalidArgument(format!("bad hello {text:?}")))?;
                 streams.insert(id, stream);
             }
-            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => std::thread::sleep(Duration::from_millis(5)),
+            Err(e) if e.kind() == ErrorKind::WouldBlock && Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(5))
+            }
             Err(e) => {
                 for mut c in children {
                     let _ = c.kill();
@@ -230,14 +313,21 @@ fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
         }
     }
     for (id, child) in children.into_iter().enumerate() {
-        let stream = streams.remove(&(id as u32)).expect("every worker said hello");
+        let stream = streams
+            .remove(&(id as u32))
+            .expect("every worker said hello");
         workers.0.insert(id as u32, Worker { child, stream });
     }
     Ok(workers)
 }
 
 /// Sends a command (with handles) and waits for the reply; an `error` reply is an error.
-fn ask(os: &PosixOs, worker: &Worker, command: &str, handles: Vec<shmrc::ShareHandle<PosixOs>>) -> Result<String> {
+fn ask(
+    os: &PosixOs,
+    worker: &Worker,
+    command: &str,
+    handles: Vec<shmrc::ShareHandle<PosixOs>>,
+) -> Result<String> {
     transport::send(os, &worker.stream, command.as_bytes(), handles)?;
     let reply = String::from_utf8_lossy(&transport::recv(os, &worker.stream)?.payload).into_owned();
     match reply.strip_prefix("error ") {

@@ -19,6 +19,8 @@ fn main() -> std::process::ExitCode {
 
 #[cfg(any(feature = "loom", feature = "shuttle"))]
 fn main() {
-    eprintln!("shmrc was built for model checking (feature loom or shuttle): it has no real backend");
+    eprintln!(
+        "shmrc was built for model checking (feature loom or shuttle): it has no real backend"
+    );
     std::process::exit(2);
 }

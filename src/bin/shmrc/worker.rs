@@ -66,13 +66,19 @@ fn obey(
         "hold" => {
             let sums: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
             if sums.len() != handles.len() {
-                return Err(invalid(format!("{} sums for {} handles", sums.len(), handles.len())));
+                return Err(invalid(format!(
+                    "{} sums for {} handles",
+                    sums.len(),
+                    handles.len()
+                )));
             }
             for (handle, expected) in handles.into_iter().zip(sums) {
                 let buf = ShmBuf::attach(handle)?;
                 let found = checksum(&buf)?;
                 if found != expected {
-                    return Err(invalid(format!("checksum {found:#x}, expected {expected:#x}")));
+                    return Err(invalid(format!(
+                        "checksum {found:#x}, expected {expected:#x}"
+                    )));
                 }
                 held.push((buf, expected));
             }
@@ -82,7 +88,9 @@ fn obey(
             for (index, (buf, expected)) in held.iter().enumerate() {
                 let found = checksum(buf)?;
                 if found != *expected {
-                    return Err(invalid(format!("buffer {index}: checksum {found:#x}, expected {expected:#x}")));
+                    return Err(invalid(format!(
+                        "buffer {index}: checksum {found:#x}, expected {expected:#x}"
+                    )));
                 }
             }
             format!("verified {}", held.len())
@@ -90,14 +98,18 @@ fn obey(
         "fill" => {
             let index: usize = parse(words.next())?;
             let byte: u8 = parse(words.next())?;
-            let (buf, sum) = held.get_mut(index).ok_or_else(|| invalid(format!("no buffer {index}")))?;
+            let (buf, sum) = held
+                .get_mut(index)
+                .ok_or_else(|| invalid(format!("no buffer {index}")))?;
             buf.write_at(0, &vec![byte; buf.len()])?;
             *sum = checksum(buf)?;
             "filled".into()
         }
         "sums" => {
-            let sums: shmrc::Result<Vec<String>> =
-                held.iter().map(|(buf, _)| checksum(buf).map(|s| s.to_string())).collect();
+            let sums: shmrc::Result<Vec<String>> = held
+                .iter()
+                .map(|(buf, _)| checksum(buf).map(|s| s.to_string()))
+                .collect();
             format!("sums {}", sums?.join(" "))
         }
         "release" => {
