@@ -532,10 +532,14 @@ impl Os for PosixOs {
     }
 }
 
-/// Room for the control message of one receive: `MAX_FDS_PER_SEND` descriptors plus
-/// the header, in `u64`s so the buffer is aligned for `cmsghdr`.
-const CONTROL_WORDS: usize =
-    (MAX_FDS_PER_SEND * size_of::<c_int>() + 2 * size_of::<libc::cmsghdr>()).div_ceil(8);
+/// Room for the control messages of one receive: `MAX_FDS_PER_SEND` descriptors, and
+/// slack for a credentials message (`SO_PASSCRED`) so that only dropped descriptors
+/// can truncate it; in `u64`s so the buffer is aligned for `cmsghdr`.
+const CONTROL_WORDS: usize = (MAX_FDS_PER_SEND * size_of::<c_int>()
+    + 4 * size_of::<libc::cmsghdr>()
+    + size_of::<libc::ucred>()
+    + 64)
+    .div_ceil(8);
 
 /// `recvmsg` on `fd` into `buf`, pushing every descriptor that arrived onto `files`
 /// before anything can fail, so none leaks.
