@@ -386,7 +386,9 @@ pub fn create<O: Os>(
         Strategy::FileSystem => {
             let name = ns.segment_name(fields.uid, me, fields.nonce);
             let file = os.shm_create(&name)?;
-            let sized = size_and_map(os, &file, &fields);
+            let sized = os
+                .crash_point()
+                .and_then(|()| size_and_map(os, &file, &fields));
             drop(file);
             match sized {
                 Ok(map) => Ok(Created {
@@ -424,6 +426,7 @@ fn size_and_map<O: Os>(os: &O, file: &O::File, fields: &Fields) -> Result<O::Map
     let map = os.map(file, total)?;
     os.crash_point()?;
     initialize(&map, fields, Some(fields.creator))?;
+    os.crash_point()?;
     Ok(map)
 }
 

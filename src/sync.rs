@@ -70,6 +70,19 @@ macro_rules! std_atomic {
     };
 }
 
+/// Adds the integer-only operations to a wrapper made by `std_atomic!`.
+macro_rules! std_atomic_integer {
+    ($name:ident, $value:ty) => {
+        impl $name {
+            /// Adds `value` (wrapping), returning the previous value.
+            #[inline]
+            pub fn fetch_add(&self, value: $value, order: std::sync::atomic::Ordering) -> $value {
+                self.0.fetch_add(value, order)
+            }
+        }
+    };
+}
+
 #[cfg(feature = "loom")]
 mod backend {
     pub use loom::sync::atomic::AtomicU64;
@@ -96,6 +109,7 @@ mod backend {
         std::sync::atomic::AtomicU64,
         u64
     );
+    std_atomic_integer!(AtomicU64, u64);
     /// Lets another thread or process make progress before a retry.
     pub fn spin() {
         std::thread::yield_now();
@@ -127,4 +141,5 @@ pub mod process {
         std::sync::atomic::AtomicU64,
         u64
     );
+    std_atomic_integer!(AtomicU64, u64);
 }

@@ -10,11 +10,15 @@
 //! Contract every backend keeps (checked by the conformance suite in
 //! `tests/os_conformance.rs`, written once and run on both backends):
 //! - `shm_create` is exclusive (`O_CREAT|O_EXCL`, mode 0600) and fails with
-//!   [`Error::Os`] carrying `AlreadyExists` when the name exists;
-//! - `shm_open`/`shm_unlink` of a missing name fail with [`Error::Gone`];
+//!   [`Error::Os`](crate::Error::Os) carrying `AlreadyExists` when the name exists;
+//! - `shm_open`/`shm_unlink` of a missing name fail with [`Error::Gone`](crate::Error::Gone);
 //! - `allocate` reserves the bytes (`posix_fallocate`): a full file system is
-//!   [`Error::NoSpace`] there, never a fault on first touch;
-//! - `map` maps exactly the length given, which must not exceed the file's length;
+//!   [`Error::NoSpace`](crate::Error::NoSpace) there, never a fault on first touch;
+//! - `map` maps exactly the length given; a length of 0 or beyond the file's length is
+//!   [`Error::InvalidArgument`](crate::Error::InvalidArgument) (never a mapping that faults on first touch);
+//! - `allocate` on an object that is mapped may only be asked to keep or shrink its
+//!   length (the protocol sizes an object once, before mapping it); shrinking a sealed
+//!   memfd fails;
 //! - files dropped are closed, mappings dropped are unmapped;
 //! - `is_alive(t)` is true while the process named by `t` runs, and never false for a
 //!   running process (a zombie counts as dead: it will take no further step);

@@ -884,7 +884,10 @@ impl Os for SimOs {
             st.caller(self.pid)?;
             let o = st.object(file.object)?;
             if len == 0 || len as u64 > o.len {
-                return Err(os_error("mmap", libc::EINVAL));
+                return Err(Error::InvalidArgument(format!(
+                    "cannot map {len} bytes of a {}-byte object",
+                    o.len
+                )));
             }
             o.maps += 1;
             Ok(o.storage.clone())

@@ -1,0 +1,371 @@
+//! The real protocol and user API on the simulated kernel, with a process killed at
+//! *every* step (every `crash_point`) of create, share, attach, release and sweep in
+//! turn. After each run: no live holder lost its data (P1), nothing outside the
+//! namespace was touched and nothing unlinked twice (P2), a sweep leaves the namespace
+//! empty and every object freed (P3), only the expected errors appeared (P4), and
+//! hostile words in a header are recovered (P5).
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use shmrc::holders::Outcome;
+use shmrc::os::sim::{SimKernel, SimOs};
+use shmrc::segment::HEADER_BYTES;
+use shmrc::sweep::sweep_with;
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
+
+const UID: u32 = 1000;
+const PAYLOAD: &[u8] = b"the data a live holder must keep seeing";
+
+fn ns() -> Namespace {
+    Namespace::new("shmrc-sim").unwrap()
+}
+
+fn options(capacity: usize) -> CreateOptions {
+    CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(ns())
+        .capacity(capacity)
+}
+
+fn create(os: &SimOs, capacity: usize) -> Result<ShmBuf<SimOs>> {
+    let buf = ShmBuf::create_with(os, 64, &options(capacity))?;
+    buf.write_at(0, PAYLOAD)?;
+    Ok(buf)
+}
+
+fn share_bytes(buf: &ShmBuf<SimOs>) -> Result<Vec<u8>> {
+    buf.share()?.into_bytes()
+}
+
+fn attach(os: &SimOs, bytes: &[u8]) -> Result<ShmBuf<SimOs>> {
+    ShmBuf::attach(ShareHandle::from_bytes_with(os, bytes)?)
+}
+
+fn assert_reads_payload(buf: &ShmBuf<SimOs>) {
+    let mut out = vec![0u8; PAYLOAD.len()];
+    buf.read_at(0, &mut out).unwrap();
+    assert_eq!(out, PAYLOAD, "a live holder's data changed or vanished");
+}
+
+/// Sweeps as a fresh process (the manager's or `shmrc sweep`'s role) and checks the
+/// kernel is left with nothing: no name, no object with memory.
+fn sweep_and_assert_clean(kernel: &SimKernel, mut leftovers: Vec<ShmBuf<SimOs>>) {
+    let sweeper = kernel.spawn(UID);
+    sweep_with(&sweeper, &ns(), false).unwrap();
+    assert!(
+        kernel.names().is_empty(),
+        "leaked names: {:?}",
+        kernel.names()
+    );
+    leftovers.clear();
+    assert_eq!(kernel.objects_alive(), 0, "memory not freed");
+}
+
+/// Runs `scenario(kernel, n)` for n = 0, 1, 2, … until the victim's operation runs to
+/// its end without reaching its n-th crash point (every crash position explored). The
+/// scenario returns whether the victim was killed *during* the operation. Returns how
+/// many positions were explored.
+fn at_every_step(mut scenario: impl FnMut(&SimKernel, u64) -> bool) -> u64 {
+    for n in 0..10_000 {
+        let kernel = SimKernel::new(n);
+        if !scenario(&kernel, n) {
+            assert!(n > 0, "the victim was never killed: the scenario is wrong");
+            return n;
+        }
+    }
+    panic!("the victim never finished: a step loop does not end");
+}
+
+/// The only error a killed process may see is `Killed`.
+fn ok_or_killed<T>(r: Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(Error::Killed) => None,
+        Err(e) => panic!("unexpected error: {e}"),
+    }
+}
+
+#[test]
+fn a_creator_killed_at_any_step_leaves_nothing_after_a_sweep() {
+    let explored = at_every_step(|kernel, n| {
+        let a = kernel.spawn(UID);
+        kernel.kill_at_step(a.pid(), n);
+        let buf = ok_or_killed(create(&a, 4));
+        let killed = kernel.is_killed(a.pid());
+        kernel.kill(a.pid());
+        sweep_and_assert_clean(kernel, buf.into_iter().collect());
+        killed
+    });
+    assert!(
+        explored >= 4,
+        "create has a crash point between each of its steps: {explored}"
+    );
+}
+
+#[test]
+fn a_receiver_killed_at_any_step_of_attach_never_harms_the_others() {
+    at_every_step(|kernel, n| {
+        let (a, b, c) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+        let buf_a = create(&a, 4).unwrap();
+        let for_b = share_bytes(&buf_a).unwrap();
+        let for_c = share_bytes(&buf_a).unwrap();
+        kernel.kill_at_step(b.pid(), n);
+        let buf_b = ok_or_killed(attach(&b, &for_b));
+        let killed = kernel.is_killed(b.pid());
+        let buf_c = attach(&c, &for_c).unwrap();
+        assert_reads_payload(&buf_c);
+        drop(buf_a);
+        // Whatever B left (a held slot), a sweep reclaims once B is dead, and C keeps
+        // its data. If B died before taking over its in-flight reference, that
+        // reference stays with its sender A while A lives (P1: a handle in flight from
+        // a live sender keeps the segment).
+        if killed {
+            sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+            assert_eq!(kernel.names().len(), 1, "C still holds it");
+            assert_reads_payload(&buf_c);
+        }
+        let outcome = buf_c.release().unwrap().unwrap().outcome;
+        let b_took_over = buf_b.is_some();
+        if b_took_over && !killed {
+            assert_eq!(outcome, Outcome::InUse, "B holds it");
+        }
+        kernel.kill(a.pid());
+        kernel.kill(b.pid());
+        sweep_and_assert_clean(kernel, buf_b.into_iter().collect());
+        killed
+    });
+}
+
+#[test]
+fn a_sender_killed_at_any_step_of_share_never_harms_the_holders() {
+    at_every_step(|kernel, n| {
+        let (a, b, c) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+        let buf_a = create(&a, 4).unwrap();
+        let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
+        kernel.kill_at_step(a.pid(), n);
+        // The handle may or may not come out; if it does, C attaches it.
+        let buf_c = ok_or_killed(share_bytes(&buf_a)).map(|bytes| match attach(&c, &bytes) {
+            Ok(buf) => Some(buf),
+            Err(e) => panic!("B holds the segment, so C's attach must work: {e}"),
+        });
+        let killed = kernel.is_killed(a.pid());
+        kernel.kill(a.pid());
+        sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+        assert_reads_payload(&buf_b);
+        if let Some(Some(buf_c)) = &buf_c {
+            assert_reads_payload(buf_c);
+        }
+        drop(buf_c);
+        assert_eq!(buf_b.release().unwrap().unwrap().outcome, Outcome::Unlinked);
+        sweep_and_assert_clean(kernel, vec![buf_a]);
+        killed
+    });
+}
+
+#[test]
+fn the_last_holder_killed_at_any_step_of_release_leaves_nothing_after_a_sweep() {
+    at_every_step(|kernel, n| {
+        let (a, b) = (kernel.spawn(UID), kernel.spawn(UID));
+        let buf_a = create(&a, 3).unwrap();
+        let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
+        drop(buf_a);
+        kernel.kill_at_step(b.pid(), n);
+        let released = ok_or_killed(buf_b.release());
+        if let Some(finalized) = released {
+            assert_eq!(finalized.unwrap().outcome, Outcome::Unlinked);
+        }
+        let killed = kernel.is_killed(b.pid());
+        sweep_and_assert_clean(kernel, vec![]);
+        killed
+    });
+}
+
+#[test]
+fn a_holder_killed_at_any_step_of_release_leaves_the_other_holder_its_data() {
+    at_every_step(|kernel, n| {
+        let (a, b, c) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+        let buf_a = create(&a, 3).unwrap();
+        let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
+        let buf_c = attach(&c, &share_bytes(&buf_a).unwrap()).unwrap();
+        drop(buf_a);
+        kernel.kill_at_step(b.pid(), n);
+        let _ = ok_or_killed(buf_b.release());
+        let killed = kernel.is_killed(b.pid());
+        sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+        assert_eq!(kernel.names().len(), 1, "C holds it");
+        assert_reads_payload(&buf_c);
+        // C can still share it (every other slot is usable again: no tombstone left
+        // for nothing, P5), and a dropped handle gives its reference back.
+        let handles: Vec<_> = (0..2).map(|_| buf_c.share().unwrap()).collect();
+        drop(handles);
+        assert_eq!(buf_c.release().unwrap().unwrap().outcome, Outcome::Unlinked);
+        sweep_and_assert_clean(kernel, vec![]);
+        killed
+    });
+}
+
+#[test]
+fn a_sweeper_killed_at_any_step_is_taken_over_and_a_late_attacher_is_safe() {
+    at_every_step(|kernel, n| {
+        let (a, b, s1, e) = (
+            kernel.spawn(UID),
+            kernel.spawn(UID),
+            kernel.spawn(UID),
+            kernel.spawn(UID),
+        );
+        let buf_a = create(&a, 3).unwrap();
+        let stale = share_bytes(&buf_a).unwrap();
+        let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
+        kernel.kill(a.pid());
+        kernel.kill(b.pid());
+        kernel.kill_at_step(s1.pid(), n);
+        let _ = ok_or_killed(sweep_with(&s1, &ns(), false));
+        let killed = kernel.is_killed(s1.pid());
+        // A handle whose sender is dead: attaching either revives the segment (it was
+        // not yet committed to destruction) or says it is gone, never anything else.
+        let late = match attach(&e, &stale) {
+            Ok(buf) => {
+                assert_reads_payload(&buf);
+                sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+                assert_eq!(kernel.names().len(), 1, "E holds it: a sweep must keep it");
+                assert_reads_payload(&buf);
+                assert_eq!(buf.release().unwrap().unwrap().outcome, Outcome::Unlinked);
+                None
+            }
+            Err(Error::Gone { .. }) => None,
+            Err(other) => panic!("a late attach saw {other}"),
+        };
+        sweep_and_assert_clean(kernel, vec![buf_a, buf_b].into_iter().chain(late).collect());
+        killed
+    });
+}
+
+/// Byte offset of header word `index` (see the layout table in `segment.rs`).
+fn word(index: usize) -> usize {
+    index * 8
+}
+
+#[test]
+fn hostile_slot_and_finalizer_words_are_recovered() {
+    let kernel = SimKernel::new(7);
+    let (a, b, dead) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+    kernel.kill(dead.pid());
+    let buf_a = create(&a, 4).unwrap();
+    let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
+    let name = buf_a.name().unwrap().to_owned();
+    let slot = |i: usize| HEADER_BYTES + 8 * i;
+    // Slot 2: a word no protocol step writes; slot 3: a tombstone; the finalizer word:
+    // a dead process, as if a finalizer had died half-way.
+    assert!(kernel.poke(&name, slot(2), &(0x4000_0000_0000_0001u64).to_ne_bytes()));
+    assert!(kernel.poke(&name, slot(3), &u64::MAX.to_ne_bytes()));
+    assert!(kernel.poke(&name, word(12), &dead.token().word().to_ne_bytes()));
+    // B's release takes the abandoned finalizer over, meets A and rolls back.
+    assert_eq!(buf_b.release().unwrap().unwrap().outcome, Outcome::InUse);
+    let census = buf_a.census().unwrap();
+    assert_eq!(
+        (census.tomb, census.live),
+        (0, 1),
+        "the stray tombstone was rolled back"
+    );
+    let report = sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+    assert_eq!(report.reclaimed, 1, "the garbage word");
+    let census = buf_a.census().unwrap();
+    assert_eq!((census.free, census.live, census.dead), (3, 1, 0));
+    assert_reads_payload(&buf_a);
+    assert_eq!(buf_a.release().unwrap().unwrap().outcome, Outcome::Unlinked);
+    sweep_and_assert_clean(&kernel, vec![]);
+}
+
+#[test]
+fn a_segment_from_another_pid_namespace_is_refused() {
+    let kernel = SimKernel::new(1);
+    let a = kernel.spawn(UID);
+    let stranger = kernel.spawn_in_namespace(UID, 99);
+    let buf = create(&a, 4).unwrap();
+    let err = attach(&stranger, &share_bytes(&buf).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::OtherPidNamespace { .. }), "{err}");
+    let report = sweep_with(&stranger, &ns(), false).unwrap();
+    assert_eq!(
+        report.unlinked, 0,
+        "a sweeper of another namespace cannot judge liveness: it skips"
+    );
+    assert!(matches!(
+        report.segments[0].action,
+        shmrc::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
+    ));
+    // The refused handle could not give its in-flight reference back from the other
+    // namespace: it stays with its sender, A, until A exits.
+    assert_eq!(buf.release().unwrap().unwrap().outcome, Outcome::InUse);
+    kernel.kill(a.pid());
+    sweep_and_assert_clean(&kernel, vec![]);
+}
+
+#[test]
+fn a_receiver_at_its_fd_limit_gets_too_many_fds() {
+    let kernel = SimKernel::new(2);
+    let (a, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (to_b, at_b) = kernel.stream_pair(&a, &b);
+    let opts = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    let bufs: Vec<_> = (0..3)
+        .map(|_| ShmBuf::create_with(&a, 64, &opts).unwrap())
+        .collect();
+    let handles = bufs.iter().map(|b| b.share().unwrap()).collect();
+    shmrc::transport::send(&a, &to_b, b"three", handles).unwrap();
+    kernel.set_fd_limit(b.pid(), kernel.open_files(b.pid()) + 2);
+    let err = shmrc::transport::recv(&b, &at_b).unwrap_err();
+    assert!(matches!(err, Error::TooManyFds { .. }), "{err}");
+    drop(bufs);
+    assert_eq!(
+        kernel.open_files(b.pid()),
+        0,
+        "nothing of the refused message stays open"
+    );
+}
+
+#[test]
+fn creation_beyond_the_space_limit_is_no_space_and_leaves_nothing() {
+    let kernel = SimKernel::new(3);
+    let a = kernel.spawn(UID);
+    kernel.set_space_limit(Some(4096));
+    for strategy in shmrc::all_sharing_strategies() {
+        let opts = options(4).strategy(*strategy);
+        let err = ShmBuf::create_with(&a, 1 << 20, &opts).unwrap_err();
+        assert!(matches!(err, Error::NoSpace { .. }), "{strategy}: {err}");
+    }
+    assert!(kernel.names().is_empty());
+    assert_eq!(kernel.objects_alive(), 0);
+}
+
+#[test]
+fn handles_and_fds_travel_over_the_sim_transport() {
+    let kernel = SimKernel::new(4);
+    let (a, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (to_b, at_b) = kernel.stream_pair(&a, &b);
+    let named = create(&a, 4).unwrap();
+    let anon = ShmBuf::create_with(
+        &a,
+        64,
+        &CreateOptions::new().strategy(Strategy::FileDescriptor),
+    )
+    .unwrap();
+    anon.write_at(0, PAYLOAD).unwrap();
+    shmrc::transport::send(
+        &a,
+        &to_b,
+        b"two",
+        vec![named.share().unwrap(), anon.share().unwrap()],
+    )
+    .unwrap();
+    let msg = shmrc::transport::recv(&b, &at_b).unwrap();
+    assert_eq!(msg.payload, b"two");
+    let got: Vec<_> = msg
+        .handles
+        .into_iter()
+        .map(|h| ShmBuf::attach(h).unwrap())
+        .collect();
+    for buf in &got {
+        assert_reads_payload(buf);
+    }
+    assert_eq!(named.census().unwrap().live, 2);
+    drop((named, anon, got));
+    sweep_and_assert_clean(&kernel, vec![]);
+}
