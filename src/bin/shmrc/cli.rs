@@ -121,7 +121,7 @@ fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
                 creator,
                 seg.fields
                     .map_or("-".into(), |f| age(now.saturating_sub(f.created_at_nanos))),
-                state(&seg.action, true),
+                state(&seg.action, false),
             ]);
         }
     }
