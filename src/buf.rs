@@ -121,6 +121,7 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
 /// A shared-memory buffer; see the module docs.
 ///
 /// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// use shmrc::{CreateOptions, ShmBuf, Strategy};
 /// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
 /// buf.write_at(0, b"hello")?;
@@ -130,6 +131,7 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
 /// let mut out = [0u8; 5];
 /// other.read_at(0, &mut out)?;
 /// assert_eq!(&out, b"hello");
+/// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub struct ShmBuf<O: Os> {

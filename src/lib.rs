@@ -15,6 +15,7 @@
 //!   it, while the job is still running.
 //!
 //! ```
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 //! use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
 //! use std::os::unix::net::UnixStream;
 //!
@@ -28,6 +29,7 @@
 //! let mut out = [0u8; 12];
 //! received.read_at(0, &mut out)?;
 //! assert_eq!(&out, b"tensor bytes");
+//! # }
 //! # Ok::<(), shmrc::Error>(())
 //! ```
 //!

@@ -123,6 +123,11 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     ) -> Result<usize>;
 
     /// This process's token.
+    ///
+    /// # Panics
+    /// The real backend panics when `/proc/self/stat` cannot be read (no `/proc`
+    /// mounted): without it no process's liveness can be judged, and a made-up token
+    /// could get a live holder's segment unlinked.
     fn current(&self) -> Token;
     /// Whether the process named by `token` is running (see the contract above).
     fn is_alive(&self, token: Token) -> bool;
