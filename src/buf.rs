@@ -151,19 +151,9 @@ impl<O: Os> ShmBuf<O> {
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
-        let inner = Arc::new(Inner {
-            os: os.clone(),
-            map: created.map,
-            fields: created.fields,
-            backing: created.backing,
-            holder: created.fields.creator,
-            released: AtomicBool::new(false),
-        });
-        // A fresh key cannot be registered already.
-        let _ = os
-            .local()
-            .register(inner.holder, inner.fields.key(), &inner);
-        Ok(ShmBuf { inner })
+        Ok(ShmBuf {
+            inner: register(os.clone(), created.map, created.fields, created.backing),
+        })
     }
 
     /// A handle that lets one other process attach this buffer. For file_system
@@ -209,8 +199,7 @@ impl<O: Os> ShmBuf<O> {
     pub fn attach(mut handle: ShareHandle<O>) -> Result<ShmBuf<O>> {
         let os = handle.os.clone();
         let me = os.current();
-        let key = handle.meta.key;
-        if let Some(inner) = os.local().lookup::<Inner<O>>(me, key) {
+        if let Some(inner) = os.local().lookup::<Inner<O>>(me, handle.meta.key) {
             if let (Target::Named { in_flight, .. }, Some(h)) =
                 (&mut handle.target, inner.holders())
             {
@@ -222,31 +211,15 @@ impl<O: Os> ShmBuf<O> {
         }
         let (map, fields, backing) = match handle.take_target() {
             Target::Named { name, in_flight } => {
-                // Until the in-flight reference is taken over, a failure hands it back.
-                handle.target = Target::Named {
-                    name: name.clone(),
-                    in_flight,
-                };
-                let (ns, _) = Namespace::of_segment(&name, os.uid())?;
-                let opened = segment::open_named(&os, &ns, &name)?;
-                check_matches(&handle.meta, &opened.fields, &name)?;
-                let capacity = opened.fields.layout.capacity;
-                let h = Header::of(&opened.map, capacity).map(|h| h.holders());
-                let word = holders::held_word(me);
-                // Either we take the reference over or it is gone (its sender died,
-                // or the handle was attached already): the handle owns nothing now.
-                handle.take_target();
-                let taken_over = match (in_flight, &h) {
-                    (Some(f), Some(h)) => {
-                        holders::transfer(&os, h, f.slot, f.word, word)?.then_some(f.slot)
+                match hold_named(&os, &name, in_flight, Some(&handle.meta)) {
+                    Ok(held) => held,
+                    Err(e) => {
+                        // The handle owns its in-flight reference again: dropping it
+                        // gives the reference back (a no-op if it was taken over).
+                        handle.target = Target::Named { name, in_flight };
+                        return Err(e);
                     }
-                    _ => None,
-                };
-                let slot = match taken_over {
-                    Some(slot) => slot,
-                    None => claim(&os, h, word, &name, capacity)?,
-                };
-                (opened.map, opened.fields, Backing::Named { name, slot })
+                }
             }
             Target::Anonymous { file } => {
                 let opened = segment::open_file(&os, &file, "received memfd")?;
@@ -260,14 +233,7 @@ impl<O: Os> ShmBuf<O> {
             }
         };
         Ok(ShmBuf {
-            inner: register(Inner {
-                os,
-                map,
-                fields,
-                backing,
-                holder: me,
-                released: AtomicBool::new(false),
-            }),
+            inner: register(os, map, fields, backing),
         })
     }
 
@@ -284,23 +250,7 @@ impl<O: Os> ShmBuf<O> {
             return Ok(ShmBuf { inner: existing });
         }
         let (map, fields, backing) = match &inner.backing {
-            Backing::Named { name, .. } => {
-                let (ns, _) = Namespace::of_segment(name, os.uid())?;
-                let opened = segment::open_named(os, &ns, name)?;
-                let h = Header::of(&opened.map, opened.fields.layout.capacity).map(|h| h.holders());
-                let slot = claim(
-                    os,
-                    h,
-                    holders::held_word(me),
-                    name,
-                    opened.fields.layout.capacity,
-                )?;
-                let backing = Backing::Named {
-                    name: name.clone(),
-                    slot,
-                };
-                (opened.map, opened.fields, backing)
-            }
+            Backing::Named { name, .. } => hold_named(os, name, None, None)?,
             Backing::Anonymous { file } => {
                 let file = os.dup(file)?;
                 let opened = segment::open_file(os, &file, "inherited memfd")?;
@@ -308,14 +258,7 @@ impl<O: Os> ShmBuf<O> {
             }
         };
         Ok(ShmBuf {
-            inner: register(Inner {
-                os: os.clone(),
-                map,
-                fields,
-                backing,
-                holder: me,
-                released: AtomicBool::new(false),
-            }),
+            inner: register(os.clone(), map, fields, backing),
         })
     }
 
@@ -428,15 +371,55 @@ impl<O: Os> fmt::Debug for ShmBuf<O> {
     }
 }
 
-/// Registers a freshly attached `inner`, or returns the one another thread of this
-/// process registered first (dropping ours releases its slot).
-fn register<O: Os>(inner: Inner<O>) -> Arc<Inner<O>> {
-    let inner = Arc::new(inner);
-    let local = inner.os.local();
-    match local.register(inner.holder, inner.fields.key(), &inner) {
+/// Builds the state of a reference the current process now holds and registers it,
+/// or returns the one another thread of this process registered first (dropping ours
+/// releases its slot).
+fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> Arc<Inner<O>> {
+    let holder = os.current();
+    let inner = Arc::new(Inner {
+        os,
+        map,
+        fields,
+        backing,
+        holder,
+        released: AtomicBool::new(false),
+    });
+    match inner.os.local().register(holder, fields.key(), &inner) {
         Ok(()) => inner,
         Err(existing) => existing,
     }
+}
+
+/// Opens the named segment `name` and holds it for this process: takes over the
+/// in-flight reference `in_flight` if its slot still has it, else claims a slot. With
+/// `expect`, the segment must be the one the handle describes.
+fn hold_named<O: Os>(
+    os: &O,
+    name: &str,
+    in_flight: Option<InFlight>,
+    expect: Option<&HandleMeta>,
+) -> Result<(O::Map, Fields, Backing<O>)> {
+    let (ns, _) = Namespace::of_segment(name, os.uid())?;
+    let opened = segment::open_named(os, &ns, name)?;
+    if let Some(meta) = expect {
+        check_matches(meta, &opened.fields, name)?;
+    }
+    let capacity = opened.fields.layout.capacity;
+    let h = Header::of(&opened.map, capacity).map(|h| h.holders());
+    let word = holders::held_word(os.current());
+    let taken_over = match (in_flight, &h) {
+        (Some(f), Some(h)) => holders::transfer(os, h, f.slot, f.word, word)?.then_some(f.slot),
+        _ => None,
+    };
+    let slot = match taken_over {
+        Some(slot) => slot,
+        None => claim(os, h, word, name, capacity)?,
+    };
+    let backing = Backing::Named {
+        name: name.to_owned(),
+        slot,
+    };
+    Ok((opened.map, opened.fields, backing))
 }
 
 fn claim<O: Os>(
