@@ -230,3 +230,141 @@ fn malformed(why: String) -> Error {
         why,
     }
 }
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    use super::*;
+    use crate::buf::{CreateOptions, ShmBuf};
+    use crate::os::sim::{SimKernel, SimOs, SimStream};
+
+    fn pair() -> (SimKernel, SimOs, SimOs, SimStream, SimStream) {
+        let kernel = SimKernel::new(11);
+        let (a, b) = (kernel.spawn(1000), kernel.spawn(1000));
+        let (to_b, at_b) = kernel.stream_pair(&a, &b);
+        (kernel, a, b, to_b, at_b)
+    }
+
+    /// A frame header with the given fields.
+    fn header(flags: u16, payload: u32, count: u32, fds: u32, handle_bytes: u32) -> Vec<u8> {
+        let mut h = MAGIC.to_vec();
+        h.extend_from_slice(&VERSION.to_le_bytes());
+        h.extend_from_slice(&flags.to_le_bytes());
+        for v in [payload, count, fds, handle_bytes] {
+            h.extend_from_slice(&v.to_le_bytes());
+        }
+        h
+    }
+
+    #[test]
+    fn more_descriptors_than_one_message_carries_arrive_in_order() {
+        let (k, a, b, to_b, at_b) = pair();
+        // As the real backend raises RLIMIT_NOFILE to its hard limit at first use.
+        k.set_fd_limit(a.pid(), 4096);
+        k.set_fd_limit(b.pid(), 4096);
+        let opts = CreateOptions::new().strategy(Strategy::FileDescriptor);
+        let bufs: Vec<_> = (0..600u32)
+            .map(|i| {
+                let buf = ShmBuf::create_with(&a, 8, &opts).unwrap();
+                buf.write_at(0, &i.to_le_bytes()).unwrap();
+                buf
+            })
+            .collect();
+        let handles: Vec<_> = bufs.iter().map(|b| b.share().unwrap()).collect();
+        assert_eq!(split_into_frames(&handles).len(), 3, "253 + 253 + 94");
+        send(&a, &to_b, b"six hundred", handles).unwrap();
+        let msg = recv(&b, &at_b).unwrap();
+        assert_eq!(msg.payload, b"six hundred");
+        for (i, handle) in msg.handles.into_iter().enumerate() {
+            let buf = ShmBuf::attach(handle).unwrap();
+            let mut out = [0u8; 4];
+            buf.read_at(0, &mut out).unwrap();
+            assert_eq!(u32::from_le_bytes(out), i as u32);
+        }
+    }
+
+    #[test]
+    fn a_closed_peer_is_disconnected_between_messages_and_malformed_inside_one() {
+        let (k, a, b, to_b, at_b) = pair();
+        send(&a, &to_b, b"one", vec![]).unwrap();
+        a.send(&to_b, &header(0, 10, 0, 0, 0), &[]).unwrap();
+        drop(to_b);
+        assert_eq!(recv(&b, &at_b).unwrap().payload, b"one");
+        assert!(
+            matches!(recv(&b, &at_b), Err(Error::Malformed { .. })),
+            "cut inside a frame"
+        );
+        let (to_b, at_b) = k.stream_pair(&a, &b);
+        drop(to_b);
+        assert!(matches!(recv(&b, &at_b), Err(Error::Disconnected)));
+    }
+
+    #[test]
+    fn forged_frames_are_refused_with_their_cause() {
+        let cases: Vec<(Vec<u8>, &str)> = vec![
+            (
+                b"XXXX\x01\x00\x00\x00"
+                    .iter()
+                    .copied()
+                    .chain([0; 16])
+                    .collect(),
+                "magic",
+            ),
+            (header(0x8, 0, 0, 0, 0), "flags"),
+            (header(0, (MAX_PAYLOAD + 1) as u32, 0, 0, 0), "payload"),
+            (header(0, 0, 1, 2, 0), "fd count"),
+            (header(0, 0, 1, 0, 5000), "handle bytes"),
+            (
+                [header(0, 0, 1, 0, 3), vec![9, 0, 1]].concat(),
+                "handle cut short",
+            ),
+            (
+                [header(0, 0, 1, 0, 4), vec![2, 0, 1, 2]].concat(),
+                "handle bytes",
+            ),
+            (
+                [header(0, 0, 0, 0, 0), vec![]].concat(),
+                "ok: an empty message",
+            ),
+        ];
+        for (frame, what) in cases {
+            let (_k, a, b, to_b, at_b) = pair();
+            a.send(&to_b, &frame, &[]).unwrap();
+            let got = recv(&b, &at_b);
+            if what.starts_with("ok") {
+                assert!(got.unwrap().handles.is_empty());
+            } else {
+                assert!(
+                    matches!(got, Err(Error::Malformed { .. })),
+                    "{what}: {got:?}"
+                );
+            }
+        }
+        let (_k, a, b, to_b, at_b) = pair();
+        let mut old = header(0, 0, 0, 0, 0);
+        old[4] = 9;
+        a.send(&to_b, &old, &[]).unwrap();
+        assert!(matches!(
+            recv(&b, &at_b),
+            Err(Error::WrongVersion { found: 9, .. })
+        ));
+    }
+
+    #[test]
+    fn a_file_descriptor_handle_cannot_be_decoded_from_bytes_alone() {
+        let (_k, a, _b, _to_b, _at_b) = pair();
+        let buf = ShmBuf::create_with(
+            &a,
+            8,
+            &CreateOptions::new().strategy(Strategy::FileDescriptor),
+        )
+        .unwrap();
+        let bytes = buf.share().unwrap().encoded();
+        assert!(matches!(
+            ShareHandle::from_bytes_with(&a, &bytes),
+            Err(Error::WrongStrategy {
+                strategy: Strategy::FileDescriptor,
+                ..
+            })
+        ));
+    }
+}
