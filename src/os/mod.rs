@@ -21,7 +21,9 @@
 //!   memfd fails;
 //! - files dropped are closed, mappings dropped are unmapped;
 //! - `is_alive(t)` is true while the process named by `t` runs, and never false for a
-//!   running process (a zombie counts as dead: it will take no further step);
+//!   running process of this pid namespace (a zombie counts as dead: it will take no
+//!   further step, unless it is a thread-group leader whose other threads still run;
+//!   a process hidden from `/proc` counts as alive);
 //! - `crash_point` is where the simulated kernel may kill the caller; it is a no-op on
 //!   the real kernel.
 
@@ -114,7 +116,9 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     fn send(&self, stream: &Self::Stream, bytes: &[u8], files: &[&Self::File]) -> Result<()>;
     /// Receives up to `buf.len()` bytes (at least 1, or 0 at end of stream), appending
     /// the files that arrived with them to `files`. Files the kernel had to drop (the
-    /// fd limit) are [`crate::Error::TooManyFds`].
+    /// fd limit) are [`crate::Error::TooManyFds`]; on any error nothing is appended (the
+    /// files that did arrive are closed) and the bytes of that call are lost, so the
+    /// stream is out of step.
     fn recv(
         &self,
         stream: &Self::Stream,

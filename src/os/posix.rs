@@ -32,7 +32,8 @@ use nix::unistd::{ftruncate, geteuid};
 use super::{FileInfo, MAX_FDS_PER_SEND, Mapping, Os};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
-use crate::sync::AtomicU64;
+use crate::sync::process::AtomicU8 as SharedByte;
+use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
 
 /// Where Linux shows the named shared-memory objects.
@@ -476,17 +477,28 @@ impl Os for PosixOs {
     }
 
     fn is_alive(&self, token: Token) -> bool {
-        match fs::read(format!("/proc/{}/stat", token.pid())) {
+        let pid = token.pid();
+        match fs::read(format!("/proc/{pid}/stat")) {
+            // No entry: dead, unless `/proc` hides it (`hidepid`, a non-dumpable
+            // process): ask the kernel whether the pid exists at all.
             Err(e)
                 if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) =>
             {
-                false
+                pid_exists(pid)
             }
             // Unreadable: assume alive (a possible leak, never a premature unlink).
             Err(_) => true,
             Ok(content) => match parse_proc_stat(&content) {
-                Some(st) if st.pid == token.pid() => {
-                    !matches!(st.state, b'Z' | b'X') && token.matches_start(st.start_ticks)
+                Some(st) if st.pid == pid => {
+                    if !token.matches_start(st.start_ticks) || st.state == b'X' {
+                        false
+                    } else if st.state == b'Z' {
+                        // A zombie takes no further step, except a thread-group leader
+                        // whose main thread exited while other threads still run.
+                        other_threads_run(pid)
+                    } else {
+                        true
+                    }
                 }
                 _ => true,
             },
@@ -544,6 +556,7 @@ const CONTROL_WORDS: usize = (MAX_FDS_PER_SEND * size_of::<c_int>()
 /// `recvmsg` on `fd` into `buf`, pushing every descriptor that arrived onto `files`
 /// before anything can fail, so none leaks.
 fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8], files: &mut Vec<PosixFile>) -> Result<usize> {
+    let files_before = files.len();
     let mut control = [0u64; CONTROL_WORDS];
     let mut iov = libc::iovec {
         iov_base: buf.as_mut_ptr().cast(),
@@ -603,7 +616,9 @@ fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8], files: &mut Vec<PosixFile>)
     }
     if msg.msg_flags & libc::MSG_CTRUNC != 0 {
         // The kernel dropped descriptors it could not install (the fd limit): the
-        // "received 0 items of ancdata" case.
+        // "received 0 items of ancdata" case. Those it did install are closed again:
+        // on error nothing is handed out (the contract of `Os::recv`).
+        files.truncate(files_before);
         return Err(Error::TooManyFds {
             call: "recvmsg",
             limit: fd_limit(),
@@ -709,8 +724,51 @@ impl Mapping for PosixMap {
     }
 }
 
-/// Copies `out.len()` bytes from shared memory at `src` into `out`, with volatile
-/// accesses: single bytes up to 8-byte alignment, then aligned words, then bytes.
+/// Whether a process with this pid exists (`kill(pid, 0)`: only ESRCH says no).
+fn pid_exists(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
+        Err(Errno::ESRCH)
+    )
+}
+
+/// Whether the zombie leader `pid` still has running threads (more than its own entry
+/// in `/proc/<pid>/task`). Unreadable: assume it has (never a premature unlink).
+fn other_threads_run(pid: u32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |tasks| tasks.count() > 1)
+}
+
+/// The byte at `p` as a relaxed atomic.
+///
+/// # Safety
+/// `p` must be mapped for the lifetime the caller picks (the whole copy).
+unsafe fn shared_byte<'a>(p: *const u8) -> &'a SharedByte {
+    // SAFETY: `SharedByte` is a `repr(transparent)` wrapper of `AtomicU8`, which has
+    // the size and alignment of `u8`; `p` is mapped per the caller. Every access to
+    // shared data in this process goes through atomics (here and in `words`), so a
+    // concurrent access by another thread is no data race; another process's writes
+    // are outside this program and at worst tear the copy.
+    unsafe { &*p.cast::<SharedByte>() }
+}
+
+/// The 8-aligned word at `p` as a relaxed atomic.
+///
+/// # Safety
+/// `p` must be 8-aligned and mapped for the lifetime the caller picks.
+unsafe fn shared_word<'a>(p: *const u8) -> &'a AtomicU64 {
+    // SAFETY: `crate::sync::AtomicU64` is a `repr(transparent)` wrapper of std's, with
+    // the size of `u64` and alignment 8; `p` is 8-aligned and mapped per the caller;
+    // concurrency as in `shared_byte`.
+    unsafe { &*p.cast::<AtomicU64>() }
+}
+
+/// Copies `out.len()` bytes from shared memory at `src` into `out` with relaxed atomic
+/// loads: single bytes up to 8-byte alignment, then aligned words, then bytes. A
+/// concurrent writer (a thread of this process or another process) gives a torn copy,
+/// never undefined behaviour, and every bit pattern is a valid `u8`.
 ///
 /// # Safety
 /// `src..src + out.len()` must be mapped and readable for the whole call.
@@ -719,26 +777,22 @@ unsafe fn copy_from_shared(src: *const u8, out: &mut [u8]) {
     let head = src.align_offset(8).min(len);
     let words = (len - head) / 8;
     for (i, byte) in out[..head].iter_mut().enumerate() {
-        // SAFETY: `i < head <= len`, in bounds per the caller. Another process may
-        // write this memory at any time: a volatile read neither assumes it unchanged
-        // nor invents accesses, and every bit pattern is a valid u8, so a concurrent
-        // write gives a torn copy, never an invalid value.
-        *byte = unsafe { src.add(i).read_volatile() };
+        // SAFETY: `i < head <= len`: in bounds, mapped per the caller.
+        *byte = unsafe { shared_byte(src.wrapping_add(i)) }.load(Ordering::Relaxed);
     }
     for w in 0..words {
         let at = head + 8 * w;
-        // SAFETY: `src + head` is 8-aligned and `at + 8 <= len`; volatile for the same
-        // reason as above (every bit pattern is a valid u64).
-        let word = unsafe { src.add(at).cast::<u64>().read_volatile() };
+        // SAFETY: `src + head` is 8-aligned and `at + 8 <= len`: in bounds, mapped.
+        let word = unsafe { shared_word(src.wrapping_add(at)) }.load(Ordering::Relaxed);
         out[at..at + 8].copy_from_slice(&word.to_ne_bytes());
     }
     for (i, byte) in out.iter_mut().enumerate().skip(head + 8 * words) {
-        // SAFETY: `i < len`, in bounds; volatile as above.
-        *byte = unsafe { src.add(i).read_volatile() };
+        // SAFETY: `i < len`: in bounds, mapped per the caller.
+        *byte = unsafe { shared_byte(src.wrapping_add(i)) }.load(Ordering::Relaxed);
     }
 }
 
-/// Copies `data` into shared memory at `dst`, with volatile accesses (see
+/// Copies `data` into shared memory at `dst` with relaxed atomic stores (see
 /// [`copy_from_shared`]).
 ///
 /// # Safety
@@ -749,25 +803,20 @@ unsafe fn copy_to_shared(dst: *mut u8, data: &[u8]) {
     let head = dst.align_offset(8).min(len);
     let words = (len - head) / 8;
     for (i, byte) in data[..head].iter().enumerate() {
-        // SAFETY: `i < head <= len`, in bounds per the caller. A volatile write is
-        // performed exactly as written; another process writing the same bytes makes
-        // the content torn (last writer wins per access), never undefined.
-        unsafe { dst.add(i).write_volatile(*byte) };
+        // SAFETY: `i < head <= len`: in bounds, mapped and writable per the caller.
+        unsafe { shared_byte(dst.wrapping_add(i)) }.store(*byte, Ordering::Relaxed);
     }
     for w in 0..words {
         let at = head + 8 * w;
         let mut word = [0u8; 8];
         word.copy_from_slice(&data[at..at + 8]);
-        // SAFETY: `dst + head` is 8-aligned and `at + 8 <= len`; volatile as above.
-        unsafe {
-            dst.add(at)
-                .cast::<u64>()
-                .write_volatile(u64::from_ne_bytes(word))
-        };
+        // SAFETY: `dst + head` is 8-aligned and `at + 8 <= len`: in bounds, writable.
+        unsafe { shared_word(dst.wrapping_add(at)) }
+            .store(u64::from_ne_bytes(word), Ordering::Relaxed);
     }
     for (i, byte) in data.iter().enumerate().skip(head + 8 * words) {
-        // SAFETY: `i < len`, in bounds; volatile as above.
-        unsafe { dst.add(i).write_volatile(*byte) };
+        // SAFETY: `i < len`: in bounds, mapped and writable per the caller.
+        unsafe { shared_byte(dst.wrapping_add(i)) }.store(*byte, Ordering::Relaxed);
     }
 }
 
