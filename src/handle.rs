@@ -382,7 +382,7 @@ mod tests {
                 data_len: 4096,
                 capacity: 8,
             },
-            name: Some(ns.segment_name(1000, creator, 77)),
+            name: Some(ns.segment_name(1000, 1, creator, 77)),
             in_flight: Some(InFlight {
                 slot: 3,
                 word: holders::in_flight_word(Token::new(999, 1).unwrap()),

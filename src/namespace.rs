@@ -1,10 +1,11 @@
 //! Segment names and the namespace that owns them (property P2: shmrc never touches a
 //! name outside its own namespace).
 //!
-//! A file_system segment is named `<prefix>.<uid>.<pid>.<start>.<nonce>`: the
-//! namespace prefix (which starts with `shmrc`), the creator's uid, pid and start time
-//! (so a sweeper knows who created it even when the header was never written) and 128
-//! random bits in hex (so nobody can guess it). The name is what `/dev/shm` lists; the
+//! A file_system segment is named `<prefix>.<uid>.<pidns>.<pid>.<start>.<nonce>`: the
+//! namespace prefix (which starts with `shmrc`), the creator's uid, pid namespace, pid
+//! and start time (so a sweeper knows who created it, and whether it can judge that
+//! process's liveness, even when the header was never written) and 128 random bits in
+//! hex (so nobody can guess it). The name is what `/dev/shm` lists; the
 //! posix backend adds the leading `/` that `shm_open` wants.
 
 use std::fmt;
@@ -28,6 +29,8 @@ pub struct Namespace {
 pub struct NameParts {
     /// The uid in the name.
     pub uid: u32,
+    /// The creator's pid namespace (the inode of its `/proc/self/ns/pid`).
+    pub pid_namespace: u64,
     /// The creating process.
     pub creator: Token,
     /// The random part.
@@ -73,11 +76,19 @@ impl Namespace {
         format!("{}.{}.", self.prefix, uid)
     }
 
-    /// The name of a new segment of user `uid` created by `creator`.
-    pub fn segment_name(&self, uid: u32, creator: Token, nonce: u128) -> String {
+    /// The name of a new segment of user `uid` created by `creator`, a process of pid
+    /// namespace `pid_namespace`.
+    pub fn segment_name(
+        &self,
+        uid: u32,
+        pid_namespace: u64,
+        creator: Token,
+        nonce: u128,
+    ) -> String {
         format!(
-            "{}{}.{}.{:032x}",
+            "{}{}.{}.{}.{:032x}",
             self.name_start(uid),
+            pid_namespace,
             creator.pid(),
             creator.start_ticks(),
             nonce
@@ -130,9 +141,11 @@ impl fmt::Display for Namespace {
     }
 }
 
-/// Parses `<pid>.<start>.<nonce>` strictly (canonical decimal, 32 lowercase hex digits).
+/// Parses `<pidns>.<pid>.<start>.<nonce>` strictly (canonical decimals, 32 lowercase
+/// hex digits).
 fn parse_name_tail(rest: &str) -> Option<NameParts> {
     let mut fields = rest.split('.');
+    let pid_namespace = canonical_decimal(fields.next()?)?;
     let pid = canonical_decimal(fields.next()?)?;
     let start = canonical_decimal(fields.next()?)?;
     let nonce_hex = fields.next()?;
@@ -151,6 +164,7 @@ fn parse_name_tail(rest: &str) -> Option<NameParts> {
     }
     Some(NameParts {
         uid: 0,
+        pid_namespace,
         creator,
         nonce,
     })
@@ -177,21 +191,22 @@ mod tests {
     #[test]
     fn a_generated_name_parses_back() {
         let ns = Namespace::new("shmrc-t").unwrap();
-        let name = ns.segment_name(1000, token(), 0xabc);
+        let name = ns.segment_name(1000, 4026531836, token(), 0xabc);
         assert_eq!(
             name,
-            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc"
+            "shmrc-t.1000.4026531836.4242.987654.00000000000000000000000000000abc"
         );
         let parts = ns.parse(&name, 1000).unwrap();
         assert_eq!(parts.creator, token());
         assert_eq!(parts.nonce, 0xabc);
+        assert_eq!(parts.pid_namespace, 4026531836);
         assert!(name.len() < 255);
     }
 
     #[test]
     fn names_of_other_namespaces_users_or_shapes_are_outside() {
         let ns = Namespace::new("shmrc-t").unwrap();
-        let name = ns.segment_name(1000, token(), 1);
+        let name = ns.segment_name(1000, 5, token(), 1);
         assert!(!ns.contains(&name, 1001), "another uid");
         let other = Namespace::new("shmrc-t2").unwrap();
         assert!(
@@ -200,13 +215,14 @@ mod tests {
         );
         for bad in [
             "torch_123_456_7",
-            "shmrc-t.1000.4242.987654",
-            "shmrc-t.1000.4242.987654.xyz",
-            "shmrc-t.1000.04242.987654.00000000000000000000000000000abc",
-            "shmrc-t.1000.0.987654.00000000000000000000000000000abc",
-            "shmrc-t.1000.4242.987654.00000000000000000000000000000ABC",
-            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc.x",
-            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc/../x",
+            "shmrc-t.1000.5.4242.987654",
+            "shmrc-t.1000.4242.987654.00000000000000000000000000000abc",
+            "shmrc-t.1000.5.4242.987654.xyz",
+            "shmrc-t.1000.5.04242.987654.00000000000000000000000000000abc",
+            "shmrc-t.1000.5.0.987654.00000000000000000000000000000abc",
+            "shmrc-t.1000.5.4242.987654.00000000000000000000000000000ABC",
+            "shmrc-t.1000.5.4242.987654.00000000000000000000000000000abc.x",
+            "shmrc-t.1000.5.4242.987654.00000000000000000000000000000abc/../x",
         ] {
             assert!(
                 matches!(ns.parse(bad, 1000), Err(Error::OutsideNamespace { .. })),
@@ -218,12 +234,14 @@ mod tests {
     #[test]
     fn a_segment_name_tells_its_namespace() {
         let ns = Namespace::new("shmrc-x").unwrap();
-        let name = ns.segment_name(7, token(), 9);
+        let name = ns.segment_name(7, 5, token(), 9);
         let (found, parts) = Namespace::of_segment(&name, 7).unwrap();
         assert_eq!(found, ns);
         assert_eq!(parts.nonce, 9);
         assert!(Namespace::of_segment(&name, 8).is_err());
-        assert!(Namespace::of_segment("torch.7.1.1.00000000000000000000000000000009", 7).is_err());
+        assert!(
+            Namespace::of_segment("torch.7.5.1.1.00000000000000000000000000000009", 7).is_err()
+        );
     }
 
     #[test]

@@ -384,7 +384,7 @@ pub fn create<O: Os>(
     };
     match strategy {
         Strategy::FileSystem => {
-            let name = ns.segment_name(fields.uid, me, fields.nonce);
+            let name = ns.segment_name(fields.uid, fields.pid_namespace, me, fields.nonce);
             let file = os.shm_create(&name)?;
             let sized = os
                 .crash_point()

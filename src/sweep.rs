@@ -21,7 +21,8 @@ pub struct SegmentReport {
     pub name: String,
     /// What the name says (creator, nonce).
     pub parts: NameParts,
-    /// Whether the creator (from the name) is alive.
+    /// Whether the creator (from the name) is alive; `true` when it cannot be judged
+    /// (a segment of another pid namespace).
     pub creator_alive: bool,
     /// The header, when it validated.
     pub fields: Option<Fields>,
@@ -101,6 +102,25 @@ fn sweep_one<O: Os>(
     dry_run: bool,
 ) -> Result<SegmentReport> {
     let me = os.current();
+    let ours = os.pid_namespace();
+    if parts.pid_namespace != ours {
+        // Its creator's (and holders') pids mean other processes here: nothing about
+        // their liveness can be judged from this namespace, not even for a segment
+        // whose header is unpublished.
+        let action = Action::Skipped(Error::OtherPidNamespace {
+            segment: name.clone(),
+            theirs: parts.pid_namespace,
+            ours,
+        });
+        return Ok(SegmentReport {
+            name,
+            parts,
+            creator_alive: true,
+            fields: None,
+            census: None,
+            action,
+        });
+    }
     let creator_alive = parts.creator == me || os.is_alive(parts.creator);
     let mut seg = SegmentReport {
         name,

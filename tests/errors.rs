@@ -59,7 +59,8 @@ fn attaching_an_unlinked_segment_is_gone() {
 #[test]
 fn a_segment_without_a_published_header_is_half_created() {
     let t = TestNamespace::new("half");
-    let name = t.ns.segment_name(PosixOs.uid(), PosixOs.current(), 1);
+    let name =
+        t.ns.segment_name(PosixOs.uid(), PosixOs.pid_namespace(), PosixOs.current(), 1);
     let file = PosixOs.shm_create(&name).unwrap();
     assert!(
         matches!(open(&t, &name), Err(Error::HalfCreated { .. })),
@@ -79,8 +80,10 @@ fn a_sweep_removes_half_created_segments_only_once_their_creator_is_dead() {
     let mut child = std::process::Command::new("true").spawn().unwrap();
     let dead = shmrc::token::Token::new(child.id(), 0).unwrap();
     child.wait().unwrap();
-    let mine = t.ns.segment_name(PosixOs.uid(), PosixOs.current(), 1);
-    let theirs = t.ns.segment_name(PosixOs.uid(), dead, 2);
+    let mine =
+        t.ns.segment_name(PosixOs.uid(), PosixOs.pid_namespace(), PosixOs.current(), 1);
+    let theirs =
+        t.ns.segment_name(PosixOs.uid(), PosixOs.pid_namespace(), dead, 2);
     drop(PosixOs.shm_create(&mine).unwrap());
     drop(PosixOs.shm_create(&theirs).unwrap());
     let report = shmrc::sweep(&t.ns).unwrap();
@@ -220,7 +223,7 @@ fn names_outside_the_namespace_are_never_opened() {
     let t = TestNamespace::new("outside");
     for name in [
         "torch_1_2_3",
-        "shmrc-t-other.0.1.1.00000000000000000000000000000001",
+        "shmrc-t-other.0.5.1.1.00000000000000000000000000000001",
         "../etc/passwd",
     ] {
         assert!(

@@ -369,3 +369,31 @@ fn handles_and_fds_travel_over_the_sim_transport() {
     drop((named, anon, got));
     sweep_and_assert_clean(&kernel, vec![]);
 }
+
+#[test]
+fn a_half_created_segment_of_another_pid_namespace_is_left_to_its_own_sweepers() {
+    let kernel = SimKernel::new(5);
+    let creator = kernel.spawn_in_namespace(UID, 99);
+    let here = kernel.spawn(UID);
+    // Created, not yet sized or published: only the name says who made it.
+    let name = ns().segment_name(UID, 99, creator.token(), 1);
+    let file = shmrc::os::Os::shm_create(&creator, &name).unwrap();
+    // From here the creator's pid means nothing: it must not be judged dead.
+    let report = sweep_with(&here, &ns(), false).unwrap();
+    assert!(matches!(
+        report.segments[0].action,
+        shmrc::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
+    ));
+    assert_eq!(kernel.names(), vec![name.clone()]);
+    // In its own namespace it is being created, and removed once its creator is dead.
+    let neighbour = kernel.spawn_in_namespace(UID, 99);
+    let report = sweep_with(&neighbour, &ns(), false).unwrap();
+    assert!(matches!(
+        report.segments[0].action,
+        shmrc::sweep::Action::BeingCreated
+    ));
+    kernel.kill(creator.pid());
+    assert_eq!(sweep_with(&neighbour, &ns(), false).unwrap().unlinked, 1);
+    drop(file);
+    sweep_and_assert_clean(&kernel, vec![]);
+}
