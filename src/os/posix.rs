@@ -177,10 +177,13 @@ fn wait_writable(fd: BorrowedFd<'_>) -> Result<()> {
     }
 }
 
-/// The error of a failed `sendmsg`/`send`: a closed peer is [`Error::Disconnected`].
+/// The error of a failed `sendmsg`/`send`: a closed peer is [`Error::Disconnected`];
+/// too many descriptors in flight (`ETOOMANYREFS`: the sender's `RLIMIT_NOFILE` bounds
+/// the fds it may have queued in sockets) is [`Error::TooManyFds`].
 fn send_error(call: &'static str, errno: Errno) -> Error {
     match errno {
         Errno::EPIPE | Errno::ECONNRESET => Error::Disconnected,
+        Errno::ETOOMANYREFS => fd_error(call, Errno::EMFILE),
         e => Error::os(call, e),
     }
 }
