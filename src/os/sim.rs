@@ -2192,7 +2192,9 @@ mod tests {
     }
 
     /// The sim under shuttle: a holder releases while another process claims, under
-    /// random schedules; whoever ends up holding keeps the segment alive.
+    /// PCT schedules; whoever ends up holding keeps the segment alive. Both outcomes
+    /// (the claimer wins, the claimer is too late) must occur, or the schedules did
+    /// not explore the race.
     #[cfg(feature = "shuttle")]
     #[test]
     fn sim_release_and_claim_race_under_shuttle() {
@@ -2202,8 +2204,11 @@ mod tests {
         use crate::os::Os;
         use crate::segment::{self, Backing, Header};
         use crate::strategy::Strategy;
+        use crate::sync::process::{AtomicU64, Ordering::Relaxed};
 
-        shuttle::check_random(
+        static CLAIMER_WON: AtomicU64 = AtomicU64::new(0);
+        static CLAIMER_LATE: AtomicU64 = AtomicU64::new(0);
+        shuttle::check_pct(
             || {
                 let k = SimKernel::new(1);
                 let ns = Namespace::new("shmrc-simtest").unwrap();
@@ -2219,7 +2224,7 @@ mod tests {
                     let cap = opened.fields.layout.capacity;
                     let h = Header::of(&opened.map, cap).unwrap().holders();
                     let claimed = holders::claim(&b, &h, holders::held_word(b.current()))?;
-                    Ok::<_, crate::Error>((claimed.is_ok(), opened))
+                    Ok::<_, crate::Error>((claimed, opened))
                 });
                 let cap = created.fields.layout.capacity;
                 let h = Header::of(&created.map, cap).unwrap().holders();
@@ -2227,17 +2232,33 @@ mod tests {
                 let released = holders::release(&a, &h, slot, word, &name).unwrap();
                 let outcome = released.unwrap().outcome;
                 match claimer.join().unwrap() {
-                    Ok((true, _opened)) => {
+                    Ok((Ok(_slot), _opened)) => {
                         assert_eq!(outcome, Outcome::InUse);
                         assert_eq!(k.names(), [name]);
+                        CLAIMER_WON.fetch_add(1, Relaxed);
                     }
-                    Ok((false, _)) | Err(_) => {
+                    // Too late: the name was gone before the open, or every slot was
+                    // a tombstone by the claim. Nothing else may happen.
+                    Ok((Err(holders::ClaimError::Gone), _)) => {
                         assert_eq!(outcome, Outcome::Unlinked);
                         assert!(k.names().is_empty());
+                        CLAIMER_LATE.fetch_add(1, Relaxed);
                     }
+                    Err(e) if e.is_gone() => {
+                        assert_eq!(outcome, Outcome::Unlinked);
+                        assert!(k.names().is_empty());
+                        CLAIMER_LATE.fetch_add(1, Relaxed);
+                    }
+                    other => panic!("the claimer saw {other:?}"),
                 }
             },
-            200,
+            1000,
+            3,
+        );
+        let (won, late) = (CLAIMER_WON.load(Relaxed), CLAIMER_LATE.load(Relaxed));
+        assert!(
+            won > 0 && late > 0,
+            "the race was not explored: won {won}, late {late}"
         );
     }
 }
