@@ -184,11 +184,6 @@ impl<'a> Holders<'a> {
     pub fn slot_word(&self, index: usize) -> Option<u64> {
         self.slots.get(index).map(|s| s.load(SeqCst))
     }
-
-    /// The finalizer word.
-    pub fn finalizer_word(&self) -> u64 {
-        self.finalizer.load(SeqCst)
-    }
 }
 
 /// Whether `token`'s process is alive, without a syscall for this process.

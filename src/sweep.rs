@@ -26,8 +26,11 @@ pub struct SegmentReport {
     pub creator_alive: bool,
     /// The header, when it validated.
     pub fields: Option<Fields>,
-    /// The holder slots, when the header validated.
+    /// The holder slots, when the header validated: as they were (dry run) or as the
+    /// sweep left them.
     pub census: Option<Census>,
+    /// Dead holders' slots reclaimed (dry run: that would be reclaimed).
+    pub reclaimed: u32,
     /// What was done (or, in a dry run, would be).
     pub action: Action,
 }
@@ -54,9 +57,9 @@ pub enum Action {
 pub struct SweepReport {
     /// Every segment seen, in name order.
     pub segments: Vec<SegmentReport>,
-    /// Dead holders' slots reclaimed.
+    /// Dead holders' slots reclaimed (dry run: that would be reclaimed).
     pub reclaimed: u32,
-    /// Segments unlinked (half-created ones included).
+    /// Segments unlinked, half-created ones included (dry run: that would be).
     pub unlinked: u32,
     /// Whether this was a dry run (nothing changed).
     pub dry_run: bool,
@@ -81,11 +84,7 @@ pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepR
             continue;
         };
         let seg = sweep_one(os, ns, name, parts, dry_run)?;
-        if let Some(census) = &seg.census {
-            if !dry_run {
-                report.reclaimed += census.dead;
-            }
-        }
+        report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
             report.unlinked += 1;
         }
@@ -118,6 +117,7 @@ fn sweep_one<O: Os>(
             creator_alive: true,
             fields: None,
             census: None,
+            reclaimed: 0,
             action,
         });
     }
@@ -128,6 +128,7 @@ fn sweep_one<O: Os>(
         creator_alive,
         fields: None,
         census: None,
+        reclaimed: 0,
         action: Action::Kept,
     };
     let opened = match segment::open_named(os, ns, &seg.name) {
@@ -158,6 +159,7 @@ fn sweep_one<O: Os>(
     let before = holders::census(os, &h);
     if dry_run {
         seg.census = Some(before);
+        seg.reclaimed = before.dead;
         seg.action = if before.unheld() {
             Action::Unlinked
         } else {
@@ -166,10 +168,8 @@ fn sweep_one<O: Os>(
         return Ok(seg);
     }
     let finalized = holders::finalize(os, &h, &seg.name, holders::Reclaim::All)?;
-    seg.census = Some(Census {
-        dead: finalized.reclaimed,
-        ..holders::census(os, &h)
-    });
+    seg.census = Some(holders::census(os, &h));
+    seg.reclaimed = finalized.reclaimed;
     seg.action = match finalized.outcome {
         Outcome::Unlinked => Action::Unlinked,
         Outcome::AlreadyGone => Action::Vanished,

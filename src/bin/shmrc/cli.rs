@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use shmrc::os::Os;
 use shmrc::sweep::{Action, SweepReport};
-use shmrc::{Namespace, PosixOs, Strategy};
+use shmrc::{Namespace, PosixOs};
 
 use crate::table::{Table, age, bytes};
 
@@ -145,19 +145,13 @@ fn sweep(namespace: Option<&str>, dry_run: bool) -> shmrc::Result<()> {
             shmrc::sweep(&ns)?
         };
         for seg in &report.segments {
-            let reclaimed = seg.census.map_or(0, |c| c.dead);
             table.row([
                 seg.name.clone(),
-                reclaimed.to_string(),
+                seg.reclaimed.to_string(),
                 state(&seg.action, !dry_run),
             ]);
         }
-        total.reclaimed += report
-            .segments
-            .iter()
-            .filter_map(|s| s.census)
-            .map(|c| c.dead)
-            .sum::<u32>();
+        total.reclaimed += report.reclaimed;
         total.unlinked += report.unlinked;
     }
     if !table.is_empty() {
@@ -190,9 +184,4 @@ fn state(action: &Action, done: bool) -> String {
         (Action::Vanished, _) => "gone".into(),
         (Action::Skipped(e), _) => format!("left alone: {e}"),
     }
-}
-
-/// The strategies in the order the demo uses them.
-pub fn strategies() -> &'static [Strategy] {
-    shmrc::all_sharing_strategies()
 }

@@ -86,7 +86,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
 
     // 1. Create buffers, switching the process-wide strategy between batches.
     let mut buffers: Vec<(ShmBuf<PosixOs>, u64)> = Vec::new();
-    for strategy in crate::cli::strategies() {
+    for strategy in shmrc::all_sharing_strategies() {
         shmrc::set_sharing_strategy(*strategy);
         println!(
             "\n[1] sharing strategy switched to {}: creating {} buffers",
