@@ -27,6 +27,18 @@
 //!   from the slots already turned, or rolls them back.
 //!
 //! Why this is safe (P1) and leak-free (P3) is argued in `docs/PROTOCOL.md`.
+//!
+//! # Planted bugs
+//! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'`, this module carries one known bug,
+//! so that each checker can show it catches it (`docs/VERIFICATION.md`,
+//! `.ci/planted-bugs`). `shmrc-model` plants the same bug under the same flag. Without
+//! the flag (always, outside that script) the code below is the protocol as documented.
+//! - `no_rollback`: a blocked finalize lets go of the finalizer word without turning its
+//!   tombstones back into free slots.
+//! - `release_without_cas`: [`transfer`] (and so [`vacate`] and [`release`]) stores into
+//!   the slot without checking it still holds the reference being moved.
+//! - `reclaim_live`: finalize reclaims in-flight references without asking whether
+//!   their sender lives.
 
 use crate::error::Result;
 use crate::os::Os;
@@ -196,6 +208,14 @@ fn word_is_live<O: Os>(os: &O, me: Token, word: u64) -> bool {
     Slot::decode(word).owner().is_some_and(|t| alive(os, me, t))
 }
 
+/// Whether a finalize must leave slot state `s` alone: its owner lives.
+fn keeps_its_slot<O: Os>(os: &O, me: Token, s: Slot) -> bool {
+    if cfg!(shmrc_plant = "reclaim_live") && matches!(s, Slot::InFlight(_)) {
+        return false;
+    }
+    s.owner().is_some_and(|t| alive(os, me, t))
+}
+
 /// Takes a slot for `word` (a [`held_word`] or an [`in_flight_word`] of this process):
 /// a free one, or one of a dead holder. Returns the slot index.
 pub fn claim<O: Os>(os: &O, h: &Holders<'_>, word: u64) -> Result<Result<usize, ClaimError>> {
@@ -236,6 +256,10 @@ pub fn transfer<O: Os>(os: &O, h: &Holders<'_>, index: usize, from: u64, to: u64
         return Ok(false);
     };
     os.crash_point()?;
+    if cfg!(shmrc_plant = "release_without_cas") {
+        slot.store(to, SeqCst);
+        return Ok(true);
+    }
     Ok(slot.compare_exchange(from, to, SeqCst, SeqCst).is_ok())
 }
 
@@ -298,7 +322,7 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) ->
             let word = slot.load(SeqCst);
             match Slot::decode(word) {
                 Slot::Free | Slot::Tomb => {}
-                s if s.owner().is_some_and(|t| alive(os, me, t)) => {
+                s if keeps_its_slot(os, me, s) => {
                     live = true;
                     if reclaim == Reclaim::UntilLive {
                         break;
@@ -369,7 +393,7 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) ->
         }
         // Someone holds a slot: roll back every tombstone (ours and any a dead
         // finalizer left), then let go of the finalizer word.
-        for slot in h.slots {
+        for slot in h.slots.iter().filter(|_| !cfg!(shmrc_plant = "no_rollback")) {
             os.crash_point()?;
             if slot.load(SeqCst) == TOMB {
                 os.crash_point()?;

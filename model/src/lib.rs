@@ -1,0 +1,20 @@
+//! shmrc's sharing protocol as pure state machines: no I/O, no atomics, no clock.
+//!
+//! Two levels, one per question:
+//! - [`oracle`]: what users see. Processes (alive or dead), segments (named or
+//!   unlinked), who holds what, handles in flight, the strategy switch; each operation
+//!   (create, attach, share, release, kill, sweep, set_strategy) is one transition. The
+//!   model-based tests in `tests/` and the `refcount` fuzz target run the real protocol
+//!   on the simulated OS beside it and require the two to agree after every step.
+//! - [`protocol`]: how it is done. The holder words of `src/holders.rs` (slots, the
+//!   finalizer word, the pending flag) and each process's position inside claim,
+//!   transfer, release and finalize, one transition per atomic step, with a crash
+//!   possible between any two. `proofs/` explores it exhaustively.
+//!
+//! Both plant the same known bug as the real code when built with
+//! `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`).
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+pub mod oracle;
+pub mod protocol;
