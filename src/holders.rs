@@ -393,7 +393,11 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) ->
         }
         // Someone holds a slot: roll back every tombstone (ours and any a dead
         // finalizer left), then let go of the finalizer word.
-        for slot in h.slots.iter().filter(|_| !cfg!(shmrc_plant = "no_rollback")) {
+        for slot in h
+            .slots
+            .iter()
+            .filter(|_| !cfg!(shmrc_plant = "no_rollback"))
+        {
             os.crash_point()?;
             if slot.load(SeqCst) == TOMB {
                 os.crash_point()?;

@@ -1,5 +1,6 @@
 #![no_main]
-//! (being written)
+//! Fuzz target `header`: see `shmrc_fuzz::attacks::header` for what the bytes are and what
+//! is checked. Seeds: `fuzz/seeds/header/`.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    let _ = data;
+    shmrc_fuzz::attacks::header(data);
 });
