@@ -1,1 +1,1342 @@
-//! (being written: the step-level protocol)
+//! The holder protocol of `src/holders.rs` at the granularity of its atomic steps: what
+//! `proofs/` explores exhaustively and `tests/model_steps.rs` holds against the real code.
+//!
+//! # What a state is
+//! Per segment: whether it exists and is published (the creator's header write of
+//! `src/segment.rs`), whether its name is in the namespace, its slot words
+//! ([`Word`]: free, tombstone, held by a process, in flight from a process), the
+//! finalizer word and the pending flag. Per process: alive or dead, the segments it
+//! holds (slot index), how many operations it may still start, and its position
+//! ([`Pc`]) inside the operation it runs: the operation with its locals ([`Op`]) and the
+//! crash point it stands at ([`Step`]). Handles in flight (as bytes anyone may attach or
+//! drop) are a pool of `(segment, slot, sender)`. A name outside the namespace
+//! (`foreign_named`) stands for everything a sweep must never touch.
+//!
+//! # One transition per atomic step
+//! The real code calls `os.crash_point()` before every shared step. A [`Step`] value is
+//! "standing at a crash point"; [`Transition::Step`] runs from there up to the next
+//! crash point (or the end of the operation), exactly like the code between two
+//! `crash_point()`s; [`Transition::Start`] runs an operation from its call up to its
+//! first crash point (e.g. create's `shm_create`, attach's `shm_open` + validation). So
+//! a process killed by the simulated kernel at its `n`-th crash point of an operation
+//! has done the operation's first `n + 1` transitions; [`Transition::Crash`] (allowed in
+//! every state, for every live process) kills it there for good.
+//!
+//! Inside one step the real code may read several words (a slot, then the process
+//! table in `is_alive`) non-atomically; the model does them at once. This loses no
+//! behaviour that matters: every step writes at most one word, last; liveness only
+//! goes from alive to dead and a token is never reused, so a death between the read
+//! and the liveness check can be moved before the read (same word read), and a write
+//! by another process in between makes the step's closing CAS fail, which is the
+//! outcome of the model's step reading the new word (a CAS that fails and a skip of a
+//! slot both leave every word unchanged).
+//!
+//! # Retry rounds
+//! `claim` and `finalize` retry up to 64 rounds. The model keeps no round counter: at
+//! every point where the real code spins and starts another round it may either start
+//! it ([`Transition::Step`]) or end as the last round ends ([`Transition::GiveUp`]:
+//! `Full` for a claim, `Deferred` for a finalize). That includes every execution of the
+//! real code (its 64th round is one of these choices) and keeps the state free of a
+//! counter; ending early writes nothing, so it cannot hide a violation.
+//!
+//! # What is not modelled
+//! Hostile writers (garbage words, P5's other half: covered by `tests/sim_protocol.rs`
+//! and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
+//! operation at a time per process; the real code serializes finalizers per process
+//! and keeps one slot per process with its process-local table), file_descriptor
+//! segments (no holder protocol).
+//!
+//! # Planted bugs
+//! Built with `--cfg shmrc_plant="NAME"` the model carries the same bug as
+//! `src/holders.rs`: `no_rollback`, `release_without_cas`, `reclaim_live`.
+
+use std::fmt;
+
+/// Most processes in a state: users plus the fresh sweeper of [`State::check_p3`].
+pub const MAX_PROCS: usize = 5;
+/// Most slots per segment.
+pub const MAX_SLOTS: usize = 4;
+/// Most segments.
+pub const MAX_SEGMENTS: usize = 3;
+/// Most handles in flight at once.
+pub const MAX_HANDLES: usize = 8;
+
+/// A process of the model (index into [`State::procs`]).
+pub type Pid = u8;
+
+/// A slot word (or the finalizer word, which is `Free` or `Held`).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub enum Word {
+    /// `FREE`: nobody.
+    Free,
+    /// `TOMB`: turned by a finalizer.
+    Tomb,
+    /// A process's token: it holds a reference (or, in the finalizer word, finalizes).
+    Held(Pid),
+    /// `IN_FLIGHT | token`: a handle sent by this process, not yet taken over.
+    InFlight(Pid),
+}
+
+impl Word {
+    /// The process whose liveness keeps this word.
+    pub fn owner(self) -> Option<Pid> {
+        match self {
+            Word::Held(p) | Word::InFlight(p) => Some(p),
+            Word::Free | Word::Tomb => None,
+        }
+    }
+}
+
+impl fmt::Display for Word {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Word::Free => write!(f, "."),
+            Word::Tomb => write!(f, "T"),
+            Word::Held(p) => write!(f, "H{p}"),
+            Word::InFlight(p) => write!(f, "I{p}"),
+        }
+    }
+}
+
+/// How far a segment's creation got.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Phase {
+    /// Not created yet.
+    Absent,
+    /// The name exists, the header is not published (a sweep sees it half-created).
+    Unpublished,
+    /// The header is published: the holder protocol runs on it.
+    Published,
+}
+
+/// One segment.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Segment {
+    /// Creation progress.
+    pub phase: Phase,
+    /// Whether its name is in the namespace.
+    pub named: bool,
+    /// Who created it.
+    pub creator: Pid,
+    /// How often `shm_unlink` removed its name.
+    pub unlinks: u8,
+    /// The finalizer word.
+    pub finalizer: Word,
+    /// The pending-finalize flag.
+    pub pending: bool,
+    /// The holder slots (only the first [`State::slots`] are used).
+    pub slots: [Word; MAX_SLOTS],
+}
+
+/// A handle in flight: the in-flight reference `InFlight(sender)` in `slot` of `seg`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug, PartialOrd, Ord)]
+pub struct Handle {
+    /// The segment.
+    pub seg: u8,
+    /// The slot of its in-flight reference.
+    pub slot: u8,
+    /// The process that shared it.
+    pub sender: Pid,
+}
+
+impl fmt::Display for Handle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "h(s{} slot {} from p{})",
+            self.seg, self.slot, self.sender
+        )
+    }
+}
+
+/// What a sweep is looking at.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Target {
+    /// A segment of the namespace.
+    Segment(u8),
+    /// A name outside the namespace (it must be skipped).
+    Foreign,
+}
+
+/// An operation and its operation-wide locals.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Op {
+    /// `segment::create` (file_system) of segment `.0`.
+    Create(u8),
+    /// `ShmBuf::share`: claim an in-flight slot.
+    Share(u8),
+    /// `ShmBuf::attach` of a handle. `doomed`: when it opened the segment, every slot
+    /// was a tombstone (P4: it must end in `Gone`).
+    Attach {
+        /// The handle.
+        h: Handle,
+        /// Whether the segment was all tombstones when opened.
+        doomed: bool,
+    },
+    /// `ShmBuf::release` of the reference held in segment `.0`.
+    Release(u8),
+    /// Dropping an unattached handle (`ShareHandle::cancel_in_flight`).
+    Cancel(Handle),
+    /// `sweep_with`'s work on one listed name (`sweep_one`).
+    Sweep(Target),
+}
+
+impl fmt::Display for Op {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Op::Create(s) => write!(f, "create(s{s})"),
+            Op::Share(s) => write!(f, "share(s{s})"),
+            Op::Attach { h, .. } => write!(f, "attach({h})"),
+            Op::Release(s) => write!(f, "release(s{s})"),
+            Op::Cancel(h) => write!(f, "cancel({h})"),
+            Op::Sweep(Target::Segment(s)) => write!(f, "sweep(s{s})"),
+            Op::Sweep(Target::Foreign) => write!(f, "sweep(foreign name)"),
+        }
+    }
+}
+
+/// A crash point inside an operation, with the locals live there.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Step {
+    /// create: `allocate` (ftruncate + fallocate).
+    Allocate,
+    /// create: `map`.
+    Map,
+    /// create: `initialize` (header, slot 0 for the creator, magic published).
+    Initialize,
+    /// create: the crash point after publishing; then it returns.
+    Return,
+    /// `vacate` (a `transfer` to `FREE`) of the operation's reference; `finalize`:
+    /// run `finalize(UntilLive)` if it succeeded.
+    Vacate {
+        /// Whether a successful vacate is followed by a finalize.
+        finalize: bool,
+    },
+    /// attach: `transfer` of the handle's in-flight reference to `Held(me)`.
+    Transfer,
+    /// claim: load slot `i`. `all_tomb`: every slot read this round was a tombstone.
+    ClaimLoad {
+        /// Slot.
+        i: u8,
+        /// Whether the round has seen only tombstones.
+        all_tomb: bool,
+    },
+    /// claim: CAS slot `i` from `seen` to my word.
+    ClaimCas {
+        /// Slot.
+        i: u8,
+        /// The word read.
+        seen: Word,
+    },
+    /// sweep: a half-created segment whose creator is dead: reopen, unlink if still
+    /// unpublished.
+    HalfCreated,
+    /// Inside `finalize`.
+    Fin(Fin),
+}
+
+/// A crash point inside `finalize`.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Fin {
+    /// 1. load slot `i`; `live`: a live holder was seen this round.
+    ReclaimLoad {
+        /// Slot.
+        i: u8,
+        /// A live holder seen this round.
+        live: bool,
+    },
+    /// 1. CAS the dead holder's word `seen` in slot `i` to `FREE`.
+    ReclaimCas {
+        /// Slot.
+        i: u8,
+        /// The dead holder's word.
+        seen: Word,
+        /// A live holder seen this round.
+        live: bool,
+    },
+    /// Load the finalizer word and decide.
+    LoadFinalizer {
+        /// A live holder seen this round.
+        live: bool,
+    },
+    /// 2. A live finalizer `seen` works: set pending.
+    SetPending {
+        /// The live finalizer.
+        seen: Word,
+    },
+    /// 2. Is `seen` still the finalizer? Then `Deferred`, else another round.
+    CheckFinalizer {
+        /// The finalizer word read.
+        seen: Word,
+    },
+    /// 2. CAS the finalizer word from `seen` to mine.
+    TakeFinalizer {
+        /// The finalizer word read (free or dead).
+        seen: Word,
+    },
+    /// 2. Clear pending.
+    ClearPending,
+    /// 3. Load slot `i`.
+    TombLoad {
+        /// Slot.
+        i: u8,
+    },
+    /// 3. Slot `i` was `free`: CAS it to `TOMB`; otherwise blocked.
+    TombCas {
+        /// Slot.
+        i: u8,
+        /// Whether it read `FREE`.
+        free: bool,
+    },
+    /// 4. `shm_unlink`.
+    Unlink,
+    /// Blocked: load slot `i` to roll it back.
+    RollbackLoad {
+        /// Slot.
+        i: u8,
+    },
+    /// Blocked: CAS slot `i` from `TOMB` to `FREE`.
+    RollbackCas {
+        /// Slot.
+        i: u8,
+    },
+    /// Blocked: CAS the finalizer word from mine to `FREE`.
+    LetGo,
+    /// Blocked: was pending set meanwhile? Then another round.
+    CheckPending,
+}
+
+/// Where a process is.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Pc {
+    /// Between operations (or dead).
+    Idle,
+    /// Running `Op`, standing at crash point `Step`.
+    At(Op, Step),
+}
+
+/// One process.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Proc {
+    /// Alive or killed.
+    pub alive: bool,
+    /// Operations it may still start.
+    pub ops_left: u8,
+    /// The slot it holds in each segment.
+    pub holds: [Option<u8>; MAX_SEGMENTS],
+    /// Its position.
+    pub pc: Pc,
+}
+
+/// A flaw a transition records (so that invariants, which look at states, see it).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Flaw {
+    /// P2: `shm_unlink` of a published segment whose slots were not all tombstones.
+    UnlinkUncommitted(u8),
+    /// P2: a half-created segment removed while its creator lived.
+    UnlinkBeingCreated(u8),
+    /// P4: an attach that opened an all-tombstone segment ended holding it.
+    DoomedAttachHeld(Pid, u8),
+}
+
+/// The bounds of a model.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Config {
+    /// Processes (at most `MAX_PROCS - 1`).
+    pub procs: usize,
+    /// Slots per segment.
+    pub slots: usize,
+    /// Segments.
+    pub segments: usize,
+    /// Operations each process may start.
+    pub ops: u8,
+    /// Operations all processes together may start.
+    pub total_ops: u8,
+}
+
+/// A transition.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Transition {
+    /// Process `.0` starts operation `.1` (runs to its first crash point).
+    Start(Pid, Op),
+    /// Process `.0` passes its crash point and runs to the next one.
+    Step(Pid),
+    /// Like `Step`, but where the real code would spin into another round it takes its
+    /// last round's exit instead (see the module docs).
+    GiveUp(Pid),
+    /// Process `.0` is killed where it stands.
+    Crash(Pid),
+}
+
+/// The whole system.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct State {
+    procs_n: u8,
+    slots_n: u8,
+    segments_n: u8,
+    /// Operations all processes together may still start.
+    pub ops_left: u8,
+    /// The segments.
+    pub segments: [Segment; MAX_SEGMENTS],
+    /// The processes.
+    pub procs: [Proc; MAX_PROCS],
+    /// Handles in flight, sorted, `None`s last.
+    pub handles: [Option<Handle>; MAX_HANDLES],
+    /// Whether the name outside the namespace still exists.
+    pub foreign_named: bool,
+    /// A flaw recorded by a transition.
+    pub flaw: Option<Flaw>,
+}
+
+/// How a finalize reclaims (`holders::Reclaim`).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Reclaim {
+    All,
+    UntilLive,
+}
+
+const NO_SEGMENT: Segment = Segment {
+    phase: Phase::Absent,
+    named: false,
+    creator: 0,
+    unlinks: 0,
+    finalizer: Word::Free,
+    pending: false,
+    slots: [Word::Free; MAX_SLOTS],
+};
+
+const FRESH: Proc = Proc {
+    alive: true,
+    ops_left: 0,
+    holds: [None; MAX_SEGMENTS],
+    pc: Pc::Idle,
+};
+
+impl State {
+    /// The state before anything happened: `config.procs` live idle processes, no
+    /// segment, the foreign name present.
+    ///
+    /// # Panics
+    /// When a bound exceeds the model's array sizes.
+    pub fn initial(config: Config) -> State {
+        assert!(
+            config.procs >= 1 && config.procs < MAX_PROCS,
+            "procs out of range"
+        );
+        assert!(
+            config.slots >= 1 && config.slots <= MAX_SLOTS,
+            "slots out of range"
+        );
+        assert!(
+            config.segments >= 1 && config.segments <= MAX_SEGMENTS,
+            "segments out of range"
+        );
+        let mut procs = [Proc {
+            alive: false,
+            ..FRESH
+        }; MAX_PROCS];
+        for p in procs.iter_mut().take(config.procs) {
+            *p = Proc {
+                ops_left: config.ops,
+                ..FRESH
+            };
+        }
+        State {
+            procs_n: config.procs as u8,
+            slots_n: config.slots as u8,
+            segments_n: config.segments as u8,
+            ops_left: config.total_ops,
+            segments: [NO_SEGMENT; MAX_SEGMENTS],
+            procs,
+            handles: [None; MAX_HANDLES],
+            foreign_named: true,
+            flaw: None,
+        }
+    }
+
+    /// Number of user processes.
+    pub fn procs(&self) -> usize {
+        usize::from(self.procs_n)
+    }
+
+    /// Slots per segment.
+    pub fn slots(&self) -> usize {
+        usize::from(self.slots_n)
+    }
+
+    /// Number of segments.
+    pub fn segments(&self) -> usize {
+        usize::from(self.segments_n)
+    }
+
+    /// Every transition enabled here, with the state it leads to.
+    pub fn successors(&self) -> Vec<(Transition, State)> {
+        let mut out = Vec::new();
+        for p in 0..self.procs_n {
+            let proc = &self.procs[usize::from(p)];
+            if !proc.alive {
+                continue;
+            }
+            let mut crashed = self.clone();
+            crashed.crash(p);
+            out.push((Transition::Crash(p), crashed));
+            match proc.pc {
+                Pc::Idle => {
+                    for op in self.startable(p) {
+                        let mut next = self.clone();
+                        next.start(p, op);
+                        out.push((Transition::Start(p, op), next));
+                    }
+                }
+                Pc::At(..) => {
+                    let mut next = self.clone();
+                    if next.exec(p, false) {
+                        let mut gave_up = self.clone();
+                        gave_up.exec(p, true);
+                        out.push((Transition::GiveUp(p), gave_up));
+                    }
+                    out.push((Transition::Step(p), next));
+                }
+            }
+        }
+        out
+    }
+
+    /// The state after `t`, if `t` is enabled here.
+    pub fn apply(&self, t: Transition) -> Option<State> {
+        self.successors()
+            .into_iter()
+            .find_map(|(u, s)| (u == t).then_some(s))
+    }
+
+    /// The operations process `p` (idle, alive) may start.
+    fn startable(&self, p: Pid) -> Vec<Op> {
+        let proc = &self.procs[usize::from(p)];
+        let mut ops = Vec::new();
+        if proc.ops_left == 0 || self.ops_left == 0 {
+            return ops;
+        }
+        // Segments are interchangeable: only the first absent one is ever created.
+        if let Some(s) = (0..self.segments_n).find(|&s| self.seg(s).phase == Phase::Absent) {
+            ops.push(Op::Create(s));
+        }
+        for s in 0..self.segments_n {
+            if proc.holds[usize::from(s)].is_some() {
+                ops.push(Op::Share(s));
+                ops.push(Op::Release(s));
+            }
+            if self.seg(s).named {
+                ops.push(Op::Sweep(Target::Segment(s)));
+            }
+        }
+        if self.foreign_named {
+            ops.push(Op::Sweep(Target::Foreign));
+        }
+        let mut last = None;
+        for h in self.handles.iter().flatten() {
+            if last != Some(*h) {
+                ops.push(Op::Attach {
+                    h: *h,
+                    doomed: false,
+                });
+                ops.push(Op::Cancel(*h));
+            }
+            last = Some(*h);
+        }
+        ops
+    }
+
+    fn seg(&self, s: u8) -> &Segment {
+        &self.segments[usize::from(s)]
+    }
+
+    fn seg_mut(&mut self, s: u8) -> &mut Segment {
+        &mut self.segments[usize::from(s)]
+    }
+
+    fn proc_mut(&mut self, p: Pid) -> &mut Proc {
+        &mut self.procs[usize::from(p)]
+    }
+
+    fn set_pc(&mut self, p: Pid, pc: Pc) {
+        self.proc_mut(p).pc = pc;
+    }
+
+    fn end(&mut self, p: Pid) {
+        self.set_pc(p, Pc::Idle);
+    }
+
+    /// `alive(os, me, t)`: `t == me || os.is_alive(t)`.
+    fn alive(&self, me: Pid, t: Pid) -> bool {
+        t == me || self.procs.get(usize::from(t)).is_some_and(|q| q.alive)
+    }
+
+    /// `word_is_live`.
+    fn word_live(&self, me: Pid, w: Word) -> bool {
+        w.owner().is_some_and(|t| self.alive(me, t))
+    }
+
+    /// `keeps_its_slot`.
+    fn keeps(&self, me: Pid, w: Word) -> bool {
+        if cfg!(shmrc_plant = "reclaim_live") && matches!(w, Word::InFlight(_)) {
+            return false;
+        }
+        self.word_live(me, w)
+    }
+
+    fn push_handle(&mut self, h: Handle) {
+        let free = self
+            .handles
+            .iter()
+            .position(Option::is_none)
+            .expect("more handles in flight than MAX_HANDLES: lower the bounds");
+        self.handles[free] = Some(h);
+        self.handles.sort_by_key(|h| (h.is_none(), *h));
+    }
+
+    fn take_handle(&mut self, h: Handle) {
+        if let Some(i) = self.handles.iter().position(|x| *x == Some(h)) {
+            self.handles[i] = None;
+            self.handles.sort_by_key(|h| (h.is_none(), *h));
+        }
+    }
+
+    /// The handle an operation carries and has not consumed yet (its in-flight word is,
+    /// or was, in its slot; nobody else can use it meanwhile).
+    pub fn carried(op: Op, step: Step) -> Option<Handle> {
+        match (op, step) {
+            (
+                Op::Attach { h, .. },
+                Step::Vacate { .. }
+                | Step::Transfer
+                | Step::ClaimLoad { .. }
+                | Step::ClaimCas { .. },
+            )
+            | (Op::Cancel(h), Step::Vacate { .. }) => Some(h),
+            _ => None,
+        }
+    }
+
+    fn crash(&mut self, p: Pid) {
+        if let Pc::At(op, step) = self.procs[usize::from(p)].pc {
+            // A handle not yet consumed goes back to the pool: its receiver has written
+            // nothing for it, so this is the same as a receiver that never took it.
+            if let Some(h) = State::carried(op, step) {
+                self.push_handle(h);
+            }
+        }
+        *self.proc_mut(p) = Proc {
+            alive: false,
+            ..FRESH
+        };
+    }
+
+    fn start(&mut self, p: Pid, op: Op) {
+        self.proc_mut(p).ops_left -= 1;
+        self.ops_left = self.ops_left.saturating_sub(1);
+        match op {
+            Op::Create(s) => {
+                // shm_create (O_EXCL): the name exists, empty.
+                let seg = self.seg_mut(s);
+                seg.phase = Phase::Unpublished;
+                seg.named = true;
+                seg.creator = p;
+                self.set_pc(p, Pc::At(op, Step::Allocate));
+            }
+            Op::Share(_) => self.set_pc(
+                p,
+                Pc::At(
+                    op,
+                    Step::ClaimLoad {
+                        i: 0,
+                        all_tomb: true,
+                    },
+                ),
+            ),
+            Op::Release(_) => self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true })),
+            Op::Attach { h, .. } => {
+                self.take_handle(h);
+                if self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some() {
+                    // Already held here: give the handle's reference back, no finalize.
+                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
+                } else if !self.seg(h.seg).named {
+                    // open_named: Gone. The handle is dropped; its cancel's own open
+                    // finds nothing either.
+                    self.end(p);
+                } else {
+                    let doomed = self.all_tomb(h.seg);
+                    self.set_pc(p, Pc::At(Op::Attach { h, doomed }, Step::Transfer));
+                }
+            }
+            Op::Cancel(h) => {
+                self.take_handle(h);
+                if self.seg(h.seg).named {
+                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true }));
+                } else {
+                    self.end(p);
+                }
+            }
+            Op::Sweep(Target::Foreign) => self.end(p), // not a name of the namespace
+            Op::Sweep(Target::Segment(s)) => {
+                let seg = *self.seg(s);
+                match (seg.named, seg.phase) {
+                    (false, _) | (_, Phase::Absent) => self.end(p), // Vanished
+                    (true, Phase::Unpublished) => {
+                        if self.alive(p, seg.creator) {
+                            self.end(p); // BeingCreated
+                        } else {
+                            self.set_pc(p, Pc::At(op, Step::HalfCreated));
+                        }
+                    }
+                    (true, Phase::Published) => self.set_pc(p, fin_start(op)),
+                }
+            }
+        }
+    }
+
+    fn all_tomb(&self, s: u8) -> bool {
+        self.seg(s).slots[..self.slots()]
+            .iter()
+            .all(|w| *w == Word::Tomb)
+    }
+
+    /// Runs process `p` from its crash point to the next. Returns whether this step
+    /// ends a retry round (so that [`Transition::GiveUp`] is its alternative); with
+    /// `give_up`, it takes the last round's exit there.
+    fn exec(&mut self, p: Pid, give_up: bool) -> bool {
+        let Pc::At(op, step) = self.procs[usize::from(p)].pc else {
+            return false;
+        };
+        let n = self.slots_n;
+        match step {
+            Step::Allocate => self.set_pc(p, Pc::At(op, Step::Map)),
+            Step::Map => self.set_pc(p, Pc::At(op, Step::Initialize)),
+            Step::Initialize => {
+                let Op::Create(s) = op else { unreachable!() };
+                let seg = self.seg_mut(s);
+                seg.slots[0] = Word::Held(p);
+                seg.phase = Phase::Published;
+                self.proc_mut(p).holds[usize::from(s)] = Some(0);
+                self.set_pc(p, Pc::At(op, Step::Return));
+            }
+            Step::Return => self.end(p),
+            Step::Vacate { finalize } => {
+                let (s, slot, word) = match op {
+                    Op::Release(s) => {
+                        let slot = self.procs[usize::from(p)].holds[usize::from(s)]
+                            .expect("releasing a segment it does not hold");
+                        self.proc_mut(p).holds[usize::from(s)] = None;
+                        (s, slot, Word::Held(p))
+                    }
+                    Op::Attach { h, .. } | Op::Cancel(h) => {
+                        (h.seg, h.slot, Word::InFlight(h.sender))
+                    }
+                    _ => unreachable!("vacate in {op:?}"),
+                };
+                let moved = self.transfer(s, slot, word, Word::Free);
+                if moved && finalize {
+                    self.set_pc(p, fin_start(op));
+                } else {
+                    self.end(p);
+                }
+            }
+            Step::Transfer => {
+                let Op::Attach { h, .. } = op else {
+                    unreachable!()
+                };
+                if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
+                    self.hold(p, op, h.seg, h.slot);
+                } else {
+                    self.set_pc(
+                        p,
+                        Pc::At(
+                            op,
+                            Step::ClaimLoad {
+                                i: 0,
+                                all_tomb: true,
+                            },
+                        ),
+                    );
+                }
+            }
+            Step::ClaimLoad { i, all_tomb } => {
+                let s = claim_seg(op);
+                let w = self.seg(s).slots[usize::from(i)];
+                let takeable = match w {
+                    Word::Free => true,
+                    Word::Tomb => false,
+                    Word::Held(t) | Word::InFlight(t) => !self.alive(p, t),
+                };
+                if takeable {
+                    self.set_pc(p, Pc::At(op, Step::ClaimCas { i, seen: w }));
+                } else {
+                    let all_tomb = all_tomb && w == Word::Tomb;
+                    if i + 1 < n {
+                        self.set_pc(p, Pc::At(op, Step::ClaimLoad { i: i + 1, all_tomb }));
+                    } else {
+                        return self.claim_round_end(p, op, all_tomb, give_up);
+                    }
+                }
+            }
+            Step::ClaimCas { i, seen } => {
+                let s = claim_seg(op);
+                let mine = match op {
+                    Op::Share(_) => Word::InFlight(p),
+                    _ => Word::Held(p),
+                };
+                if self.cas(s, i, seen, mine) {
+                    match op {
+                        Op::Share(s) => {
+                            self.push_handle(Handle {
+                                seg: s,
+                                slot: i,
+                                sender: p,
+                            });
+                            self.end(p);
+                        }
+                        _ => self.hold(p, op, s, i),
+                    }
+                } else if i + 1 < n {
+                    self.set_pc(
+                        p,
+                        Pc::At(
+                            op,
+                            Step::ClaimLoad {
+                                i: i + 1,
+                                all_tomb: false,
+                            },
+                        ),
+                    );
+                } else {
+                    return self.claim_round_end(p, op, false, give_up);
+                }
+            }
+            Step::HalfCreated => {
+                let Op::Sweep(Target::Segment(s)) = op else {
+                    unreachable!()
+                };
+                if self.seg(s).named && self.seg(s).phase == Phase::Unpublished {
+                    if self.alive(p, self.seg(s).creator) {
+                        self.flaw = Some(Flaw::UnlinkBeingCreated(s));
+                    }
+                    self.unlink(s);
+                }
+                self.end(p);
+            }
+            Step::Fin(fin) => return self.exec_fin(p, op, fin, give_up),
+        }
+        false
+    }
+
+    /// `transfer`: CAS slot `slot` of `s` from `from` to `to` (the planted bug stores).
+    fn transfer(&mut self, s: u8, slot: u8, from: Word, to: Word) -> bool {
+        if cfg!(shmrc_plant = "release_without_cas") {
+            self.seg_mut(s).slots[usize::from(slot)] = to;
+            return true;
+        }
+        self.cas(s, slot, from, to)
+    }
+
+    fn cas(&mut self, s: u8, slot: u8, from: Word, to: Word) -> bool {
+        let w = &mut self.seg_mut(s).slots[usize::from(slot)];
+        if *w == from {
+            *w = to;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn unlink(&mut self, s: u8) {
+        let seg = self.seg_mut(s);
+        if seg.named {
+            seg.named = false;
+            seg.unlinks = seg.unlinks.saturating_add(1);
+        }
+    }
+
+    /// An attach (or reattach) now holds slot `slot` of `s`.
+    fn hold(&mut self, p: Pid, op: Op, s: u8, slot: u8) {
+        if let Op::Attach { doomed: true, .. } = op {
+            self.flaw = Some(Flaw::DoomedAttachHeld(p, s));
+        }
+        self.proc_mut(p).holds[usize::from(s)] = Some(slot);
+        self.end(p);
+    }
+
+    /// The end of a claim round that took no slot.
+    fn claim_round_end(&mut self, p: Pid, op: Op, all_tomb: bool, give_up: bool) -> bool {
+        if all_tomb {
+            self.claim_failed(p, op); // Gone
+            return false;
+        }
+        if give_up {
+            self.claim_failed(p, op); // Full
+        } else {
+            self.set_pc(
+                p,
+                Pc::At(
+                    op,
+                    Step::ClaimLoad {
+                        i: 0,
+                        all_tomb: true,
+                    },
+                ),
+            );
+        }
+        true
+    }
+
+    /// A claim ended in `Gone` or `Full`: a share returns the error; an attach returns
+    /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates.
+    fn claim_failed(&mut self, p: Pid, op: Op) {
+        match op {
+            Op::Attach { h, .. } if self.seg(h.seg).named => {
+                self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true }));
+            }
+            _ => self.end(p),
+        }
+    }
+
+    /// Another finalize round, or (give_up) the end of the last one: `Deferred`.
+    fn fin_round_end(&mut self, p: Pid, op: Op, give_up: bool) -> bool {
+        if give_up {
+            self.end(p);
+        } else {
+            self.set_pc(p, fin_start(op));
+        }
+        true
+    }
+
+    fn exec_fin(&mut self, p: Pid, op: Op, fin: Fin, give_up: bool) -> bool {
+        let s = fin_seg(op);
+        let n = self.slots_n;
+        let mode = match op {
+            Op::Sweep(_) => Reclaim::All,
+            _ => Reclaim::UntilLive,
+        };
+        let mine = Word::Held(p);
+        let at = |f: Fin| Pc::At(op, Step::Fin(f));
+        let reclaim_next = |i: u8, live: bool| {
+            if i + 1 < n {
+                at(Fin::ReclaimLoad { i: i + 1, live })
+            } else {
+                at(Fin::LoadFinalizer { live })
+            }
+        };
+        let tomb_next = |i: u8| {
+            if i + 1 < n {
+                at(Fin::TombLoad { i: i + 1 })
+            } else {
+                at(Fin::Unlink)
+            }
+        };
+        let rollback_next = |i: u8| {
+            if i + 1 < n {
+                at(Fin::RollbackLoad { i: i + 1 })
+            } else {
+                at(Fin::LetGo)
+            }
+        };
+        match fin {
+            Fin::ReclaimLoad { i, live } => {
+                let w = self.seg(s).slots[usize::from(i)];
+                let pc = match w {
+                    Word::Free | Word::Tomb => reclaim_next(i, live),
+                    w if self.keeps(p, w) => {
+                        if mode == Reclaim::UntilLive {
+                            at(Fin::LoadFinalizer { live: true })
+                        } else {
+                            reclaim_next(i, true)
+                        }
+                    }
+                    seen => at(Fin::ReclaimCas { i, seen, live }),
+                };
+                self.set_pc(p, pc);
+            }
+            Fin::ReclaimCas { i, seen, live } => {
+                self.cas(s, i, seen, Word::Free);
+                self.set_pc(p, reclaim_next(i, live));
+            }
+            Fin::LoadFinalizer { live } => {
+                let f = self.seg(s).finalizer;
+                let f_live = f != Word::Free && self.word_live(p, f);
+                let abandoned = f != Word::Free && !f_live;
+                if live && !abandoned {
+                    self.end(p); // InUse
+                } else if f_live && f != mine {
+                    self.set_pc(p, at(Fin::SetPending { seen: f }));
+                } else {
+                    self.set_pc(p, at(Fin::TakeFinalizer { seen: f }));
+                }
+            }
+            Fin::SetPending { seen } => {
+                self.seg_mut(s).pending = true;
+                self.set_pc(p, at(Fin::CheckFinalizer { seen }));
+            }
+            Fin::CheckFinalizer { seen } => {
+                if self.seg(s).finalizer == seen {
+                    self.end(p); // Deferred
+                } else {
+                    return self.fin_round_end(p, op, give_up);
+                }
+            }
+            Fin::TakeFinalizer { seen } => {
+                let seg = self.seg_mut(s);
+                if seg.finalizer == seen {
+                    seg.finalizer = mine;
+                    self.set_pc(p, at(Fin::ClearPending));
+                } else {
+                    return self.fin_round_end(p, op, give_up);
+                }
+            }
+            Fin::ClearPending => {
+                self.seg_mut(s).pending = false;
+                self.set_pc(p, at(Fin::TombLoad { i: 0 }));
+            }
+            Fin::TombLoad { i } => {
+                let w = self.seg(s).slots[usize::from(i)];
+                let pc = if w == Word::Tomb {
+                    tomb_next(i)
+                } else {
+                    at(Fin::TombCas {
+                        i,
+                        free: w == Word::Free,
+                    })
+                };
+                self.set_pc(p, pc);
+            }
+            Fin::TombCas { i, free } => {
+                if free && self.cas(s, i, Word::Free, Word::Tomb) {
+                    self.set_pc(p, tomb_next(i));
+                } else if cfg!(shmrc_plant = "no_rollback") {
+                    self.set_pc(p, at(Fin::LetGo));
+                } else {
+                    self.set_pc(p, at(Fin::RollbackLoad { i: 0 }));
+                }
+            }
+            Fin::Unlink => {
+                if !self.all_tomb(s) {
+                    self.flaw = Some(Flaw::UnlinkUncommitted(s));
+                }
+                self.unlink(s); // Unlinked, or AlreadyGone
+                self.end(p);
+            }
+            Fin::RollbackLoad { i } => {
+                let pc = if self.seg(s).slots[usize::from(i)] == Word::Tomb {
+                    at(Fin::RollbackCas { i })
+                } else {
+                    rollback_next(i)
+                };
+                self.set_pc(p, pc);
+            }
+            Fin::RollbackCas { i } => {
+                self.cas(s, i, Word::Tomb, Word::Free);
+                self.set_pc(p, rollback_next(i));
+            }
+            Fin::LetGo => {
+                let seg = self.seg_mut(s);
+                if seg.finalizer == mine {
+                    seg.finalizer = Word::Free;
+                }
+                self.set_pc(p, at(Fin::CheckPending));
+            }
+            Fin::CheckPending => {
+                if self.seg(s).pending {
+                    return self.fin_round_end(p, op, give_up);
+                }
+                self.end(p); // InUse
+            }
+        }
+        false
+    }
+}
+
+/// The first crash point of `finalize` (round 1, slot 0).
+fn fin_start(op: Op) -> Pc {
+    Pc::At(op, Step::Fin(Fin::ReclaimLoad { i: 0, live: false }))
+}
+
+fn claim_seg(op: Op) -> u8 {
+    match op {
+        Op::Share(s) => s,
+        Op::Attach { h, .. } => h.seg,
+        _ => unreachable!("claim in {op:?}"),
+    }
+}
+
+fn fin_seg(op: Op) -> u8 {
+    match op {
+        Op::Release(s) | Op::Sweep(Target::Segment(s)) => s,
+        Op::Attach { h, .. } | Op::Cancel(h) => h.seg,
+        _ => unreachable!("finalize in {op:?}"),
+    }
+}
+
+/// The properties, each a check of one state.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Property {
+    /// No premature destruction.
+    P1,
+    /// At most once, only ours.
+    P2,
+    /// No leak: killing everyone and sweeping once leaves nothing.
+    P3,
+    /// Clear failure: an attach to a gone segment ends in `Gone`.
+    P4,
+    /// Valid words, nothing stuck.
+    P5,
+}
+
+impl Property {
+    /// Every property.
+    pub const ALL: [Property; 5] = [
+        Property::P1,
+        Property::P2,
+        Property::P3,
+        Property::P4,
+        Property::P5,
+    ];
+
+    /// One line saying what is checked.
+    pub fn statement(self) -> &'static str {
+        match self {
+            Property::P1 => {
+                "a live holder's segment is named and its slot holds its word; so is a live sender's in-flight reference"
+            }
+            Property::P2 => {
+                "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never"
+            }
+            Property::P3 => {
+                "from every state, killing every process and one sweep by a fresh process unlinks every segment created"
+            }
+            Property::P4 => {
+                "an attach that opens an unlinked or all-tombstone segment never ends holding it"
+            }
+            Property::P5 => {
+                "every word is a valid state, one held slot per process and segment, tombstones only under a finalizer or when all are"
+            }
+        }
+    }
+}
+
+impl fmt::Display for Property {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{self:?}")
+    }
+}
+
+impl State {
+    /// Checks `prop` in this state: `Some(why)` when it is violated.
+    pub fn check(&self, prop: Property) -> Option<String> {
+        match prop {
+            Property::P1 => self.check_p1(),
+            Property::P2 => self.check_p2(),
+            Property::P3 => self.check_p3(),
+            Property::P4 => match self.flaw {
+                Some(Flaw::DoomedAttachHeld(p, s)) => Some(format!(
+                    "p{p}'s attach opened s{s} when every slot was a tombstone, and ended holding it"
+                )),
+                _ => None,
+            },
+            Property::P5 => self.check_p5(),
+        }
+    }
+
+    fn check_p1(&self) -> Option<String> {
+        for (p, proc) in self.procs.iter().enumerate().take(self.procs()) {
+            if !proc.alive {
+                continue;
+            }
+            for (s, slot) in proc.holds.iter().enumerate().take(self.segments()) {
+                let Some(slot) = slot else { continue };
+                let seg = &self.segments[s];
+                let word = seg.slots[usize::from(*slot)];
+                if !seg.named || word != Word::Held(p as Pid) {
+                    return Some(format!(
+                        "live p{p} holds slot {slot} of s{s}, but the segment is {} and the slot holds {word}",
+                        if seg.named { "named" } else { "unlinked" }
+                    ));
+                }
+            }
+        }
+        let carried = self
+            .procs
+            .iter()
+            .filter(|q| q.alive)
+            .filter_map(|q| match q.pc {
+                Pc::At(op, step) => State::carried(op, step),
+                Pc::Idle => None,
+            });
+        for h in self.handles.iter().flatten().copied().chain(carried) {
+            if !self.alive(Pid::MAX, h.sender) {
+                continue;
+            }
+            let seg = &self.segments[usize::from(h.seg)];
+            let word = seg.slots[usize::from(h.slot)];
+            if !seg.named || word != Word::InFlight(h.sender) {
+                return Some(format!(
+                    "{h} is in flight from live p{}, but s{} is {} and the slot holds {word}",
+                    h.sender,
+                    h.seg,
+                    if seg.named { "named" } else { "unlinked" }
+                ));
+            }
+        }
+        None
+    }
+
+    fn check_p2(&self) -> Option<String> {
+        if !self.foreign_named {
+            return Some("the name outside the namespace was removed".into());
+        }
+        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+            if seg.unlinks > 1 {
+                return Some(format!("s{s} was unlinked {} times", seg.unlinks));
+            }
+        }
+        match self.flaw {
+            Some(Flaw::UnlinkUncommitted(s)) => Some(format!(
+                "s{s} was unlinked while not every slot was a tombstone"
+            )),
+            Some(Flaw::UnlinkBeingCreated(s)) => Some(format!(
+                "half-created s{s} was removed while its creator lived"
+            )),
+            _ => None,
+        }
+    }
+
+    fn check_p5(&self) -> Option<String> {
+        let n = self.slots();
+        let valid_owner = |w: Word| w.owner().is_none_or(|p| usize::from(p) < self.procs());
+        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+            let slots = &seg.slots[..n];
+            if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
+                return Some(format!("s{s} has a slot word {w} of no process"));
+            }
+            if matches!(seg.finalizer, Word::Tomb | Word::InFlight(_))
+                || !valid_owner(seg.finalizer)
+            {
+                return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
+            }
+            for p in 0..self.procs_n {
+                let held = slots.iter().filter(|w| **w == Word::Held(p)).count();
+                if held > 1 {
+                    return Some(format!("p{p} holds {held} slots of s{s}"));
+                }
+            }
+            let tombs = slots.iter().filter(|w| **w == Word::Tomb).count();
+            if tombs > 0 && tombs < n && seg.finalizer == Word::Free {
+                return Some(format!(
+                    "s{s} has {tombs} tombstone(s) among live slots and no finalizer owns it: stuck"
+                ));
+            }
+            if seg.phase == Phase::Absent && (seg.named || slots.iter().any(|w| *w != Word::Free)) {
+                return Some(format!("s{s} was never created but has state"));
+            }
+        }
+        None
+    }
+
+    /// P3: kill every process, then one sweep (of every name, in order) by a fresh
+    /// process, run alone to its end: every segment ever created must be unlinked.
+    pub fn check_p3(&self) -> Option<String> {
+        let mut st = self.clone();
+        for p in 0..self.procs_n {
+            if st.procs[usize::from(p)].alive {
+                st.crash(p);
+            }
+        }
+        let sweeper = (MAX_PROCS - 1) as Pid;
+        st.procs[usize::from(sweeper)] = Proc {
+            ops_left: u8::MAX,
+            ..FRESH
+        };
+        for s in 0..self.segments_n {
+            if !st.seg(s).named {
+                continue;
+            }
+            st.start(sweeper, Op::Sweep(Target::Segment(s)));
+            let mut budget = 10_000;
+            while st.procs[usize::from(sweeper)].pc != Pc::Idle {
+                budget -= 1;
+                if budget == 0 {
+                    return Some(format!("the lone sweeper never finishes sweeping s{s}"));
+                }
+                st.exec(sweeper, false);
+            }
+        }
+        for (s, seg) in st.segments.iter().enumerate().take(self.segments()) {
+            if seg.named {
+                return Some(format!(
+                    "after every process died and a fresh sweep, s{s} is still named: {}",
+                    seg_line(seg, self.slots())
+                ));
+            }
+        }
+        None
+    }
+
+    /// What transition `t` does from here, in words.
+    pub fn describe(&self, t: Transition) -> String {
+        let at = |p: Pid| match self.procs[usize::from(p)].pc {
+            Pc::At(op, step) => format!("{op} at {step:?}"),
+            Pc::Idle => "idle".into(),
+        };
+        match t {
+            Transition::Start(p, op) => format!("p{p} starts {op}"),
+            Transition::Step(p) => format!("p{p} {}", at(p)),
+            Transition::GiveUp(p) => format!("p{p} {} (last round: gives up)", at(p)),
+            Transition::Crash(p) => format!("p{p} is killed ({})", at(p)),
+        }
+    }
+}
+
+fn seg_line(seg: &Segment, n: usize) -> String {
+    let phase = match seg.phase {
+        Phase::Absent => "absent",
+        Phase::Unpublished => "half-created",
+        Phase::Published => "published",
+    };
+    let slots: Vec<String> = seg.slots[..n].iter().map(Word::to_string).collect();
+    format!(
+        "{phase}{} fin={} pend={} [{}]",
+        if seg.named { " named" } else { " unlinked" },
+        seg.finalizer,
+        u8::from(seg.pending),
+        slots.join(" ")
+    )
+}
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+            if seg.phase != Phase::Absent {
+                write!(f, "s{s}: {} | ", seg_line(seg, self.slots()))?;
+            }
+        }
+        for (p, proc) in self.procs.iter().enumerate().take(self.procs()) {
+            if !proc.alive {
+                write!(f, "p{p} dead; ")?;
+                continue;
+            }
+            write!(f, "p{p}")?;
+            for (s, slot) in proc.holds.iter().enumerate() {
+                if let Some(slot) = slot {
+                    write!(f, " holds s{s}[{slot}]")?;
+                }
+            }
+            match proc.pc {
+                Pc::Idle => write!(f, " idle; ")?,
+                Pc::At(op, step) => write!(f, " in {op} at {step:?}; ")?,
+            }
+        }
+        let handles: Vec<String> = self
+            .handles
+            .iter()
+            .flatten()
+            .map(Handle::to_string)
+            .collect();
+        write!(f, "handles [{}]", handles.join(", "))
+    }
+}
