@@ -1,0 +1,445 @@
+//! Shared harness of the model-checked tests (`tests/loom_protocol.rs`,
+//! `tests/shuttle_protocol.rs`): a simulated [`World`] (kernel, namespace, names planted
+//! outside shmrc's reach), the protocol operations as the models' processes run them
+//! through the public API (each one recording what it unlinked), and the property
+//! checks both checkers assert:
+//!
+//! - **P1** ([`World::check_holder`], [`World::attach`]): a live holder's segment is
+//!   named, exactly one of its slots holds its word, its data reads back; an attach of a
+//!   handle whose sender is alive never finds the segment gone.
+//! - **P2** ([`World::record_unlink`], [`World::check_foreign`]): no segment is
+//!   reported unlinked twice; the planted foreign names survive everything.
+//! - **P5** ([`World::check_quiescent`], [`World::check_swept`]): every slot word
+//!   decodes to a state the protocol writes, owned by a process of this world; the
+//!   census adds up to the capacity; no tombstone is left without a finalizer
+//!   responsible for it; after a sweep, a surviving segment has neither tombstones nor a
+//!   finalizer nor dead holders, and a live holder or in-flight reference keeps it.
+//! - **P3** ([`World::finish`]): once every process is dead or released and a sweep ran,
+//!   no name of the namespace is left and no object keeps memory.
+//!
+//! Nothing here names a loom or shuttle type: processes are driven by the caller's
+//! threads, and the harness's own bookkeeping sits behind `std` mutexes that are never
+//! held across an access to the simulated memory.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use shmrc::holders::{self, FREE, Slot, TOMB};
+use shmrc::os::Os;
+use shmrc::os::sim::{SimKernel, SimOs};
+use shmrc::segment::{self, HEADER_BYTES, Header};
+use shmrc::sweep::{Action, sweep_with};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
+
+/// The user every simulated process runs as.
+pub const UID: u32 = 1000;
+/// Data bytes of every segment: one word, the segment's nonce (see [`payload`]).
+pub const DATA_LEN: usize = 8;
+/// Byte offset of the finalizer word in a header (word 12, see `segment.rs`).
+const FINALIZER_OFFSET: usize = 12 * 8;
+
+/// A buffer of a simulated process.
+pub type Buf = ShmBuf<SimOs>;
+
+/// What every segment's data holds: the low bytes of its nonce, so a holder that reads
+/// anything else is looking at the wrong memory or at memory that was destroyed.
+pub fn payload(buf: &Buf) -> [u8; DATA_LEN] {
+    (buf.fields().nonce as u64).to_le_bytes()
+}
+
+/// `r`'s value, or `None` if the process was killed; any other error is a failure.
+pub fn ok_or_killed<T>(what: &str, r: Result<T>) -> Option<T> {
+    match r {
+        Ok(v) => Some(v),
+        Err(Error::Killed) => None,
+        Err(e) => panic!("{what}: unexpected error {e:?}"),
+    }
+}
+
+/// One simulated machine and the bookkeeping of the properties checked on it.
+#[derive(Clone)]
+pub struct World {
+    /// The simulated kernel.
+    pub kernel: SimKernel,
+    /// The namespace every segment of the models lives in.
+    pub ns: Namespace,
+    /// Names planted outside what shmrc may touch (P2).
+    foreign: Vec<String>,
+    /// Processes spawned through [`World::spawn`], by pid.
+    procs: Arc<Mutex<Vec<u32>>>,
+    /// How often each segment was reported unlinked (P2: at most once).
+    unlinked: Arc<Mutex<BTreeMap<String, u32>>>,
+    /// A process that only looks (P5 checks); it never holds anything.
+    checker: SimOs,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+impl World {
+    /// A kernel seeded with `seed`, with three names planted that no shmrc operation of
+    /// namespace `shmrc-conc` may touch: a torch segment, a name that starts like ours
+    /// but is no segment name, and a valid segment name of another namespace.
+    pub fn new(seed: u64) -> World {
+        let kernel = SimKernel::new(seed);
+        let ns = Namespace::new("shmrc-conc").expect("valid namespace");
+        let planter = kernel.spawn(UID);
+        let other = Namespace::new("shmrc-conc-other").expect("valid namespace");
+        let foreign = vec![
+            "torch_1000_1_1".to_owned(),
+            format!("{}not-a-segment", ns.name_start(UID)),
+            other.segment_name(UID, 1, planter.token(), 7),
+        ];
+        for name in &foreign {
+            let file = planter.shm_create(name).expect("plant a foreign name");
+            planter.allocate(&file, 64).expect("size a foreign name");
+        }
+        let checker = kernel.spawn(UID);
+        World {
+            kernel,
+            ns,
+            foreign,
+            procs: Arc::new(Mutex::new(Vec::new())),
+            unlinked: Arc::new(Mutex::new(BTreeMap::new())),
+            checker,
+        }
+    }
+
+    /// A new simulated process of [`UID`].
+    pub fn spawn(&self) -> SimOs {
+        let os = self.kernel.spawn(UID);
+        lock(&self.procs).push(os.pid());
+        os
+    }
+
+    /// Whether process `pid` is alive (not killed).
+    pub fn alive(&self, pid: u32) -> bool {
+        !self.kernel.is_killed(pid)
+    }
+
+    /// Options of every model segment: file_system, `capacity` slots, our namespace.
+    pub fn options(&self, capacity: usize) -> CreateOptions {
+        CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(self.ns.clone())
+            .capacity(capacity)
+    }
+
+    /// Creates a segment as `os` and writes its [`payload`].
+    pub fn create(&self, os: &SimOs, capacity: usize) -> Result<Buf> {
+        let buf = ShmBuf::create_with(os, DATA_LEN, &self.options(capacity))?;
+        buf.write_at(0, &payload(&buf))?;
+        Ok(buf)
+    }
+
+    /// Shares `buf` as handle bytes (an in-flight reference travels with them).
+    /// `Ok(None)` when every slot is taken ([`Error::HoldersFull`]).
+    pub fn share(&self, buf: &Buf) -> Result<Option<Vec<u8>>> {
+        match buf.share().and_then(ShareHandle::into_bytes) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(Error::HoldersFull { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Attaches handle bytes as `os`; see [`World::attach_handle`].
+    pub fn attach(&self, os: &SimOs, bytes: &[u8], sender: u32) -> Result<Option<Buf>> {
+        self.attach_handle(ShareHandle::from_bytes_with(os, bytes)?, sender)
+    }
+
+    /// Attaches a handle that process `sender` shared. The segment may be gone (or full)
+    /// only if the sender died: a handle in flight from a live sender keeps its segment
+    /// (P1). `Ok(None)` for such a legitimately lost handle.
+    pub fn attach_handle(&self, handle: ShareHandle<SimOs>, sender: u32) -> Result<Option<Buf>> {
+        match ShmBuf::attach(handle) {
+            Ok(buf) => Ok(Some(buf)),
+            Err(e @ (Error::Gone { .. } | Error::HoldersFull { .. })) => {
+                // Liveness is monotone: alive now means alive all along.
+                assert!(
+                    !self.alive(sender),
+                    "P1 violated: attaching a handle of live sender {sender} failed: {e:?}"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Releases `buf`, recording an unlink (P2).
+    pub fn release(&self, buf: Buf) -> Result<()> {
+        let name = buf.name().map(str::to_owned);
+        if let (Some(fin), Some(name)) = (buf.release()?, name) {
+            if fin.outcome == holders::Outcome::Unlinked {
+                self.record_unlink(&name);
+            }
+        }
+        Ok(())
+    }
+
+    /// Sweeps the namespace as `os`, recording what it unlinked (P2). A sweep may skip
+    /// nothing: no segment of these models is damaged.
+    pub fn sweep(&self, os: &SimOs) -> Result<()> {
+        let report = sweep_with(os, &self.ns, false)?;
+        for seg in report.segments {
+            match seg.action {
+                Action::Unlinked | Action::RemovedHalfCreated => self.record_unlink(&seg.name),
+                Action::Skipped(e) => panic!("the sweep skipped {}: {e:?}", seg.name),
+                Action::Kept | Action::BeingCreated | Action::Vanished => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// P2: `name` is a segment of our namespace and was not unlinked before.
+    pub fn record_unlink(&self, name: &str) {
+        assert!(
+            self.ns.parse(name, UID).is_ok(),
+            "P2 violated: unlinked {name}, which is not a segment of {:?}",
+            self.ns.prefix()
+        );
+        let mut unlinked = lock(&self.unlinked);
+        let count = unlinked.entry(name.to_owned()).or_insert(0);
+        *count += 1;
+        assert_eq!(*count, 1, "P2 violated: {name} was unlinked twice");
+    }
+
+    /// How many segments were reported unlinked.
+    pub fn unlinks(&self) -> usize {
+        lock(&self.unlinked).len()
+    }
+
+    /// P2: every planted foreign name is still there.
+    pub fn check_foreign(&self) {
+        let names = self.kernel.names();
+        for name in &self.foreign {
+            assert!(
+                names.contains(name),
+                "P2 violated: foreign name {name} was removed"
+            );
+        }
+    }
+
+    /// The names of our namespace's segments.
+    pub fn segments(&self) -> Vec<String> {
+        let start = self.ns.name_start(UID);
+        self.kernel
+            .names()
+            .into_iter()
+            .filter(|n| n.starts_with(&start) && self.ns.parse(n, UID).is_ok())
+            .collect()
+    }
+
+    /// The word at byte `offset` of segment `name` (`None` once the name is gone).
+    fn peek_word(&self, name: &str, offset: usize) -> Option<u64> {
+        let bytes = self.kernel.peek(name, offset, 8)?;
+        Some(u64::from_ne_bytes(bytes.try_into().ok()?))
+    }
+
+    /// What is wrong with `buf` as a holding of `os`, if anything.
+    fn holder_violation(&self, os: &SimOs, buf: &Buf) -> Option<String> {
+        let name = buf.name()?;
+        if !self.kernel.names().iter().any(|n| n == name) {
+            return Some(format!("its segment {name} was unlinked"));
+        }
+        let word = holders::held_word(os.token());
+        let mut mine = 0;
+        for i in 0..buf.fields().layout.capacity {
+            match self.peek_word(name, HEADER_BYTES + 8 * i) {
+                Some(w) if w == word => mine += 1,
+                Some(_) => {}
+                None => return Some(format!("its segment {name} was unlinked")),
+            }
+        }
+        if mine != 1 {
+            return Some(format!("{mine} slots of {name} hold its word"));
+        }
+        let mut out = [0; DATA_LEN];
+        buf.read_at(0, &mut out).expect("read a held buffer");
+        (out != payload(buf)).then(|| format!("its data in {name} changed: {out:?}"))
+    }
+
+    /// P1: if `os` is alive, its holding `buf` is intact. A violation seen while the
+    /// process is still alive afterwards happened while it was alive.
+    pub fn check_holder(&self, os: &SimOs, buf: &Buf) {
+        if let Some(why) = self.holder_violation(os, buf) {
+            assert!(
+                !self.alive(os.pid()),
+                "P1 violated for live process {}: {why}",
+                os.pid()
+            );
+        }
+    }
+
+    /// P5 at any moment: every slot word of `buf`'s segment (while it is named) is one
+    /// the protocol writes (one word is read atomically; no other state is compared).
+    pub fn check_slot_words(&self, buf: &Buf) {
+        let Some(name) = buf.name() else {
+            return;
+        };
+        for i in 0..buf.fields().layout.capacity {
+            if let Some(word) = self.peek_word(name, HEADER_BYTES + 8 * i) {
+                assert!(
+                    !matches!(Slot::decode(word), Slot::Garbage(_)),
+                    "P5 violated: slot {i} of {name} holds garbage {word:x}"
+                );
+            }
+        }
+    }
+
+    /// The slot words, finalizer word and census of segment `name`, read by the checker;
+    /// `None` if it is half-created (its creator must then be dead) or gone.
+    fn read_segment(&self, name: &str) -> Option<(Vec<u64>, u64, holders::Census)> {
+        let opened = match segment::open_named(&self.checker, &self.ns, name) {
+            Ok(opened) => opened,
+            Err(Error::HalfCreated { .. }) => {
+                let creator = self.ns.parse(name, UID).expect("our name").creator;
+                assert!(
+                    !self.checker.is_alive(creator),
+                    "{name} is half-created at rest, yet its creator lives"
+                );
+                return None;
+            }
+            Err(Error::Gone { .. }) => return None,
+            Err(e) => panic!("P5 violated: {name} cannot be opened: {e:?}"),
+        };
+        let cap = opened.fields.layout.capacity;
+        let h = Header::of(&opened.map, cap)
+            .expect("slots inside the mapping")
+            .holders();
+        let words: Vec<u64> = (0..cap).map(|i| h.slot_word(i).unwrap_or(0)).collect();
+        let finalizer = self.peek_word(name, FINALIZER_OFFSET).unwrap_or(FREE);
+        let census = holders::census(&self.checker, &h);
+        Some((words, finalizer, census))
+    }
+
+    /// P5 at rest (no process is inside an operation): for every segment, every slot
+    /// word is one the protocol writes, for a process of this world; a live process
+    /// holds at most one slot; the census adds up; the finalizer word is free or a dead
+    /// process's (a live finalizer never stops with it held), and tombstones exist only
+    /// where a (dead) finalizer left them or where every slot is one (P2's unlink
+    /// pending). Also P2's foreign names.
+    pub fn check_quiescent(&self) {
+        self.check_foreign();
+        let procs = lock(&self.procs).clone();
+        for name in self.segments() {
+            let Some((words, finalizer, census)) = self.read_segment(&name) else {
+                continue;
+            };
+            let what = format!("{name}: slots {words:x?}, finalizer {finalizer:x}");
+            let mut live_held = BTreeMap::new();
+            for &w in &words {
+                match Slot::decode(w) {
+                    Slot::Free | Slot::Tomb => {}
+                    Slot::Held(t) | Slot::InFlight(t) => {
+                        assert!(
+                            procs.contains(&t.pid()),
+                            "P5 violated: a slot names unknown process {}: {what}",
+                            t.pid()
+                        );
+                        if matches!(Slot::decode(w), Slot::Held(_)) && self.alive(t.pid()) {
+                            *live_held.entry(t.pid()).or_insert(0) += 1;
+                        }
+                    }
+                    Slot::Garbage(g) => panic!("P5 violated: garbage word {g:x}: {what}"),
+                }
+            }
+            assert!(
+                live_held.values().all(|&n| n == 1),
+                "P5 violated: a live process holds two slots: {what}"
+            );
+            let total = census.free + census.tomb + census.live + census.in_flight + census.dead;
+            assert_eq!(
+                total as usize,
+                words.len(),
+                "P5 violated: census {census:?} does not add up: {what}"
+            );
+            assert!(
+                !census.finalizing,
+                "P5 violated: a live finalizer at rest: {what}"
+            );
+            let tombs = words.iter().filter(|&&w| w == TOMB).count();
+            assert!(
+                tombs == 0 || tombs == words.len() || finalizer != FREE,
+                "P5 violated: tombstones left with no finalizer to roll them back: {what}"
+            );
+        }
+    }
+
+    /// P5 after a sweep at rest: a segment that survives it has no tombstone, no
+    /// finalizer, no dead holder, and someone live holds it or has it in flight (else
+    /// the sweep leaked it: P3).
+    pub fn check_swept(&self) {
+        self.check_quiescent();
+        for name in self.segments() {
+            let Some((words, finalizer, census)) = self.read_segment(&name) else {
+                panic!("P3 violated: a sweep left {name} half-created");
+            };
+            let what = format!("{name}: slots {words:x?}, finalizer {finalizer:x}, {census:?}");
+            assert!(
+                census.tomb == 0 && finalizer == FREE && census.dead == 0,
+                "P5 violated: a sweep left tombstones, a finalizer or dead holders: {what}"
+            );
+            assert!(
+                census.live + census.in_flight > 0,
+                "P3 violated: a sweep kept a segment nobody live holds: {what}"
+            );
+        }
+    }
+
+    /// Every segment's slot words, finalizer word and census, for failure messages.
+    pub fn describe(&self) -> String {
+        let mut out = String::new();
+        for name in self.segments() {
+            let state = self.read_segment(&name);
+            out += &format!("{name}: {state:x?}; ");
+        }
+        out
+    }
+
+    /// Kills every process of this world.
+    pub fn kill_all(&self) {
+        for pid in lock(&self.procs).clone() {
+            self.kernel.kill(pid);
+        }
+    }
+
+    /// The end of every model, after its processes stopped: P5 at rest, a sweep by a
+    /// fresh process, P5 after it, P1 for every `survivor` (a live process and what it
+    /// still holds), the survivors' releases, then P3: once everybody is dead and a last
+    /// sweep ran, only the foreign names are left, and once the processes' values are
+    /// gone and the foreign names removed, no object keeps memory.
+    pub fn finish(&self, survivors: Vec<(SimOs, Buf)>) {
+        self.check_quiescent();
+        self.sweep(&self.spawn())
+            .expect("a fresh sweeper is not killed");
+        self.check_swept();
+        for (os, buf) in &survivors {
+            self.check_holder(os, buf);
+        }
+        for (os, buf) in survivors {
+            if self.alive(os.pid()) {
+                self.release(buf).expect("a survivor's release");
+            }
+        }
+        self.check_quiescent();
+        self.kill_all();
+        self.sweep(&self.kernel.spawn(UID)).expect("the last sweep");
+        assert_eq!(
+            self.segments(),
+            Vec::<String>::new(),
+            "P3 violated: everybody is dead and swept, yet names are left"
+        );
+        self.check_foreign();
+        let remover = self.kernel.spawn(UID);
+        for name in &self.foreign {
+            remover.shm_unlink(name).expect("remove a planted name");
+        }
+        assert_eq!(
+            self.kernel.objects_alive(),
+            0,
+            "P3 violated: objects keep memory after every name is gone"
+        );
+    }
+}

@@ -1,0 +1,304 @@
+//! The holder protocol under loom: small models (2–3 simulated processes, each a loom
+//! thread running the real create / share / attach / release / finalize / sweep code of
+//! production on the simulated kernel), explored over every interleaving up to the
+//! preemption bound, with one process, the *victim*, killed at its n-th crash point for
+//! every n in turn until it outruns them all.
+//!
+//! Every execution asserts P1 (a live holder's segment is named, its slot holds its
+//! word, its data reads back; a handle of a live sender always attaches), P2 (no
+//! segment unlinked twice, planted foreign names survive) and P5 (slot words valid,
+//! census adds up, no tombstone left without a finalizer) at rest after the threads
+//! join, then sweeps as a fresh process and asserts P5 again and P3 (once everyone is
+//! dead or released and swept, nothing is left).
+//!
+//! Run: `cargo test --release --features loom --test loom_protocol -- --nocapture`.
+//! `LOOM_MAX_PREEMPTIONS` bounds every model; unset, the 2-process models get 3 and
+//! the 3-process ones 2. Each model prints how many crash positions and executions it
+//! explored.
+#![cfg(feature = "loom")]
+
+mod concurrency;
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use concurrency::{Buf, World, ok_or_killed};
+use loom::sync::mpsc;
+use loom::thread;
+use shmrc::os::sim::SimOs;
+use shmrc::sync::process::{AtomicU64, Ordering::Relaxed};
+
+/// The preemption bound of the 2-process models when `LOOM_MAX_PREEMPTIONS` is not set.
+const PREEMPTIONS_2: usize = 3;
+/// The preemption bound of the 3-process models when `LOOM_MAX_PREEMPTIONS` is not set:
+/// with 3 they take ~90k executions per crash position (a quarter of an hour per
+/// model on 2 cores), with 2 a few thousand.
+const PREEMPTIONS_3: usize = 2;
+
+/// loom's builder: `LOOM_*` variables as loom reads them, a preemption bound of
+/// `default_preemptions` unless `LOOM_MAX_PREEMPTIONS` says otherwise, and room for
+/// the branches a whole create-attach-release-sweep execution takes.
+fn builder(default_preemptions: usize) -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    if builder.preemption_bound.is_none() {
+        builder.preemption_bound = Some(default_preemptions);
+    }
+    if std::env::var_os("LOOM_MAX_BRANCHES").is_none() {
+        builder.max_branches = 100_000;
+    }
+    builder
+}
+
+/// Runs `model(n)` as one loom model for n = 0, 1, 2, …; `model` kills its victim at
+/// the victim's n-th crash point and returns whether the victim was killed. Stops at
+/// the first n at which no execution killed the victim (it outran every crash point;
+/// that last model is the crash-free one), and asserts at least `min_positions` were
+/// explored, so a scenario that stopped killing cannot pass in silence.
+fn at_every_crash_point(
+    label: &str,
+    processes: usize,
+    min_positions: u64,
+    model: impl Fn(u64) -> bool + Copy + Send + Sync + 'static,
+) {
+    let builder = builder(if processes > 2 {
+        PREEMPTIONS_3
+    } else {
+        PREEMPTIONS_2
+    });
+    eprintln!(
+        "loom {label}: {processes} processes, preemption bound {:?}",
+        builder.preemption_bound
+    );
+    let start = Instant::now();
+    let mut total = 0;
+    for n in 0.. {
+        let executions = Arc::new(AtomicU64::new(0));
+        let kills = Arc::new(AtomicU64::new(0));
+        let (e, k) = (executions.clone(), kills.clone());
+        builder.check(move || {
+            e.fetch_add(1, Relaxed);
+            if model(n) {
+                k.fetch_add(1, Relaxed);
+            }
+        });
+        let (executions, kills) = (executions.load(Relaxed), kills.load(Relaxed));
+        total += executions;
+        eprintln!(
+            "loom {label}: crash point {n}: {executions} executions, victim killed in {kills}"
+        );
+        if kills == 0 {
+            eprintln!(
+                "loom {label}: {n} crash positions + the crash-free model, {total} executions, {:.1?}",
+                start.elapsed()
+            );
+            assert!(
+                n >= min_positions,
+                "{label}: only {n} crash positions explored, expected at least {min_positions}"
+            );
+            return;
+        }
+    }
+}
+
+/// Spawns a loom thread for process `os`.
+fn run_as<T: Send + 'static>(
+    os: &SimOs,
+    body: impl FnOnce(SimOs) -> T + Send + 'static,
+) -> thread::JoinHandle<T> {
+    let os = os.clone();
+    thread::spawn(move || body(os))
+}
+
+/// The end of an execution whose threads have all joined: the common checks
+/// ([`World::finish`]). Returns whether `victim` was killed.
+///
+/// Unlike the shuttle models, this does not require that crash-free releases unlinked
+/// the segment by themselves: that relies on `SeqCst` store→load order (each releaser
+/// vacates its slot, then reads the others'; the pending flag against the finalizer
+/// word), which loom models as `AcqRel` (its README, "Unsupported features"), so loom
+/// finds executions, impossible on hardware, where two releases both see the other
+/// still holding and leave the segment to the sweep.
+fn conclude(w: &World, victim: &SimOs) -> bool {
+    let killed = w.kernel.is_killed(victim.pid());
+    w.finish(vec![]);
+    killed
+}
+
+/// A creator C shares the segment with A (who attaches) and hands B a handle, then C
+/// dies: B's in-flight reference is a dead sender's, so B's attach races A's release
+/// for the slots (A's finalize reclaims C's slots and turns them to tombstones; B
+/// takes over its slot, claims another, or finds every slot a tombstone).
+fn claim_vs_tombstone(w: &World) -> (SimOs, Buf, SimOs, Vec<u8>, u32) {
+    let (c, a, b) = (w.spawn(), w.spawn(), w.spawn());
+    let buf_c = w.create(&c, 3).unwrap();
+    let for_a = w.share(&buf_c).unwrap().unwrap();
+    let buf_a = w.attach(&a, &for_a, c.pid()).unwrap().unwrap();
+    let for_b = w.share(&buf_c).unwrap().unwrap();
+    w.kernel.kill(c.pid());
+    drop(buf_c);
+    (a, buf_a, b, for_b, c.pid())
+}
+
+/// B attaches (a handle of `sender`), checks its holding, releases.
+fn attach_check_release(w: &World, b: &SimOs, bytes: &[u8], sender: u32) {
+    let attached = ok_or_killed("B's attach", w.attach(b, bytes, sender)).flatten();
+    if let Some(buf) = attached {
+        w.check_holder(b, &buf);
+        ok_or_killed("B's release", w.release(buf));
+    }
+}
+
+#[derive(Copy, Clone, Debug)]
+enum Victim {
+    A,
+    B,
+    S,
+}
+
+/// (a) A releases (its finalize turning slots to tombstones) while B attaches with a
+/// dead sender's handle (taking over or claiming a slot): the claim-vs-tombstone race.
+fn release_races_attach(victim: Victim, n: u64) -> bool {
+    let w = World::new(1);
+    let (a, buf_a, b, for_b, c) = claim_vs_tombstone(&w);
+    let v = if let Victim::A = victim { &a } else { &b };
+    w.kernel.kill_at_step(v.pid(), n);
+    let wa = w.clone();
+    let ta = run_as(&a, move |_| ok_or_killed("A's release", wa.release(buf_a)));
+    let wb = w.clone();
+    let tb = run_as(&b, move |b| attach_check_release(&wb, &b, &for_b, c));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    conclude(&w, v)
+}
+
+#[test]
+fn a_releaser_racing_an_attacher_killed_at_every_step_of_its_release() {
+    at_every_crash_point("(a) releaser killed", 2, 10, |n| {
+        release_races_attach(Victim::A, n)
+    });
+}
+
+#[test]
+fn an_attacher_racing_a_releaser_killed_at_every_step_of_its_attach() {
+    at_every_crash_point("(a) attacher killed", 2, 3, |n| {
+        release_races_attach(Victim::B, n)
+    });
+}
+
+/// (b) A and B, the only holders, release at once: their finalizes meet through the
+/// finalizer word and the pending flag, and exactly one unlinks.
+fn two_releasers(victim: Victim, n: u64) -> bool {
+    let w = World::new(2);
+    let (a, b) = (w.spawn(), w.spawn());
+    let buf_a = w.create(&a, 3).unwrap();
+    let buf_b = w
+        .attach(&b, &w.share(&buf_a).unwrap().unwrap(), a.pid())
+        .unwrap()
+        .unwrap();
+    let v = if let Victim::A = victim { &a } else { &b };
+    w.kernel.kill_at_step(v.pid(), n);
+    let wa = w.clone();
+    let ta = run_as(&a, move |_| ok_or_killed("A's release", wa.release(buf_a)));
+    let wb = w.clone();
+    let tb = run_as(&b, move |_| ok_or_killed("B's release", wb.release(buf_b)));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    conclude(&w, v)
+}
+
+#[test]
+fn two_releasers_finalizing_at_once_unlink_once_with_one_killed_at_every_step() {
+    at_every_crash_point("(b) two releasers", 2, 10, |n| two_releasers(Victim::A, n));
+}
+
+/// (c) As (a), with a sweeper S running at the same time: a finalizer killed half-way
+/// (A's release, or S's sweep) leaves its dead token in the finalizer word and maybe
+/// tombstones; the other finalizer takes over, and either finishes the destruction or,
+/// B having attached, rolls the tombstones back.
+fn dead_finalizer_taken_over(victim: Victim, n: u64) -> bool {
+    let w = World::new(3);
+    let (a, buf_a, b, for_b, c) = claim_vs_tombstone(&w);
+    let s = w.spawn();
+    let v = if let Victim::A = victim { &a } else { &s };
+    w.kernel.kill_at_step(v.pid(), n);
+    let wa = w.clone();
+    let ta = run_as(&a, move |_| ok_or_killed("A's release", wa.release(buf_a)));
+    let wb = w.clone();
+    let tb = run_as(&b, move |b| attach_check_release(&wb, &b, &for_b, c));
+    let ws = w.clone();
+    let ts = run_as(&s, move |s| ok_or_killed("S's sweep", ws.sweep(&s)));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    ts.join().unwrap();
+    conclude(&w, v)
+}
+
+#[test]
+fn a_finalizer_killed_at_every_step_is_taken_over_or_rolled_back() {
+    at_every_crash_point("(c) releasing finalizer killed", 3, 10, |n| {
+        dead_finalizer_taken_over(Victim::A, n)
+    });
+}
+
+#[test]
+fn a_sweeper_killed_at_every_step_is_taken_over_or_rolled_back() {
+    at_every_crash_point("(c) sweeping finalizer killed", 3, 10, |n| {
+        dead_finalizer_taken_over(Victim::S, n)
+    });
+}
+
+/// (d) A shares the segment (an in-flight reference in a slot), sends the bytes to B
+/// and releases its own reference; B attaches and releases; a sweeper S runs all along.
+/// While A lives, its in-flight reference must keep the segment for B.
+fn in_flight_vs_sweeper(victim: Victim, n: u64) -> bool {
+    let w = World::new(4);
+    let (a, b, s) = (w.spawn(), w.spawn(), w.spawn());
+    let buf_a = w.create(&a, 3).unwrap();
+    let v = match victim {
+        Victim::A => &a,
+        Victim::B => &b,
+        Victim::S => &s,
+    };
+    w.kernel.kill_at_step(v.pid(), n);
+    let (to_b, at_b) = mpsc::channel::<Option<Vec<u8>>>();
+    let wa = w.clone();
+    let ta = run_as(&a, move |_| {
+        let bytes = ok_or_killed("A's share", wa.share(&buf_a)).flatten();
+        to_b.send(bytes).unwrap();
+        ok_or_killed("A's release", wa.release(buf_a));
+    });
+    let wb = w.clone();
+    let a_pid = a.pid();
+    let tb = run_as(&b, move |b| {
+        if let Some(bytes) = at_b.recv().unwrap() {
+            attach_check_release(&wb, &b, &bytes, a_pid);
+        }
+    });
+    let ws = w.clone();
+    let ts = run_as(&s, move |s| ok_or_killed("S's sweep", ws.sweep(&s)));
+    ta.join().unwrap();
+    tb.join().unwrap();
+    ts.join().unwrap();
+    conclude(&w, v)
+}
+
+#[test]
+fn an_in_flight_reference_survives_a_sweep_with_its_sender_killed_at_every_step() {
+    at_every_crash_point("(d) sender killed", 3, 10, |n| {
+        in_flight_vs_sweeper(Victim::A, n)
+    });
+}
+
+#[test]
+fn an_in_flight_reference_survives_a_sweep_with_its_receiver_killed_at_every_step() {
+    at_every_crash_point("(d) receiver killed", 3, 3, |n| {
+        in_flight_vs_sweeper(Victim::B, n)
+    });
+}
+
+#[test]
+fn an_in_flight_reference_survives_a_sweeper_killed_at_every_step() {
+    at_every_crash_point("(d) sweeper killed", 3, 5, |n| {
+        in_flight_vs_sweeper(Victim::S, n)
+    });
+}
