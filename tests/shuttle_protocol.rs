@@ -19,8 +19,9 @@
 //! (`SHMRC_SHUTTLE_ITERATIONS`, `SHMRC_SHUTTLE_PCT_ITERATIONS` raise the counts).
 //!
 //! # Replaying a failure
-//! A failing iteration prints `failing schedule: "…"`. Replay it, deterministically
-//! (the random choices are part of the schedule), with
+//! A failing iteration prints `failing schedule: "…"` (a hex string wrapped over
+//! several lines). Replay it, deterministically (the random choices are part of the
+//! schedule), with
 //! `SHMRC_SHUTTLE_SCENARIO=<scenario> SHMRC_SHUTTLE_REPLAY=<schedule, or a file holding
 //! it> cargo test --release --features shuttle --test shuttle_protocol -- --ignored
 //! replay_a_failing_schedule --nocapture`; every test prints its scenario's name.
@@ -374,6 +375,8 @@ fn replay_a_failing_schedule() {
     let name = std::env::var("SHMRC_SHUTTLE_SCENARIO").unwrap_or_else(|_| "random_ops".into());
     let stats: &'static Stats = Box::leak(Box::default());
     let body = scenario(&name);
-    shuttle::replay(move || body(stats), schedule.trim().trim_matches('"'));
+    // As printed: quoted and wrapped over several lines.
+    let schedule: String = schedule.chars().filter(|c| c.is_ascii_hexdigit()).collect();
+    shuttle::replay(move || body(stats), &schedule);
     stats.print(&format!("{name} (replay)"), Instant::now());
 }

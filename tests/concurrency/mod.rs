@@ -418,7 +418,7 @@ impl World {
         for (os, buf) in &survivors {
             self.check_holder(os, buf);
         }
-        for (os, buf) in survivors {
+        for (_, buf) in survivors {
             // A survivor doomed at a later crash point may die in its release.
             ok_or_killed("a survivor's release", self.release(buf));
         }
