@@ -43,9 +43,9 @@ use shuttle::sync::mpsc::{Receiver, Sender, channel};
 /// Processes of the random scenario.
 const PROCESSES: usize = 8;
 /// Random-scheduler iterations per scenario unless `SHMRC_SHUTTLE_ITERATIONS` says.
-const RANDOM_ITERATIONS: usize = 10_000;
+const RANDOM_ITERATIONS: usize = 20_000;
 /// PCT iterations per scenario unless `SHMRC_SHUTTLE_PCT_ITERATIONS` says.
-const PCT_ITERATIONS: usize = 10_000;
+const PCT_ITERATIONS: usize = 20_000;
 /// PCT's bug depth (preemptions it places).
 const PCT_DEPTH: usize = 3;
 
