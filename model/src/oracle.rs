@@ -759,7 +759,7 @@ impl Oracle {
             }
             _ => None,
         };
-        if crashed && matches!(step, Step::Create { .. } | Step::Share { .. }) {
+        if crashed && matches!(step, Step::Create { .. }) {
             // Killed inside: it holds nothing from here on, whatever the step did. (A
             // receiver is killed once its handle is out of the list, below.)
             if let Some(v) = victim {
@@ -795,12 +795,16 @@ impl Oracle {
             }
             Step::SetStrategy { p, strategy } => self.procs[p].strategy = strategy,
             Step::Share {
-                p, buf, to, via, ..
+                p,
+                buf,
+                to,
+                via,
+                crash_at,
             } => {
                 let seg = self.procs[p].bufs[buf];
-                // A crashed share never delivers its handle: its in-flight reference, if
+                // A crash step's handle is never delivered: its in-flight reference, if
                 // it was taken, is the dead sender's, which nobody needs to track.
-                if outcome == Outcome::Ok {
+                if outcome == Outcome::Ok && crash_at.is_none() {
                     if self.segs[seg].strategy == Strategy::FileSystem {
                         *self.segs[seg].in_flight.entry(p).or_default() += 1;
                     }
@@ -1126,12 +1130,12 @@ impl Op {
             6 => {
                 let p = next()?;
                 let buf = next()?;
-                let byte = next()?;
+                let offset = next()?;
                 Op::Write {
                     p,
                     buf,
-                    offset: byte >> 4,
-                    byte,
+                    offset,
+                    byte: next()?,
                 }
             }
             7 => Op::Kill { p: next()? },
@@ -1193,10 +1197,14 @@ impl Op {
                 tag(5, crash_at, out);
                 out.extend([p, buf]);
             }
-            Op::Write { p, buf, offset, .. } => {
+            Op::Write {
+                p,
+                buf,
+                offset,
+                byte,
+            } => {
                 tag(6, None, out);
-                // The byte carries the offset in its high bits.
-                out.extend([p, buf, (offset << 4) | 0x05]);
+                out.extend([p, buf, offset, byte]);
             }
             Op::Kill { p } => {
                 tag(7, None, out);

@@ -1,0 +1,390 @@
+//! Model-based tests: random sequences of user operations (create, share as bytes or
+//! over a socket, attach, drop a handle, release, write, kill, respawn, sweep, switch
+//! strategy; any of them with the acting process killed inside) run on the real
+//! protocol over the simulated kernel and on the oracle of `shmrc-model`, which must
+//! agree after every step while P1–P5 hold (`tests/model_harness`). proptest shrinks a
+//! failure to a short operation list and prints it.
+//!
+//! Also here: the named scenarios that seed the `refcount` fuzz target
+//! (`fuzz/seeds/refcount/`), each run through the same harness. They are written by
+//! `SHMRC_WRITE_SEEDS=1 cargo test --test model_based seeds`; without the variable the
+//! test requires the committed files to be exactly these encodings.
+//!
+//! proptest-state-machine runs on std atomics, so under loom or shuttle this file is
+//! compiled out (the sim itself runs there; its loom and shuttle tests are elsewhere).
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+mod model_harness;
+
+use model_harness::Harness;
+use proptest::prelude::*;
+use proptest::sample::select;
+use proptest::strategy::Union;
+use proptest::test_runner::Config;
+use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
+use shmrc_model::oracle::{Op, Oracle, PROCESSES, Strategy as Sharing};
+
+/// Cases per run unless `PROPTEST_CASES` says otherwise.
+const DEFAULT_CASES: u32 = 96;
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+/// The oracle as proptest's reference: it generates operations and, never observing,
+/// assumes the likeliest outcome where a crash leaves several possible (the harness's
+/// own copy of the oracle observes and is exact).
+struct Reference;
+
+fn crash() -> impl Strategy<Value = Option<u8>> {
+    prop_oneof![
+        4 => Just(None),
+        2 => (0u8..16).prop_map(Some),
+        1 => (0u8..64).prop_map(Some),
+    ]
+}
+
+impl ReferenceStateMachine for Reference {
+    type State = Oracle;
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<Oracle> {
+        Just(Oracle::new()).boxed()
+    }
+
+    /// Operations that resolve in `state`: live actors, existing buffers and handles.
+    fn transitions(state: &Oracle) -> BoxedStrategy<Op> {
+        let alive = |p: &usize| state.procs[*p].alive;
+        let live: Vec<u8> = (0..PROCESSES).filter(alive).map(|p| p as u8).collect();
+        let dead: Vec<u8> = (0..PROCESSES)
+            .filter(|p| !alive(p))
+            .map(|p| p as u8)
+            .collect();
+        let bufs: Vec<(u8, u8)> = live
+            .iter()
+            .flat_map(|&p| (0..state.procs[p as usize].bufs.len()).map(move |i| (p, i as u8)))
+            .collect();
+        let handles = state.handles.len() as u8;
+        let mut arms: Vec<(u32, BoxedStrategy<Op>)> = vec![(
+            2,
+            crash().prop_map(|crash_at| Op::Sweep { crash_at }).boxed(),
+        )];
+        if !live.is_empty() {
+            let p = || select(live.clone());
+            arms.push((
+                3,
+                (p(), 0u8..8, crash())
+                    .prop_map(|(p, capacity, crash_at)| Op::Create {
+                        p,
+                        capacity,
+                        crash_at,
+                    })
+                    .boxed(),
+            ));
+            let strategy =
+                prop_oneof![2 => Just(Sharing::FileSystem), 1 => Just(Sharing::FileDescriptor)];
+            arms.push((
+                2,
+                (p(), strategy)
+                    .prop_map(|(p, strategy)| Op::SetStrategy { p, strategy })
+                    .boxed(),
+            ));
+            arms.push((2, p().prop_map(|p| Op::Kill { p }).boxed()));
+            if !bufs.is_empty() {
+                let held = || select(bufs.clone());
+                arms.push((
+                    5,
+                    (held(), p(), any::<bool>(), crash())
+                        .prop_map(|((p, buf), to, as_bytes, crash_at)| Op::Share {
+                            p,
+                            buf,
+                            to,
+                            as_bytes,
+                            crash_at,
+                        })
+                        .boxed(),
+                ));
+                arms.push((
+                    4,
+                    (held(), crash())
+                        .prop_map(|((p, buf), crash_at)| Op::Release { p, buf, crash_at })
+                        .boxed(),
+                ));
+                arms.push((
+                    1,
+                    (held(), any::<u8>(), any::<u8>())
+                        .prop_map(|((p, buf), offset, byte)| Op::Write {
+                            p,
+                            buf,
+                            offset,
+                            byte,
+                        })
+                        .boxed(),
+                ));
+            }
+        }
+        if handles > 0 {
+            arms.push((
+                5,
+                (0..handles, crash())
+                    .prop_map(|(handle, crash_at)| Op::Attach { handle, crash_at })
+                    .boxed(),
+            ));
+            arms.push((
+                1,
+                (0..handles, crash())
+                    .prop_map(|(handle, crash_at)| Op::DropHandle { handle, crash_at })
+                    .boxed(),
+            ));
+        }
+        if !dead.is_empty() {
+            arms.push((2, select(dead).prop_map(|p| Op::Respawn { p }).boxed()));
+        }
+        Union::new_weighted(arms).boxed()
+    }
+
+    fn preconditions(state: &Oracle, op: &Op) -> bool {
+        state.resolve(op).is_some()
+    }
+
+    fn apply(mut state: Oracle, op: &Op) -> Oracle {
+        if let Some(step) = state.resolve(op) {
+            let outcome = state.expect(&step).likeliest();
+            // The likeliest outcome is allowed by construction.
+            let _ = state.apply(&step, outcome);
+        }
+        state
+    }
+}
+
+/// The real protocol on the simulated kernel, through the harness.
+struct RealProtocol;
+
+impl StateMachineTest for RealProtocol {
+    type SystemUnderTest = Harness;
+    type Reference = Reference;
+
+    fn init_test(_reference: &Oracle) -> Harness {
+        Harness::new(0)
+    }
+
+    fn apply(mut harness: Harness, _reference: &Oracle, op: Op) -> Harness {
+        if let Err(failure) = harness.run(&op) {
+            panic!("{failure}");
+        }
+        harness
+    }
+
+    fn teardown(harness: Harness, _reference: Oracle) {
+        if let Err(failure) = harness.finish() {
+            panic!("{failure}");
+        }
+    }
+}
+
+prop_state_machine! {
+    #![proptest_config(Config {
+        cases: cases(),
+        failure_persistence: None,
+        .. Config::default()
+    })]
+
+    /// Random op sequences with kills between and inside operations, 4 processes, both
+    /// strategies switched at run time: the real protocol agrees with the oracle and
+    /// P1–P5 hold after every step, and a final kill-all plus sweep leaves nothing.
+    #[test]
+    fn the_real_protocol_agrees_with_the_oracle_under_random_ops_and_kills(sequential 1..48 => RealProtocol);
+}
+
+/// Named scenarios, each reaching one of the hard cases directly (also the fuzzer's
+/// seeds).
+fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
+    let fs = |p| Op::SetStrategy {
+        p,
+        strategy: Sharing::FileSystem,
+    };
+    let create = |p, capacity| Op::Create {
+        p,
+        capacity,
+        crash_at: None,
+    };
+    let share = |p, buf, to, as_bytes| Op::Share {
+        p,
+        buf,
+        to,
+        as_bytes,
+        crash_at: None,
+    };
+    let attach = |handle| Op::Attach {
+        handle,
+        crash_at: None,
+    };
+    let release = |p, buf| Op::Release {
+        p,
+        buf,
+        crash_at: None,
+    };
+    let sweep = Op::Sweep { crash_at: None };
+    let mut out = Vec::new();
+    // The last holder killed at several points of its release, then a sweep.
+    for step in [2u8, 5, 9] {
+        let name = match step {
+            2 => "kill_mid_release_2",
+            5 => "kill_mid_release_5",
+            _ => "kill_mid_release_9",
+        };
+        out.push((
+            name,
+            vec![
+                fs(0),
+                create(0, 1),
+                share(0, 0, 1, true),
+                attach(0),
+                release(0, 0),
+                Op::Release {
+                    p: 1,
+                    buf: 0,
+                    crash_at: Some(step),
+                },
+                sweep.clone(),
+            ],
+        ));
+    }
+    // A handle whose sender dies before it is attached.
+    out.push((
+        "share_then_sender_killed",
+        vec![
+            fs(0),
+            create(0, 2),
+            share(0, 0, 1, false),
+            Op::Kill { p: 0 },
+            attach(0),
+            sweep.clone(),
+            release(1, 0),
+        ],
+    ));
+    // The sender releases while its handle travels: the in-flight reference keeps it.
+    out.push((
+        "release_while_in_flight",
+        vec![
+            fs(0),
+            create(0, 1),
+            share(0, 0, 1, true),
+            release(0, 0),
+            sweep.clone(),
+            attach(0),
+        ],
+    ));
+    // A sweeper killed while it turns slots to tombstones, then the dead sender's
+    // handle attached through a free slot, then a sweep that must roll them back.
+    for step in [10u8, 12] {
+        out.push((
+            if step == 10 {
+                "tombstones_left_then_attach_10"
+            } else {
+                "tombstones_left_then_attach_12"
+            },
+            vec![
+                fs(0),
+                create(0, 2),
+                share(0, 0, 1, true),
+                Op::Kill { p: 0 },
+                Op::Sweep {
+                    crash_at: Some(step),
+                },
+                attach(0),
+                sweep.clone(),
+                release(1, 0),
+            ],
+        ));
+    }
+    // A dead sender's in-flight slot claimed by another share before its handle is
+    // attached: the attach must find the segment full, not overwrite the slot.
+    out.push((
+        "dead_senders_slot_reused",
+        vec![
+            fs(0),
+            create(0, 2),
+            share(0, 0, 1, true),
+            share(0, 0, 2, true),
+            attach(1),
+            Op::Kill { p: 0 },
+            share(2, 0, 3, true),
+            share(2, 0, 1, true),
+            attach(0),
+        ],
+    ));
+    // Both strategies, a socket and a switch at run time, a receiver killed mid-attach.
+    out.push((
+        "mixed_strategies",
+        vec![
+            create(0, 0),
+            fs(1),
+            create(1, 3),
+            share(0, 0, 3, false),
+            share(1, 0, 2, false),
+            Op::Attach {
+                handle: 1,
+                crash_at: Some(1),
+            },
+            attach(0),
+            Op::Write {
+                p: 3,
+                buf: 0,
+                offset: 3,
+                byte: 0,
+            },
+            Op::Respawn { p: 2 },
+            sweep,
+        ],
+    ));
+    out
+}
+
+/// The encoding of a scenario, as the fuzzer decodes it.
+fn encode(ops: &[Op]) -> Vec<u8> {
+    let mut bytes = Vec::new();
+    for op in ops {
+        op.encode(&mut bytes);
+    }
+    bytes
+}
+
+#[test]
+fn seed_scenarios_agree_with_the_oracle_and_match_the_committed_fuzz_seeds() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/refcount");
+    let write = std::env::var_os("SHMRC_WRITE_SEEDS").is_some();
+    for (name, ops) in scenarios() {
+        let bytes = encode(&ops);
+        assert_eq!(
+            Op::decode_all(&bytes, model_harness::MAX_OPS),
+            ops,
+            "{name} round-trips"
+        );
+        let mut harness = Harness::new(0);
+        for op in &ops {
+            if let Err(failure) = harness.run(op) {
+                panic!("scenario {name}: {failure}");
+            }
+        }
+        assert_eq!(harness.applied(), ops.len(), "{name}: every op ran");
+        if let Err(failure) = harness.finish() {
+            panic!("scenario {name}: {failure}");
+        }
+        let path = dir.join(name);
+        if write {
+            std::fs::create_dir_all(&dir).unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+        } else {
+            assert_eq!(
+                std::fs::read(&path).ok(),
+                Some(bytes),
+                "{} is not the encoding of scenario {name}: rerun with SHMRC_WRITE_SEEDS=1",
+                path.display()
+            );
+        }
+    }
+}
