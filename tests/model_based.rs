@@ -25,7 +25,7 @@ use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state
 use shmrc_model::oracle::{Op, Oracle, PROCESSES, Strategy as Sharing};
 
 /// Cases per run unless `PROPTEST_CASES` says otherwise.
-const DEFAULT_CASES: u32 = 96;
+const DEFAULT_CASES: u32 = 3000;
 
 fn cases() -> u32 {
     std::env::var("PROPTEST_CASES")
@@ -41,8 +41,8 @@ struct Reference;
 
 fn crash() -> impl Strategy<Value = Option<u8>> {
     prop_oneof![
-        4 => Just(None),
-        2 => (0u8..16).prop_map(Some),
+        12 => Just(None),
+        3 => (0u8..24).prop_map(Some),
         1 => (0u8..64).prop_map(Some),
     ]
 }
@@ -51,8 +51,20 @@ impl ReferenceStateMachine for Reference {
     type State = Oracle;
     type Transition = Op;
 
+    /// Every process starts with a random strategy setting (file_system likelier: it
+    /// is the one with a refcount to break).
     fn init_state() -> BoxedStrategy<Oracle> {
-        Just(Oracle::new()).boxed()
+        let setting =
+            prop_oneof![3 => Just(Sharing::FileSystem), 1 => Just(Sharing::FileDescriptor)];
+        proptest::collection::vec(setting, PROCESSES)
+            .prop_map(|settings| {
+                let mut oracle = Oracle::new();
+                for (proc, s) in oracle.procs.iter_mut().zip(settings) {
+                    proc.strategy = s;
+                }
+                oracle
+            })
+            .boxed()
     }
 
     /// Operations that resolve in `state`: live actors, existing buffers and handles.
@@ -76,7 +88,7 @@ impl ReferenceStateMachine for Reference {
             let p = || select(live.clone());
             arms.push((
                 3,
-                (p(), 0u8..8, crash())
+                (p(), prop_oneof![1 => Just(0u8), 6 => 1u8..4], crash())
                     .prop_map(|(p, capacity, crash_at)| Op::Create {
                         p,
                         capacity,
@@ -87,7 +99,7 @@ impl ReferenceStateMachine for Reference {
             let strategy =
                 prop_oneof![2 => Just(Sharing::FileSystem), 1 => Just(Sharing::FileDescriptor)];
             arms.push((
-                2,
+                1,
                 (p(), strategy)
                     .prop_map(|(p, strategy)| Op::SetStrategy { p, strategy })
                     .boxed(),
@@ -96,7 +108,7 @@ impl ReferenceStateMachine for Reference {
             if !bufs.is_empty() {
                 let held = || select(bufs.clone());
                 arms.push((
-                    5,
+                    8,
                     (held(), p(), any::<bool>(), crash())
                         .prop_map(|((p, buf), to, as_bytes, crash_at)| Op::Share {
                             p,
@@ -108,7 +120,7 @@ impl ReferenceStateMachine for Reference {
                         .boxed(),
                 ));
                 arms.push((
-                    4,
+                    3,
                     (held(), crash())
                         .prop_map(|((p, buf), crash_at)| Op::Release { p, buf, crash_at })
                         .boxed(),
@@ -128,7 +140,7 @@ impl ReferenceStateMachine for Reference {
         }
         if handles > 0 {
             arms.push((
-                5,
+                6,
                 (0..handles, crash())
                     .prop_map(|(handle, crash_at)| Op::Attach { handle, crash_at })
                     .boxed(),
@@ -141,7 +153,10 @@ impl ReferenceStateMachine for Reference {
             ));
         }
         if !dead.is_empty() {
-            arms.push((2, select(dead).prop_map(|p| Op::Respawn { p }).boxed()));
+            arms.push((
+                2 * dead.len() as u32,
+                select(dead).prop_map(|p| Op::Respawn { p }).boxed(),
+            ));
         }
         Union::new_weighted(arms).boxed()
     }
@@ -167,8 +182,9 @@ impl StateMachineTest for RealProtocol {
     type SystemUnderTest = Harness;
     type Reference = Reference;
 
-    fn init_test(_reference: &Oracle) -> Harness {
-        Harness::new(0)
+    fn init_test(reference: &Oracle) -> Harness {
+        let settings: Vec<Sharing> = reference.procs.iter().map(|p| p.strategy).collect();
+        Harness::with_strategies(0, &settings)
     }
 
     fn apply(mut harness: Harness, _reference: &Oracle, op: Op) -> Harness {
@@ -179,6 +195,9 @@ impl StateMachineTest for RealProtocol {
     }
 
     fn teardown(harness: Harness, _reference: Oracle) {
+        if std::env::var_os("SHMRC_MODEL_TALLY").is_some() {
+            eprintln!("tally {:?}", harness.tally());
+        }
         if let Err(failure) = harness.finish() {
             panic!("{failure}");
         }
@@ -196,7 +215,7 @@ prop_state_machine! {
     /// strategies switched at run time: the real protocol agrees with the oracle and
     /// P1–P5 hold after every step, and a final kill-all plus sweep leaves nothing.
     #[test]
-    fn the_real_protocol_agrees_with_the_oracle_under_random_ops_and_kills(sequential 1..48 => RealProtocol);
+    fn the_real_protocol_agrees_with_the_oracle_under_random_ops_and_kills(sequential 1..64 => RealProtocol);
 }
 
 /// Named scenarios, each reaching one of the hard cases directly (also the fuzzer's
@@ -344,27 +363,21 @@ fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
     out
 }
 
-/// The encoding of a scenario, as the fuzzer decodes it.
-fn encode(ops: &[Op]) -> Vec<u8> {
-    let mut bytes = Vec::new();
-    for op in ops {
-        op.encode(&mut bytes);
-    }
-    bytes
-}
-
 #[test]
 fn seed_scenarios_agree_with_the_oracle_and_match_the_committed_fuzz_seeds() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/refcount");
     let write = std::env::var_os("SHMRC_WRITE_SEEDS").is_some();
     for (name, ops) in scenarios() {
-        let bytes = encode(&ops);
+        // Every process starts with file_descriptor, the real default; the scenarios
+        // switch where they need to.
+        let strategies = [Sharing::FileDescriptor; PROCESSES];
+        let bytes = model_harness::encode_input(&strategies, &ops);
         assert_eq!(
-            Op::decode_all(&bytes, model_harness::MAX_OPS),
-            ops,
+            model_harness::decode_input(&bytes),
+            (strategies.to_vec(), ops.clone()),
             "{name} round-trips"
         );
-        let mut harness = Harness::new(0);
+        let mut harness = Harness::with_strategies(0, &strategies);
         for op in &ops {
             if let Err(failure) = harness.run(op) {
                 panic!("scenario {name}: {failure}");

@@ -1061,7 +1061,7 @@ impl Oracle {
                     return Err(violation(
                         "P5",
                         format!(
-                            "segment {seg} has {} tombstones, the oracle expects {t} (a completed finalize rolls every one back)",
+                            "segment {seg} has {} tombstones, the oracle expects {t} (a completed finalize rolls every one back; only a crash leaves some)",
                             slots.tombs
                         ),
                     ));

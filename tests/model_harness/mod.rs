@@ -113,6 +113,37 @@ struct Process {
     bufs: Vec<ShmBuf<SimOs>>,
 }
 
+/// Decodes a fuzz input: the first byte gives each process's initial strategy setting
+/// (bit `p` set: file_system), the rest is operations ([`Op::decode`]), at most
+/// [`MAX_OPS`].
+pub fn decode_input(data: &[u8]) -> (Vec<Strategy>, Vec<Op>) {
+    let (settings, ops) = data.split_first().map_or((0, data), |(s, rest)| (*s, rest));
+    let strategies = (0..PROCESSES)
+        .map(|p| {
+            if settings & (1 << p) != 0 {
+                Strategy::FileSystem
+            } else {
+                Strategy::FileDescriptor
+            }
+        })
+        .collect();
+    (strategies, Op::decode_all(ops, MAX_OPS))
+}
+
+/// The input [`decode_input`] reads back as these settings and operations.
+pub fn encode_input(strategies: &[Strategy], ops: &[Op]) -> Vec<u8> {
+    let settings = strategies
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| **s == Strategy::FileSystem)
+        .fold(0u8, |bits, (p, _)| bits | 1 << p);
+    let mut bytes = vec![settings];
+    for op in ops {
+        op.encode(&mut bytes);
+    }
+    bytes
+}
+
 /// The real protocol on a simulated kernel beside the oracle. See the module docs.
 pub struct Harness {
     kernel: SimKernel,
@@ -130,6 +161,8 @@ pub struct Harness {
     ops: Vec<Op>,
     /// Operations that resolved to something (not skipped).
     applied: usize,
+    /// How often each kind of step ended with each outcome.
+    tally: BTreeMap<String, u32>,
 }
 
 impl Harness {
@@ -177,7 +210,18 @@ impl Harness {
             unlinks: BTreeMap::new(),
             ops: Vec::new(),
             applied: 0,
+            tally: BTreeMap::new(),
         }
+    }
+
+    /// [`Harness::new`] with process `p` starting with strategy setting
+    /// `strategies[p]` (the real switch is set from it before each create).
+    pub fn with_strategies(seed: u64, strategies: &[Strategy]) -> Harness {
+        let mut harness = Harness::new(seed);
+        for (proc, strategy) in harness.oracle.procs.iter_mut().zip(strategies) {
+            proc.strategy = *strategy;
+        }
+        harness
     }
 
     /// The oracle as it stands (exact after every step).
@@ -188,6 +232,11 @@ impl Harness {
     /// Operations that ran (were not skipped for want of a live process or a target).
     pub fn applied(&self) -> usize {
         self.applied
+    }
+
+    /// How often each kind of step ended with each outcome (`"Attach Gone"` → 3).
+    pub fn tally(&self) -> &BTreeMap<String, u32> {
+        &self.tally
     }
 
     /// Runs `op` on both sides and checks everything; see the module docs.
@@ -412,9 +461,20 @@ impl Harness {
                 o
             }
         };
-        if let Err(v) = self.oracle.apply(&step, observed) {
-            return Err(v);
-        }
+        let kind = format!("{step:?}");
+        let kind = kind.split([' ', '{']).next().unwrap_or_default();
+        let crash = if observed == Outcome::Killed {
+            ""
+        } else if kind != "Sweep" && format!("{step:?}").contains("crash_at: Some") {
+            " (then killed)"
+        } else {
+            ""
+        };
+        *self
+            .tally
+            .entry(format!("{kind} {observed:?}{crash}"))
+            .or_default() += 1;
+        self.oracle.apply(&step, observed)?;
         match step {
             Step::Kill { p } => self.kill(p),
             Step::Respawn { p } => {
