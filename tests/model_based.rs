@@ -152,6 +152,17 @@ impl ReferenceStateMachine for Reference {
                     .boxed(),
             ));
         }
+        // A sender killed while its handle travels is where the refcount is hardest
+        // (its in-flight reference becomes reclaimable): make it likelier.
+        let senders: Vec<u8> = state
+            .handles
+            .iter()
+            .filter(|h| h.sender_alive)
+            .map(|h| h.sender as u8)
+            .collect();
+        if !senders.is_empty() {
+            arms.push((2, select(senders).prop_map(|p| Op::Kill { p }).boxed()));
+        }
         if !dead.is_empty() {
             arms.push((
                 2 * dead.len() as u32,

@@ -1073,11 +1073,16 @@ impl Oracle {
     }
 }
 
+/// The tag bits that mark a crash step in [`Op::decode`].
+const CRASH: u8 = 0x70;
+
 impl Op {
     /// Decodes one operation from the front of `bytes` (the fuzzer's input), consuming
     /// what it used; `None` when the bytes run out. Every byte string decodes to some
     /// sequence: the first byte picks the kind (low 4 bits) and whether the acting
-    /// process is killed inside (bit 4, then one byte for the step).
+    /// process is killed inside (bits 4 to 6 all set, then one byte for the step: one
+    /// operation in eight is a crash, so that sequences live long enough to build up
+    /// references worth crashing).
     pub fn decode(bytes: &mut &[u8]) -> Option<Op> {
         let mut next = || {
             let (first, rest) = bytes.split_first()?;
@@ -1085,8 +1090,13 @@ impl Op {
             Some(*first)
         };
         let tag = next()?;
-        let mut crash =
-            || -> Option<Option<u8>> { Some(if tag & 0x10 != 0 { Some(next()?) } else { None }) };
+        let mut crash = || -> Option<Option<u8>> {
+            Some(if tag & CRASH == CRASH {
+                Some(next()?)
+            } else {
+                None
+            })
+        };
         let crash_at = crash()?;
         Some(match tag & 0x0f {
             0 | 10 => Op::Create {
@@ -1159,7 +1169,7 @@ impl Op {
     /// The bytes [`Op::decode`] reads back as this operation (for seed inputs).
     pub fn encode(&self, out: &mut Vec<u8>) {
         let tag = |kind: u8, crash_at: Option<u8>, out: &mut Vec<u8>| {
-            out.push(kind | if crash_at.is_some() { 0x10 } else { 0 });
+            out.push(kind | if crash_at.is_some() { CRASH } else { 0 });
             out.extend(crash_at);
         };
         match *self {
