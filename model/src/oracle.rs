@@ -1075,12 +1075,16 @@ impl Oracle {
 
 /// The tag bits that mark a crash step in [`Op::decode`].
 const CRASH: u8 = 0x70;
+/// Crash steps [`Op::decode`] reads (modulo): an operation has at most a few dozen
+/// crash points, so larger steps would only mean "killed right after it".
+pub const CRASH_STEPS: u8 = 64;
 
 impl Op {
     /// Decodes one operation from the front of `bytes` (the fuzzer's input), consuming
     /// what it used; `None` when the bytes run out. Every byte string decodes to some
     /// sequence: the first byte picks the kind (low 4 bits) and whether the acting
-    /// process is killed inside (bits 4 to 6 all set, then one byte for the step: one
+    /// process is killed inside (bits 4 to 6 all set, then one byte for the step, modulo
+    /// [`CRASH_STEPS`]: one
     /// operation in eight is a crash, so that sequences live long enough to build up
     /// references worth crashing).
     pub fn decode(bytes: &mut &[u8]) -> Option<Op> {
@@ -1092,7 +1096,7 @@ impl Op {
         let tag = next()?;
         let mut crash = || -> Option<Option<u8>> {
             Some(if tag & CRASH == CRASH {
-                Some(next()?)
+                Some(next()? % CRASH_STEPS)
             } else {
                 None
             })
