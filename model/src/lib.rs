@@ -11,8 +11,9 @@
 //!   transfer, release and finalize, one transition per atomic step, with a crash
 //!   possible between any two. `proofs/` explores it exhaustively.
 //!
-//! Both plant the same known bug as the real code when built with
-//! `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`).
+//! [`protocol`] plants the same known bug as the real code when built with
+//! `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`); [`oracle`] never does: it is
+//! the specification the bugged code must then disagree with.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 
