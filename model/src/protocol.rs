@@ -643,16 +643,7 @@ impl State {
                 seg.creator = p;
                 self.set_pc(p, Pc::At(op, Step::Allocate));
             }
-            Op::Share(_) => self.set_pc(
-                p,
-                Pc::At(
-                    op,
-                    Step::ClaimLoad {
-                        i: 0,
-                        all_tomb: true,
-                    },
-                ),
-            ),
+            Op::Share(_) => self.set_pc(p, claim_start(op)),
             Op::Release(_) => self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true })),
             Op::Attach { h, .. } => {
                 self.take_handle(h);
@@ -747,16 +738,7 @@ impl State {
                 if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
                     self.hold(p, op, h.seg, h.slot);
                 } else {
-                    self.set_pc(
-                        p,
-                        Pc::At(
-                            op,
-                            Step::ClaimLoad {
-                                i: 0,
-                                all_tomb: true,
-                            },
-                        ),
-                    );
+                    self.set_pc(p, claim_start(op));
                 }
             }
             Step::ClaimLoad { i, all_tomb } => {
@@ -873,16 +855,7 @@ impl State {
         if give_up {
             self.claim_failed(p, op); // Full
         } else {
-            self.set_pc(
-                p,
-                Pc::At(
-                    op,
-                    Step::ClaimLoad {
-                        i: 0,
-                        all_tomb: true,
-                    },
-                ),
-            );
+            self.set_pc(p, claim_start(op));
         }
         true
     }
@@ -1053,6 +1026,17 @@ impl State {
 }
 
 /// The first crash point of `finalize` (round 1, slot 0).
+/// A claim round from its first slot (of a share, or an attach whose transfer failed).
+fn claim_start(op: Op) -> Pc {
+    Pc::At(
+        op,
+        Step::ClaimLoad {
+            i: 0,
+            all_tomb: true,
+        },
+    )
+}
+
 fn fin_start(op: Op) -> Pc {
     Pc::At(op, Step::Fin(Fin::ReclaimLoad { i: 0, live: false }))
 }
