@@ -157,31 +157,44 @@ enum Victim {
 
 /// (a) A releases (its finalize turning slots to tombstones) while B attaches with a
 /// dead sender's handle (taking over or claiming a slot): the claim-vs-tombstone race.
-fn release_races_attach(victim: Victim, n: u64) -> bool {
-    let w = World::new(1);
+/// With a `sweeper`, model (c): a sweeper S runs at the same time.
+fn release_races_attach(seed: u64, sweeper: bool, victim: Victim, n: u64) -> bool {
+    let w = World::new(seed);
     let (a, buf_a, b, for_b, c) = claim_vs_tombstone(&w);
-    let v = if let Victim::A = victim { &a } else { &b };
+    let s = sweeper.then(|| w.spawn());
+    let v = match victim {
+        Victim::A => &a,
+        Victim::B => &b,
+        Victim::S => s.as_ref().expect("a sweeper to kill"),
+    };
     w.kernel.kill_at_step(v.pid(), n);
     let wa = w.clone();
     let ta = run_as(&a, move |_| ok_or_killed("A's release", wa.release(buf_a)));
     let wb = w.clone();
     let tb = run_as(&b, move |b| attach_check_release(&wb, &b, &for_b, c));
+    let ts = s.as_ref().map(|s| {
+        let ws = w.clone();
+        run_as(s, move |s| ok_or_killed("S's sweep", ws.sweep(&s)))
+    });
     ta.join().unwrap();
     tb.join().unwrap();
+    if let Some(ts) = ts {
+        ts.join().unwrap();
+    }
     conclude(&w, v)
 }
 
 #[test]
 fn a_releaser_racing_an_attacher_killed_at_every_step_of_its_release() {
     at_every_crash_point("(a) releaser killed", 2, 10, |n| {
-        release_races_attach(Victim::A, n)
+        release_races_attach(1, false, Victim::A, n)
     });
 }
 
 #[test]
 fn an_attacher_racing_a_releaser_killed_at_every_step_of_its_attach() {
     at_every_crash_point("(a) attacher killed", 2, 3, |n| {
-        release_races_attach(Victim::B, n)
+        release_races_attach(1, false, Victim::B, n)
     });
 }
 
@@ -211,39 +224,22 @@ fn two_releasers_finalizing_at_once_unlink_once_with_one_killed_at_every_step() 
     at_every_crash_point("(b) two releasers", 2, 10, |n| two_releasers(Victim::A, n));
 }
 
-/// (c) As (a), with a sweeper S running at the same time: a finalizer killed half-way
-/// (A's release, or S's sweep) leaves its dead token in the finalizer word and maybe
-/// tombstones; the other finalizer takes over, and either finishes the destruction or,
-/// B having attached, rolls the tombstones back.
-fn dead_finalizer_taken_over(victim: Victim, n: u64) -> bool {
-    let w = World::new(3);
-    let (a, buf_a, b, for_b, c) = claim_vs_tombstone(&w);
-    let s = w.spawn();
-    let v = if let Victim::A = victim { &a } else { &s };
-    w.kernel.kill_at_step(v.pid(), n);
-    let wa = w.clone();
-    let ta = run_as(&a, move |_| ok_or_killed("A's release", wa.release(buf_a)));
-    let wb = w.clone();
-    let tb = run_as(&b, move |b| attach_check_release(&wb, &b, &for_b, c));
-    let ws = w.clone();
-    let ts = run_as(&s, move |s| ok_or_killed("S's sweep", ws.sweep(&s)));
-    ta.join().unwrap();
-    tb.join().unwrap();
-    ts.join().unwrap();
-    conclude(&w, v)
-}
+// (c) As (a), with a sweeper S running at the same time: a finalizer killed half-way
+// (A's release, or S's sweep) leaves its dead token in the finalizer word and maybe
+// tombstones; the other finalizer takes over, and either finishes the destruction or,
+// B having attached, rolls the tombstones back.
 
 #[test]
 fn a_finalizer_killed_at_every_step_is_taken_over_or_rolled_back() {
     at_every_crash_point("(c) releasing finalizer killed", 3, 10, |n| {
-        dead_finalizer_taken_over(Victim::A, n)
+        release_races_attach(3, true, Victim::A, n)
     });
 }
 
 #[test]
 fn a_sweeper_killed_at_every_step_is_taken_over_or_rolled_back() {
     at_every_crash_point("(c) sweeping finalizer killed", 3, 10, |n| {
-        dead_finalizer_taken_over(Victim::S, n)
+        release_races_attach(3, true, Victim::S, n)
     });
 }
 
