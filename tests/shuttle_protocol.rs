@@ -3,10 +3,10 @@
 //! sweep on the simulated kernel) each run dozens of operations drawn from shuttle's
 //! random generator: create, share to another process (handle bytes over a channel, or
 //! a handle over a simulated Unix stream with `transport`), attach, drop a handle
-//! unattached, release, sweep, and kill another process now or at a later crash point;
-//! some processes are also doomed from the start to die at a random crash point. So
-//! finalizers (releases, sweeps, dropped handles) run concurrently, die half-way and are
-//! taken over. Random and PCT schedules, many iterations.
+//! unattached, release, sweep, and kill another process at its next crash point or a
+//! later one; some processes are also doomed from the start to die at a random crash
+//! point. So finalizers (releases, sweeps, dropped handles) run concurrently, die
+//! half-way and are taken over. Random and PCT schedules, many iterations.
 //!
 //! Checked: P1 after every operation of a process (its holdings intact; a live
 //! sender's handle always attaches), P2 at every unlink and for the planted foreign
@@ -165,12 +165,16 @@ impl Process {
                 stats.swept.fetch_add(1, Relaxed);
             }
             18 if rng.gen_bool(0.3) => {
+                // The victim is running: it dies at a crash point of its own (the next
+                // one, or a later one), never between a crash point and the step after
+                // it (see `SimKernel::kill`).
                 let (pid, _) = &self.post[rng.gen_range(0..self.post.len())];
-                if rng.gen_bool(0.5) {
-                    w.kernel.kill(*pid);
+                let steps_left = if rng.gen_bool(0.5) {
+                    0
                 } else {
-                    w.kernel.kill_at_step(*pid, rng.gen_range(0..40));
-                }
+                    rng.gen_range(0..40)
+                };
+                w.kernel.kill_at_step(*pid, steps_left);
             }
             _ => os.crash_point()?,
         }

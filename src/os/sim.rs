@@ -500,6 +500,14 @@ impl SimKernel {
     /// Kills process `pid` now (SIGKILL): its token is dead and each of its calls
     /// returns [`Error::Killed`]. Its files and mappings stay until their values are
     /// dropped. Unknown pids are ignored.
+    ///
+    /// Only for a process that is not running protocol code at this moment: the caller
+    /// itself, or one whose thread is parked or joined. A process that is running may
+    /// have passed a crash point and not yet taken the shared step that follows it; it
+    /// would take that step after others saw it dead, which SIGKILL never allows (to
+    /// `is_alive`, a real process is dead only once it runs no more). Kill a running
+    /// process with [`SimKernel::kill_at_step`]`(pid, 0)`: it dies at its next crash
+    /// point, and is alive until then.
     pub fn kill(&self, pid: u32) {
         self.with(|st, _| {
             if let Some(p) = st.procs.get_mut(&pid) {
