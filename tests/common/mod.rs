@@ -3,6 +3,7 @@
 //! reaped, and a guard that leaves `/dev/shm` clean whatever the outcome.
 #![allow(dead_code)]
 
+use std::ffi::OsStr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -89,6 +90,12 @@ impl Drop for Worker {
 
 /// Starts `count` workers connected to a fresh socket.
 pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
+    start_workers_with(test, count, &[])
+}
+
+/// Starts `count` workers connected to a fresh socket, with these environment variables
+/// set for them.
+pub fn start_workers_with(test: &str, count: u32, env: &[(&str, &OsStr)]) -> Vec<Worker> {
     let dir = std::env::temp_dir().join(format!("shmrc-t-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket dir");
     let socket: PathBuf = dir.join("s");
@@ -102,6 +109,7 @@ pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
                     .args(["worker", "--socket"])
                     .arg(&socket)
                     .args(["--id", &id.to_string()])
+                    .envs(env.iter().copied())
                     .stdin(Stdio::null())
                     .spawn()
                     .expect("spawn worker"),

@@ -4,18 +4,24 @@
 //! ```text
 //! worker → parent   hello <id> <pid>                (on connect)
 //! hold <sum>...  + handles → held <n>               attach each, check its FNV-1a sum
+//! create <len> <seed> <ns> → created <i> <sum> <name>
+//!                                                  a file_system buffer of namespace
+//!                                                  <ns>, filled from <seed>, held
+//! share <index>            → shared <sum> + handle  a handle to a held buffer
+//! drop <index>             → dropped <unlinked>     release one held buffer
 //! verify                   → verified <n>           re-check every held buffer
 //! fill <index> <byte>      → filled                 write the byte over a whole buffer
 //! sums                     → sums <sum>...          the current sum of each buffer
 //! release                  → released <unlinked>    drop every buffer
 //! exit                     → bye                    and exit 0
 //! ```
-//! Any failure is answered `error <message>`.
+//! Any failure is answered `error <message>`. Buffers are numbered in the order they
+//! were held; `drop` renumbers the ones after it, as `Vec::remove` does.
 
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use shmrc::{PosixOs, ShmBuf, transport};
+use shmrc::{CreateOptions, Namespace, PosixOs, ShareHandle, ShmBuf, Strategy, transport};
 
 /// FNV-1a over the whole buffer.
 pub fn checksum(buf: &ShmBuf<PosixOs>) -> shmrc::Result<u64> {
@@ -44,15 +50,15 @@ pub fn run(socket: &Path, id: u32) -> shmrc::Result<()> {
             Err(e) => return Err(e),
         };
         let command = String::from_utf8_lossy(&message.payload).into_owned();
-        let reply = match obey(&command, message.handles, &mut held) {
+        let (reply, handles) = match obey(&command, message.handles, &mut held) {
             Ok(Some(reply)) => reply,
             Ok(None) => {
                 transport::send(&PosixOs, &stream, b"bye", vec![])?;
                 return Ok(());
             }
-            Err(e) => format!("error {e}"),
+            Err(e) => (format!("error {e}"), Vec::new()),
         };
-        transport::send(&PosixOs, &stream, reply.as_bytes(), vec![])?;
+        transport::send(&PosixOs, &stream, reply.as_bytes(), handles)?;
     }
 }
 
@@ -60,9 +66,43 @@ fn obey(
     command: &str,
     handles: Vec<shmrc::ShareHandle<PosixOs>>,
     held: &mut Vec<(ShmBuf<PosixOs>, u64)>,
-) -> shmrc::Result<Option<String>> {
+) -> shmrc::Result<Option<(String, Vec<ShareHandle<PosixOs>>)>> {
     let mut words = command.split_whitespace();
+    let mut out = Vec::new();
     let reply = match words.next().unwrap_or_default() {
+        "create" => {
+            let len: usize = parse(words.next())?;
+            let seed: u8 = parse(words.next())?;
+            let namespace = Namespace::new(words.next().unwrap_or_default())?;
+            let options = CreateOptions::new()
+                .strategy(Strategy::FileSystem)
+                .namespace(namespace);
+            let buf = ShmBuf::with_options(len, &options)?;
+            let data: Vec<u8> = (0..len)
+                .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
+                .collect();
+            buf.write_at(0, &data)?;
+            let sum = fnv1a(&data);
+            let name = buf.name().unwrap_or_default().to_owned();
+            held.push((buf, sum));
+            format!("created {} {sum} {name}", held.len() - 1)
+        }
+        "share" => {
+            let (buf, sum) = held_buffer(held, words.next())?;
+            out.push(buf.share()?);
+            format!("shared {sum}")
+        }
+        "drop" => {
+            let index: usize = parse(words.next())?;
+            if index >= held.len() {
+                return Err(invalid(format!("no buffer {index}")));
+            }
+            let (buf, _) = held.remove(index);
+            let unlinked = buf
+                .release()?
+                .is_some_and(|f| f.outcome == shmrc::holders::Outcome::Unlinked);
+            format!("dropped {}", u8::from(unlinked))
+        }
         "hold" => {
             let sums: Vec<u64> = words.filter_map(|w| w.parse().ok()).collect();
             if sums.len() != handles.len() {
@@ -124,7 +164,17 @@ fn obey(
         "exit" => return Ok(None),
         other => return Err(invalid(format!("unknown command {other:?}"))),
     };
-    Ok(Some(reply))
+    Ok(Some((reply, out)))
+}
+
+/// The held buffer numbered by `word`, and its checksum.
+fn held_buffer<'h>(
+    held: &'h [(ShmBuf<PosixOs>, u64)],
+    word: Option<&str>,
+) -> shmrc::Result<&'h (ShmBuf<PosixOs>, u64)> {
+    let index: usize = parse(word)?;
+    held.get(index)
+        .ok_or_else(|| invalid(format!("no buffer {index}")))
 }
 
 fn parse<T: std::str::FromStr>(word: Option<&str>) -> shmrc::Result<T> {
