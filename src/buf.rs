@@ -150,6 +150,9 @@ impl<O: Os> ShmBuf<O> {
     /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
+        if strategy == Strategy::FileSystem {
+            os.before_named_use(&options.namespace)?;
+        }
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
         Ok(ShmBuf {
             inner: register(os.clone(), created.map, created.fields, created.backing),
@@ -400,6 +403,7 @@ fn hold_named<O: Os>(
     expect: Option<&HandleMeta>,
 ) -> Result<(O::Map, Fields, Backing<O>)> {
     let (ns, _) = Namespace::of_segment(name, os.uid())?;
+    os.before_named_use(&ns)?;
     let opened = segment::open_named(os, &ns, name)?;
     if let Some(meta) = expect {
         check_matches(meta, &opened.fields, name)?;
