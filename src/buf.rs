@@ -123,6 +123,8 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// use shmrc::{CreateOptions, ShmBuf, Strategy};
+/// // Without a `shmrc` program to run the manager, opt out of it (see `shmrc::manager`).
+/// shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
 /// buf.write_at(0, b"hello")?;
 /// // In another process this handle would arrive over a socket or as bytes.

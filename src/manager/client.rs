@@ -205,8 +205,13 @@ fn expect_welcome(reply: Reply) -> Result<()> {
 
 /// Connects to the running manager of `runtime`.
 fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
-    runtime.check(PosixOs.uid())?;
     let socket = runtime.socket()?;
+    if let Err(source) = std::fs::symlink_metadata(runtime.path()) {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return Err(Error::NoManager { socket, source });
+        }
+    }
+    runtime.check(PosixOs.uid())?;
     let stream =
         UnixStream::connect(&socket).map_err(|source| Error::NoManager { socket, source })?;
     stream
