@@ -5,7 +5,7 @@
 //! ```text
 //! frame   = magic "SHMm" (4) | version u8 | kind u8 | payload length u16 LE | payload
 //! string  = length u8 | UTF-8 bytes                      (namespaces: Namespace::new)
-//! text    = length u16 LE | UTF-8 bytes
+//! text    = length u16 LE (at most MAX_TEXT) | UTF-8 bytes
 //! Hello   (kind 1) = token u64 | pid u32 | count u8 | count × string
 //! Watch   (kind 2) = string
 //! Status  (kind 3) = (empty)
@@ -33,6 +33,8 @@ pub const HEADER_LEN: usize = 8;
 pub const MAX_REQUEST_PAYLOAD: usize = 4096;
 /// The largest reply payload.
 pub const MAX_REPLY_PAYLOAD: usize = u16::MAX as usize;
+/// The longest text (a refusal's reason, the runtime directory) in bytes.
+pub const MAX_TEXT: usize = 4096;
 /// The most namespaces one Hello may name.
 pub const MAX_HELLO_NAMESPACES: usize = 64;
 
@@ -329,7 +331,7 @@ fn put_short(p: &mut Vec<u8>, s: &str) {
 
 /// Appends `s` as text, cut at a character boundary to fit a `u16` length.
 fn put_text(p: &mut Vec<u8>, s: &str) {
-    let mut end = s.len().min(4096);
+    let mut end = s.len().min(MAX_TEXT);
     while !s.is_char_boundary(end) {
         end -= 1;
     }
@@ -409,6 +411,12 @@ impl<'a> Reader<'a> {
 
     fn text(&mut self) -> Result<String> {
         let n = usize::from(self.u16()?);
+        if n > MAX_TEXT {
+            return Err(malformed(
+                "manager frame",
+                format!("a text of {n} bytes (at most {MAX_TEXT})"),
+            ));
+        }
         Self::utf8(self.take(n)?)
     }
 
@@ -574,5 +582,41 @@ mod tests {
         };
         assert!(!back.rows.is_empty() && back.rows.len() < 100);
         assert_eq!(back.rows[0], s.rows[0]);
+    }
+
+    /// The committed seeds of the `manager_wire` fuzz target are today's encodings
+    /// (`SHMRC_WRITE_FUZZ_SEEDS=1` rewrites them after a format change).
+    #[test]
+    fn committed_fuzz_seeds_are_todays_encodings() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/manager_wire");
+        let mut seeds: Vec<(&str, Vec<u8>)> = vec![
+            ("hello", encode_request(&sample_requests()[0])),
+            ("watch", encode_request(&sample_requests()[1])),
+            ("status", encode_request(&Request::Status)),
+            ("welcome", encode_reply(&Reply::Welcome { manager_pid: 5 })),
+            (
+                "refused",
+                encode_reply(&Reply::Refused {
+                    reason: "no".into(),
+                }),
+            ),
+        ];
+        seeds.push((
+            "status-reply",
+            encode_reply(&Reply::Status(sample_status())),
+        ));
+        for (name, bytes) in seeds {
+            let path = dir.join(name);
+            if std::env::var_os("SHMRC_WRITE_FUZZ_SEEDS").is_some() {
+                std::fs::create_dir_all(&dir).unwrap();
+                std::fs::write(&path, &bytes).unwrap();
+            }
+            assert_eq!(
+                std::fs::read(&path).unwrap(),
+                bytes,
+                "{} is stale",
+                path.display()
+            );
+        }
     }
 }
