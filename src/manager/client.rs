@@ -8,7 +8,7 @@
 //! own Hello.
 
 use std::collections::BTreeSet;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
@@ -313,8 +313,7 @@ pub fn status() -> Result<ManagerStatus> {
 
 /// Sends `request` and reads one reply frame.
 fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
-    stream
-        .write_all(&wire::encode_request(request))
+    daemon::send_all(stream, &wire::encode_request(request))
         .map_err(disconnected_or("write to manager"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];

@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fs::OpenOptions;
-use std::io::{self, Read, Write};
+use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -35,6 +35,9 @@ pub const GRACE_ENV: &str = "SHMRC_MANAGER_GRACE_MS";
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
 /// How long a starting manager waits for an exiting one to release the lock.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// The most connections open at once; more are refused as they arrive (each costs a
+/// descriptor, and the listener must not stay readable with nothing accepted).
+const MAX_CONNECTIONS: usize = 1024;
 /// How long a reply may take to write before the connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -104,6 +107,9 @@ pub fn run(config: &Config) -> Result<Ended> {
         socket.display(),
         config.grace.as_millis()
     );
+    if let Err(e) = crate::os::posix::raise_fd_limit() {
+        warn!("cannot raise the open-file limit: {e}");
+    }
     let mut manager = Manager::new(uid, config);
     manager.sweep_everything("start");
     manager.serve(&listener)?;
@@ -251,7 +257,14 @@ impl<'a> Manager<'a> {
         loop {
             match listener.accept() {
                 Ok((stream, _)) => match self.admit(stream) {
-                    Ok(conn) => self.connections.push(conn),
+                    Ok(conn) => {
+                        self.connections.push(conn);
+                        if self.connections.len() > MAX_CONNECTIONS {
+                            let last = self.connections.len() - 1;
+                            self.refuse(last, "too many connections");
+                            self.connections.pop();
+                        }
+                    }
                     Err(e) => warn!("dropped a connection: {e}"),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
@@ -384,9 +397,7 @@ impl<'a> Manager<'a> {
     }
 
     fn send(&mut self, i: usize, reply: &Reply) -> io::Result<()> {
-        self.connections[i]
-            .stream
-            .write_all(&wire::encode_reply(reply))
+        daemon::send_all(&self.connections[i].stream, &wire::encode_reply(reply))
     }
 
     /// Refuses the request on connection `i`: counted, logged, answered, closed.

@@ -10,7 +10,7 @@
 #![allow(unsafe_code)]
 
 use std::fs::File;
-use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -19,7 +19,7 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
-use nix::sys::socket::{getsockopt, sockopt::PeerCredentials};
+use nix::sys::socket::{MsgFlags, getsockopt, send, sockopt::PeerCredentials};
 
 use crate::error::{Error, Result};
 
@@ -114,6 +114,20 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Resul
         .collect())
 }
 
+/// Writes all of `bytes` to `stream` with `MSG_NOSIGNAL`: a peer that went away is an
+/// `EPIPE` error, never a `SIGPIPE` that would kill a process that did not ignore it.
+pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match send(stream.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// An exclusive `flock` on a file, held until dropped.
 #[derive(Debug)]
 pub struct FileLock(#[allow(dead_code)] Flock<File>);
@@ -176,6 +190,15 @@ mod tests {
         let cred = peer_credentials(&a).unwrap();
         assert_eq!(cred.pid, std::process::id());
         assert_eq!(cred.uid, nix::unistd::geteuid().as_raw());
+    }
+
+    #[test]
+    fn sending_to_a_closed_peer_is_an_error_not_a_signal() {
+        let (a, b) = UnixStream::pair().unwrap();
+        send_all(&a, b"ok").unwrap();
+        drop(b);
+        let e = send_all(&a, b"gone").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe);
     }
 
     #[test]
