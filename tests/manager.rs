@@ -129,12 +129,17 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// A file_system buffer of `t`'s namespace held only by `worker`; returns its name.
-fn held_only_by(t: &TestNamespace, worker: &Worker) -> String {
+/// A new file_system buffer of `t`'s namespace (this process runs with the manager off).
+fn file_system_buf(t: &TestNamespace) -> ShmBuf<PosixOs> {
     let options = CreateOptions::new()
         .strategy(Strategy::FileSystem)
         .namespace(t.ns.clone());
-    let buf = ShmBuf::with_options(4096, &options).unwrap();
+    ShmBuf::with_options(4096, &options).unwrap()
+}
+
+/// A file_system buffer of `t`'s namespace held only by `worker`; returns its name.
+fn held_only_by(t: &TestNamespace, worker: &Worker) -> String {
+    let buf = file_system_buf(t);
     let data = pattern(buf.len(), 3);
     buf.write_at(0, &data).unwrap();
     let name = buf.name().unwrap().to_owned();
@@ -235,13 +240,7 @@ fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
     let t = TestNamespace::new("mgr-errors");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-errors", 1, &[("SHMRC_MANAGER", "connect".into())]);
-    let buf = ShmBuf::with_options(
-        4096,
-        &CreateOptions::new()
-            .strategy(Strategy::FileSystem)
-            .namespace(t.ns.clone()),
-    )
-    .unwrap();
+    let buf = file_system_buf(&t);
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
     assert!(reply.contains("no shmrc manager is running"), "{reply}");
 

@@ -1,8 +1,8 @@
 //! Where the user's manager lives: the runtime directory (created `0700`, refused when
 //! it is a symlink, another user's, or open to group or others) and the paths in it.
 
-use std::fs::{self, DirBuilder};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -74,6 +74,16 @@ impl RuntimeDir {
         self.dir.join(LOG_FILE)
     }
 
+    /// Opens (creating, mode 0600) the lock file for writing, refusing a symlink.
+    pub fn open_lock(&self) -> Result<File> {
+        open_private(&self.lock(), false).map_err(|e| Error::os("open manager lock", e))
+    }
+
+    /// Opens (creating, mode 0600) the log file for appending, refusing a symlink.
+    pub fn open_log(&self) -> Result<File> {
+        open_private(&self.log(), true).map_err(|e| Error::os("open manager log", e))
+    }
+
     /// Creates the directory (mode `0700`) if it is missing, then [`RuntimeDir::check`]s it.
     pub fn ensure(&self, uid: u32) -> Result<()> {
         match DirBuilder::new().mode(0o700).create(&self.dir) {
@@ -113,6 +123,19 @@ impl RuntimeDir {
             why,
         }
     }
+}
+
+/// Opens `path` for writing (appending or not), creating it with mode 0600; a symlink
+/// is refused (`O_NOFOLLOW`).
+fn open_private(path: &Path, append: bool) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -10,10 +10,8 @@
 //! nothing.
 
 use std::collections::{BTreeSet, HashMap};
-use std::fs::OpenOptions;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
-use std::os::unix::fs::OpenOptionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
@@ -127,14 +125,7 @@ pub fn run(config: &Config) -> Result<Ended> {
 fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<daemon::FileLock>> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(runtime.lock())
-            .map_err(|e| Error::os("open manager lock", e))?;
+        let file = runtime.open_lock()?;
         if let Some(lock) = daemon::try_lock_exclusive(file)? {
             return Ok(Some(lock));
         }

@@ -2,8 +2,6 @@
 //! starts one detached in a session of its own (logging to `manager.log` in the runtime
 //! directory), waits until it answers, prints its pid and exits.
 
-use std::fs::OpenOptions;
-use std::os::unix::fs::OpenOptionsExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -57,13 +55,7 @@ fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<()> {
         println!("{}", status.pid);
         return Ok(());
     }
-    let log = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(runtime.log())
-        .map_err(|e| Error::os("open manager log", e))?;
+    let log = runtime.open_log()?;
     let program = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
     let mut command = Command::new(&program);
     command
