@@ -266,24 +266,33 @@ fn start(program: &Path, runtime: &RuntimeDir) -> Result<()> {
 /// `shmrc` beside the current executable or in its parent directory (cargo puts test
 /// binaries in `target/<profile>/deps/`), then each directory of `$PATH`.
 pub fn find_program() -> Result<PathBuf> {
-    if let Some(program) = lock(&PROGRAM).clone() {
+    let explicit = lock(&PROGRAM).clone();
+    let from_env = std::env::var_os(PROGRAM_ENV).filter(|p| !p.is_empty());
+    let exe = std::env::current_exe().ok();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    find_program_in(explicit, from_env.map(PathBuf::from), exe.as_deref(), &path)
+}
+
+/// [`find_program`] over explicit inputs.
+fn find_program_in(
+    explicit: Option<PathBuf>,
+    from_env: Option<PathBuf>,
+    exe: Option<&Path>,
+    path: &std::ffi::OsStr,
+) -> Result<PathBuf> {
+    if let Some(program) = explicit.or(from_env) {
         return Ok(program);
-    }
-    if let Some(program) = std::env::var_os(PROGRAM_ENV).filter(|p| !p.is_empty()) {
-        return Ok(PathBuf::from(program));
     }
     let mut looked = vec![
         "set_manager_program (not set)".to_owned(),
         format!("${PROGRAM_ENV} (not set)"),
     ];
-    let mut dirs = Vec::new();
-    if let Ok(exe) = std::env::current_exe() {
-        dirs.extend(exe.parent().map(Path::to_owned));
-        dirs.extend(exe.parent().and_then(Path::parent).map(Path::to_owned));
-    }
-    if let Some(path) = std::env::var_os("PATH") {
-        dirs.extend(std::env::split_paths(&path));
-    }
+    let beside_exe = exe.and_then(Path::parent);
+    let dirs = beside_exe
+        .into_iter()
+        .chain(beside_exe.and_then(Path::parent))
+        .map(Path::to_owned)
+        .chain(std::env::split_paths(path));
     for dir in dirs {
         let candidate = dir.join("shmrc");
         if is_executable(&candidate) {
@@ -359,5 +368,58 @@ mod tests {
             find_program().unwrap(),
             PathBuf::from("/opt/shmrc/bin/shmrc")
         );
+    }
+
+    #[test]
+    fn the_lookup_tries_beside_the_executable_then_path_and_names_every_place() {
+        let root = tempfile::tempdir().unwrap();
+        let deps = root.path().join("target/debug/deps");
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&deps).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = deps.join("test-binary");
+        let path = std::env::join_paths([&bin]).unwrap();
+
+        let why = find_program_in(None, None, Some(&exe), &path).unwrap_err();
+        let message = why.to_string();
+        assert!(matches!(why, Error::ManagerProgramNotFound { .. }));
+        for place in [&deps, &deps.parent().unwrap().to_owned(), &bin] {
+            assert!(
+                message.contains(&place.join("shmrc").display().to_string()),
+                "{message}"
+            );
+        }
+        assert!(message.contains("SHMRC_MANAGER=off"), "{message}");
+
+        let on_path = bin.join("shmrc");
+        std::fs::write(&on_path, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            find_program_in(None, None, Some(&exe), &path).unwrap(),
+            on_path
+        );
+        let beside = deps.parent().unwrap().join("shmrc");
+        std::fs::copy(&on_path, &beside).unwrap();
+        assert_eq!(
+            find_program_in(None, None, Some(&exe), &path).unwrap(),
+            beside
+        );
+        let env = PathBuf::from("/from/env/shmrc");
+        assert_eq!(
+            find_program_in(None, Some(env.clone()), Some(&exe), &path).unwrap(),
+            env
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_carrying_the_managers_reason() {
+        let refused = Reply::Refused {
+            reason: "hello names pid 3".into(),
+        };
+        match expect_welcome(refused) {
+            Err(Error::ManagerRefused { reason }) => assert_eq!(reason, "hello names pid 3"),
+            other => panic!("{other:?}"),
+        }
+        assert!(expect_welcome(Reply::Welcome { manager_pid: 1 }).is_ok());
     }
 }
