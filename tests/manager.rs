@@ -217,14 +217,7 @@ fn a_client_whose_manager_died_reconnects_to_a_new_one() {
     let rt = Runtime::new();
     let workers = rt.workers("mgr-again", 1, &[]);
     held_only_by(&t, &workers[0]);
-    let first = field(&rt.status(), "pid") as u32;
-    // The manager was started for our worker: kill it by its pid.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(first as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    wait_for_exit(first);
+    let first = kill_manager(&rt);
 
     let second_name = held_only_by(&t, &workers[0]);
     let status = rt.status();
@@ -233,6 +226,38 @@ fn a_client_whose_manager_died_reconnects_to_a_new_one() {
     workers.into_iter().for_each(Worker::kill);
     eventually("the new manager sweeps on the worker's death", || {
         !t.names().contains(&second_name)
+    });
+}
+
+/// SIGKILLs the manager that answers in `rt` (started for our worker) and waits until it
+/// is gone; returns its pid.
+fn kill_manager(rt: &Runtime) -> u32 {
+    let pid = field(&rt.status(), "pid") as u32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for_exit(pid);
+    pid
+}
+
+#[test]
+fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
+    let t = TestNamespace::new("mgr-idle");
+    let rt = Runtime::new();
+    let mut workers = rt.workers("mgr-idle", 1, &[]);
+    let name = held_only_by(&t, &workers[0]);
+    let first = kill_manager(&rt);
+    // The worker does nothing more; its watcher thread starts a new manager.
+    eventually("a new manager watches the idle worker", || {
+        let out = rt.shmrc(&["status", "--json"]);
+        let json = String::from_utf8_lossy(&out.stdout);
+        out.status.success() && field(&json, "pid") as u32 != first && field(&json, "clients") == 1
+    });
+    workers.remove(0).kill();
+    eventually("the new manager sweeps on the worker's death", || {
+        !t.names().contains(&name)
     });
 }
 

@@ -3,9 +3,11 @@
 //! Hello (and Watch for each further namespace).
 //!
 //! The connection is checked cheaply (a zero-timeout `poll` for hang-up) at each
-//! file_system create/attach; a manager that died is replaced by a new one. A forked
-//! child does not reuse its parent's connection: it is another process and says its
-//! own Hello.
+//! file_system create/attach, and a watcher thread (one per process, started with the
+//! first connection) sleeps in `poll` on it: a manager that died is replaced by a new
+//! one at once, so a process stays watched even if it never creates or attaches again.
+//! A forked child does not reuse its parent's connection: it is another process and
+//! says its own Hello (and gets its own watcher thread).
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -117,6 +119,10 @@ struct Connection {
     stream: Option<UnixStream>,
     /// Every namespace this process asked to be watched for.
     watched: BTreeSet<Namespace>,
+    /// Bumped each time `stream` is replaced (the watcher thread compares it).
+    generation: u64,
+    /// Whether this process's watcher thread runs.
+    watcher: bool,
 }
 
 /// Makes the user's manager watch this process for namespace `ns`, as the mode says.
@@ -134,6 +140,8 @@ pub fn watch(ns: &Namespace) -> Result<()> {
             pid,
             stream: None,
             watched: BTreeSet::new(),
+            generation: 0,
+            watcher: false,
         }),
     };
     if let Some(stream) = conn.stream.take_if(|s| !is_healthy(s)) {
@@ -156,7 +164,62 @@ pub fn watch(ns: &Namespace) -> Result<()> {
     wanted.insert(ns.clone());
     conn.stream = Some(join(mode, &wanted)?);
     conn.watched = wanted;
+    conn.generation += 1;
+    if !conn.watcher {
+        conn.watcher = std::thread::Builder::new()
+            .name("shmrc-manager-watch".into())
+            .spawn(move || watch_manager(pid))
+            .is_ok();
+    }
     Ok(())
+}
+
+/// The watcher thread: sleeps in `poll` on the connection and, when the manager goes
+/// away, connects again at once (in `Auto` mode starting a new manager) so that this
+/// process stays watched even if it never creates or attaches again. Returns when it
+/// cannot reconnect (the next create/attach tries again and restarts it).
+fn watch_manager(pid: u32) {
+    loop {
+        let (generation, stream) = {
+            let mut guard = lock(&CONNECTION);
+            let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
+                return;
+            };
+            match conn.stream.as_ref().and_then(|s| s.try_clone().ok()) {
+                Some(stream) => (conn.generation, stream),
+                None => {
+                    conn.watcher = false;
+                    return;
+                }
+            }
+        };
+        // Wakes on a hang-up, and also on a reply to this process's own request: the
+        // health check below tells them apart once that request is done.
+        let _ = daemon::poll_readable(&[stream.as_fd()], None);
+        drop(stream);
+        let mut guard = lock(&CONNECTION);
+        let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
+            return;
+        };
+        if conn.generation != generation || conn.stream.as_ref().is_some_and(is_healthy) {
+            continue;
+        }
+        conn.stream = None;
+        let rejoined = mode()
+            .ok()
+            .filter(|m| *m != ManagerMode::Off)
+            .and_then(|m| join(m, &conn.watched).ok());
+        match rejoined {
+            Some(stream) => {
+                conn.stream = Some(stream);
+                conn.generation += 1;
+            }
+            None => {
+                conn.watcher = false;
+                return;
+            }
+        }
+    }
 }
 
 /// Whether the manager is still at the other end: it never sends unasked, so anything
