@@ -277,6 +277,14 @@ fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
     assert!(reply.contains("755"), "{reply}");
 
+    let cli = Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        .arg("manager")
+        .envs(open_env.clone())
+        .output()
+        .unwrap();
+    assert!(!cli.status.success());
+    assert!(String::from_utf8_lossy(&cli.stderr).contains("755"));
+
     let missing = [("SHMRC_MANAGER_PROGRAM", "/nonexistent/shmrc".to_owned())];
     let workers = rt.workers("mgr-errors", 1, &missing);
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);

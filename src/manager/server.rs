@@ -59,9 +59,13 @@ pub enum Ended {
 
 /// The grace period from `$SHMRC_MANAGER_GRACE_MS`, or [`DEFAULT_GRACE`].
 pub fn grace_from_env() -> Result<Duration> {
-    match std::env::var(GRACE_ENV) {
-        Err(_) => Ok(DEFAULT_GRACE),
-        Ok(v) => v.trim().parse().map(Duration::from_millis).map_err(|_| {
+    parse_grace(std::env::var(GRACE_ENV).ok())
+}
+
+fn parse_grace(value: Option<String>) -> Result<Duration> {
+    match value {
+        None => Ok(DEFAULT_GRACE),
+        Some(v) => v.trim().parse().map(Duration::from_millis).map_err(|_| {
             Error::InvalidArgument(format!("{GRACE_ENV}={v:?} is not a number of milliseconds"))
         }),
     }
@@ -558,5 +562,16 @@ mod tests {
                 .unwrap_err()
                 .contains("live process")
         );
+    }
+
+    #[test]
+    fn the_grace_period_is_milliseconds_or_a_named_error() {
+        assert_eq!(parse_grace(None).unwrap(), DEFAULT_GRACE);
+        assert_eq!(
+            parse_grace(Some(" 250".into())).unwrap(),
+            Duration::from_millis(250)
+        );
+        let why = parse_grace(Some("2s".into())).unwrap_err().to_string();
+        assert!(why.contains("SHMRC_MANAGER_GRACE_MS=\"2s\""), "{why}");
     }
 }
