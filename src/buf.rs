@@ -123,6 +123,8 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// use shmrc::{CreateOptions, ShmBuf, Strategy};
+/// // Without a `shmrc` program to run the manager, opt out of it (see `shmrc::manager`).
+/// shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
 /// buf.write_at(0, b"hello")?;
 /// // In another process this handle would arrive over a socket or as bytes.
@@ -150,6 +152,9 @@ impl<O: Os> ShmBuf<O> {
     /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
+        if strategy == Strategy::FileSystem {
+            os.before_named_use(&options.namespace)?;
+        }
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
         Ok(ShmBuf {
             inner: register(os.clone(), created.map, created.fields, created.backing),
@@ -400,6 +405,7 @@ fn hold_named<O: Os>(
     expect: Option<&HandleMeta>,
 ) -> Result<(O::Map, Fields, Backing<O>)> {
     let (ns, _) = Namespace::of_segment(name, os.uid())?;
+    os.before_named_use(&ns)?;
     let opened = segment::open_named(os, &ns, name)?;
     if let Some(meta) = expect {
         check_matches(meta, &opened.fields, name)?;

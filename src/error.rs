@@ -218,6 +218,69 @@ pub enum Error {
     /// further step, as a SIGKILLed process would not.
     #[error("the simulated process was killed")]
     Killed,
+
+    // --- The manager daemon (issue 4, `crate::manager`). ---
+    /// The manager's runtime directory cannot be trusted (another user's, open to
+    /// group or others, a symlink, not a directory) or created.
+    #[error("manager runtime directory {path}: {why}")]
+    UnsafeRuntimeDir {
+        /// The directory.
+        path: std::path::PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+
+    /// The manager's socket path does not fit a Unix socket address (`sun_path`).
+    #[error(
+        "manager socket path {path} is {len} bytes, a Unix socket path holds at most {max}: \
+         set SHMRC_RUNTIME_DIR to a shorter directory"
+    )]
+    SocketPathTooLong {
+        /// The path.
+        path: std::path::PathBuf,
+        /// Its length in bytes.
+        len: usize,
+        /// The most that fits.
+        max: usize,
+    },
+
+    /// No manager answers at the socket (mode `Connect`, or `shmrc status`).
+    #[error("no shmrc manager is running at {socket} ({source})")]
+    NoManager {
+        /// The socket tried.
+        socket: std::path::PathBuf,
+        /// Why connecting failed.
+        #[source]
+        source: io::Error,
+    },
+
+    /// The `shmrc` program that runs the manager was not found (mode `Auto`).
+    #[error(
+        "cannot start the shmrc manager: no `shmrc` program found (looked at: {}); \
+         set SHMRC_MANAGER_PROGRAM, call shmrc::manager::set_manager_program, or opt out \
+         with SHMRC_MANAGER=off",
+        looked.join(", ")
+    )]
+    ManagerProgramNotFound {
+        /// Every place looked, in order.
+        looked: Vec<String>,
+    },
+
+    /// The manager program was started but no manager came up.
+    #[error("starting the shmrc manager with {program} failed: {why}")]
+    ManagerStart {
+        /// The program run.
+        program: std::path::PathBuf,
+        /// What happened.
+        why: String,
+    },
+
+    /// The manager refused this process's request.
+    #[error("the shmrc manager refused: {reason}")]
+    ManagerRefused {
+        /// The manager's reason.
+        reason: String,
+    },
 }
 
 impl Error {

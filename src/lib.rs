@@ -41,6 +41,8 @@
 //! - [`sweep`], [`inspect`]: reclaim dead holders and unlink what nobody holds
 //!   ([`mod@sweep`]).
 //! - [`Namespace`]: which names shmrc owns ([`namespace`]).
+//! - [`manager`]: the per-user daemon that sweeps within milliseconds of a holder's
+//!   death, started on first need ([`manager::ManagerMode`], [`manager::status`]).
 //! - [`Error`]: every failure, by cause ([`error`]).
 //! - The protocol and its substrate, public so the checkers in `tests/`, `fuzz/` and
 //!   `proofs/` run the very code production runs: [`os`] (the abstract OS, [`os::posix`]
@@ -81,6 +83,8 @@ pub use handle::ShareHandle;
 pub use namespace::Namespace;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
 
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod manager;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

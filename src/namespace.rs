@@ -19,7 +19,7 @@ pub const MAX_PREFIX_LEN: usize = 48;
 pub const DEFAULT_PREFIX: &str = "shmrc";
 
 /// A namespace: every name with this prefix and the calling user's uid belongs to it.
-#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Namespace {
     prefix: String,
 }

@@ -31,9 +31,12 @@ use std::fmt;
 
 use crate::error::Result;
 use crate::local::ProcessLocal;
+use crate::namespace::Namespace;
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod daemon;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod sim;
@@ -148,6 +151,14 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// A point where a simulated process may be killed: `Err(Error::Killed)` from then
     /// on. The real kernel never fails here.
     fn crash_point(&self) -> Result<()>;
+
+    /// Called before this process creates or attaches a file_system segment of `ns`.
+    /// The real backend makes the user's manager watch this process (see
+    /// `crate::manager`); the default does nothing.
+    fn before_named_use(&self, ns: &Namespace) -> Result<()> {
+        let _ = ns;
+        Ok(())
+    }
 }
 
 /// The most files one [`Os::send`] carries (Linux's `SCM_MAX_FD`).

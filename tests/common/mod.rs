@@ -3,7 +3,6 @@
 //! reaped, and a guard that leaves `/dev/shm` clean whatever the outcome.
 #![allow(dead_code)]
 
-use std::ffi::OsStr;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
@@ -19,7 +18,10 @@ pub struct TestNamespace {
 }
 
 impl TestNamespace {
+    /// Also turns the manager off in this process and its workers: these tests sweep
+    /// by themselves and must leave no manager behind (`tests/manager.rs` tests it).
     pub fn new(test: &str) -> TestNamespace {
+        shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         let prefix = format!("shmrc-t-{test}-{}", std::process::id());
         TestNamespace {
             ns: Namespace::new(prefix).expect("valid test prefix"),
@@ -88,14 +90,14 @@ impl Drop for Worker {
     }
 }
 
-/// Starts `count` workers connected to a fresh socket.
+/// Starts `count` workers connected to a fresh socket, with the manager off.
 pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
     start_workers_with(test, count, &[])
 }
 
-/// Starts `count` workers connected to a fresh socket, with these environment variables
-/// set for them.
-pub fn start_workers_with(test: &str, count: u32, env: &[(&str, &OsStr)]) -> Vec<Worker> {
+/// Starts `count` workers with these environment variables (the manager is off unless
+/// `env` sets `SHMRC_MANAGER`).
+pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec<Worker> {
     let dir = std::env::temp_dir().join(format!("shmrc-t-{test}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("socket dir");
     let socket: PathBuf = dir.join("s");
@@ -109,7 +111,8 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, &OsStr)]) -> Vec
                     .args(["worker", "--socket"])
                     .arg(&socket)
                     .args(["--id", &id.to_string()])
-                    .envs(env.iter().copied())
+                    .env("SHMRC_MANAGER", "off")
+                    .envs(env.iter().map(|(k, v)| (k, v)))
                     .stdin(Stdio::null())
                     .spawn()
                     .expect("spawn worker"),

@@ -41,6 +41,15 @@ enum Command {
         #[arg(long)]
         dry_run: bool,
     },
+    /// Run the user's manager (the daemon that sweeps when a process dies), or start
+    /// one detached.
+    Manager(crate::manager::ManagerArgs),
+    /// Show the manager's pid, counters and clients.
+    Status {
+        /// One JSON object instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
     /// A worker process (started by `demo` and the tests).
     #[command(hide = true)]
     Worker {
@@ -60,6 +69,8 @@ pub fn main() -> ExitCode {
         Command::Demo(args) => crate::demo::run(&args),
         Command::Ls { namespace } => ls(namespace.as_deref()),
         Command::Sweep { namespace, dry_run } => sweep(namespace.as_deref(), dry_run),
+        Command::Manager(args) => crate::manager::run(&args),
+        Command::Status { json } => crate::status::run(json),
         Command::Worker { socket, id } => crate::worker::run(&socket, id),
     };
     match result {
@@ -77,16 +88,7 @@ fn namespaces(given: Option<&str>) -> shmrc::Result<Vec<Namespace>> {
     if let Some(prefix) = given {
         return Ok(vec![Namespace::new(prefix)?]);
     }
-    let os = PosixOs;
-    let mut found: Vec<Namespace> = os
-        .shm_list(shmrc::namespace::DEFAULT_PREFIX)?
-        .iter()
-        .filter_map(|name| Namespace::of_segment(name, os.uid()).ok())
-        .map(|(ns, _)| ns)
-        .collect();
-    found.sort_by(|a, b| a.prefix().cmp(b.prefix()));
-    found.dedup();
-    Ok(found)
+    shmrc::manager::server::namespaces_found(&PosixOs)
 }
 
 fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
@@ -125,6 +127,7 @@ fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
             ]);
         }
     }
+    println!("{}", crate::status::manager_line());
     if table.is_empty() {
         println!(
             "no shmrc segments of this user in /dev/shm (file_descriptor buffers never appear here)"
@@ -154,6 +157,7 @@ fn sweep(namespace: Option<&str>, dry_run: bool) -> shmrc::Result<()> {
         total.reclaimed += report.reclaimed;
         total.unlinked += report.unlinked;
     }
+    println!("{}", crate::status::manager_line());
     if !table.is_empty() {
         table.print();
     }

@@ -1,6 +1,7 @@
 //! `shmrc demo`: the main job. Worker processes receive buffers of both strategies
 //! (the process-wide strategy is switched at run time between creations), one worker
-//! is SIGKILLed while it holds them, the others keep reading their data, a sweep
+//! is SIGKILLed while it holds them (and one segment only it holds), the user's manager
+//! sweeps on its death and unlinks that segment, the others keep reading their data, a sweep
 //! reclaims the dead worker's references while the job still runs, everyone releases,
 //! and a ledger shows what was created, attached, killed, reclaimed, unlinked and
 //! leaked (measured: names left in `/dev/shm`, memfds left open in this process).
@@ -132,17 +133,29 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
         );
     }
 
-    // 3. SIGKILL one worker while it holds everything.
+    // 3. SIGKILL one worker while it holds everything, and one segment only it holds:
+    //    the manager sweeps when it dies and unlinks that segment while the job runs.
     let (victim_id, mut victim) = workers.0.pop_first().expect("at least two workers");
+    let own = own_segment(&os, &victim, ns, args.size)?;
+    let fs = ledger.entry(Strategy::FileSystem.name()).or_default();
+    fs.created += 1;
+    fs.attached += 1;
+    fs.refs_killed += 1;
+    let manager_before = shmrc::manager::status().ok();
     let victim_pid = victim.child.id();
     victim.child.kill().map_err(|e| Error::os("kill", e))?;
+    let killed_at = Instant::now();
     victim.child.wait().map_err(|e| Error::os("waitpid", e))?;
     println!(
-        "\n[3] SIGKILLed worker {victim_id} (pid {victim_pid}) while it held {} buffers",
+        "\n[3] SIGKILLed worker {victim_id} (pid {victim_pid}) while it held {} buffers, and \
+         {own}, which only it held",
         buffers.len()
     );
     for (b, _) in &buffers {
         ledger.entry(b.strategy().name()).or_default().refs_killed += 1;
+    }
+    if let Some(before) = manager_before {
+        watch_manager_sweep(&os, ns, &own, killed_at, &before, &mut ledger)?;
     }
 
     // 4. The others still read their data.
@@ -322,6 +335,61 @@ fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
 }
 
 /// Sends a command (with handles) and waits for the reply; an `error` reply is an error.
+/// Creates a file_system buffer, hands it to `worker` and drops this process's
+/// reference: only the worker holds it. Returns its name.
+fn own_segment(os: &PosixOs, worker: &Worker, ns: &Namespace, size: usize) -> Result<String> {
+    let options = CreateOptions::new()
+        .namespace(ns.clone())
+        .strategy(Strategy::FileSystem);
+    let buf = ShmBuf::with_options(size, &options)?;
+    let name = buf.name().unwrap_or_default().to_owned();
+    let sum = checksum(&buf)?;
+    ask(os, worker, &format!("hold {sum}"), vec![buf.share()?])?;
+    buf.release()?;
+    Ok(name)
+}
+
+/// Waits (at most 5 s) until the manager's sweep has unlinked `own`, the dead worker's
+/// own segment, and books what the manager reclaimed and unlinked since `before`.
+fn watch_manager_sweep(
+    os: &PosixOs,
+    ns: &Namespace,
+    own: &str,
+    killed_at: Instant,
+    before: &shmrc::manager::ManagerStatus,
+    ledger: &mut BTreeMap<&str, Row>,
+) -> Result<()> {
+    let deadline = killed_at + Duration::from_secs(5);
+    while os
+        .shm_list(&ns.name_start(os.uid()))?
+        .iter()
+        .any(|n| n == own)
+    {
+        if Instant::now() >= deadline {
+            println!(
+                "    the manager (pid {}) has not unlinked it within 5 s",
+                before.pid
+            );
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let seen_after = killed_at.elapsed();
+    let after = shmrc::manager::status()?;
+    let reclaimed = after.reclaimed.saturating_sub(before.reclaimed);
+    let unlinked = after.unlinked.saturating_sub(before.unlinked);
+    println!(
+        "    the manager (pid {}) swept on its death: {own} was gone {:.1} ms after the \
+         SIGKILL; it reclaimed {reclaimed} dead slot(s) and unlinked {unlinked} segment(s)",
+        after.pid,
+        seen_after.as_secs_f64() * 1e3
+    );
+    let fs = ledger.entry(Strategy::FileSystem.name()).or_default();
+    fs.reclaimed += u32::try_from(reclaimed).unwrap_or(u32::MAX);
+    fs.unlinked += u32::try_from(unlinked).unwrap_or(u32::MAX);
+    Ok(())
+}
+
 fn ask(
     os: &PosixOs,
     worker: &Worker,

@@ -1,0 +1,488 @@
+//! The library's side of the manager: the process-wide mode, finding and starting the
+//! `shmrc` program, and the one connection per process over which this process says
+//! Hello (and Watch for each further namespace).
+//!
+//! The connection is checked cheaply (a zero-timeout `poll` for hang-up) at each
+//! file_system create/attach, and a watcher thread (one per process, started with the
+//! first connection) sleeps in `poll` on it: a manager that died is replaced by a new
+//! one at once, so a process stays watched even if it never creates or attaches again.
+//! A forked child does not reuse its parent's connection: it is another process and
+//! says its own Hello (and gets its own watcher thread).
+
+use std::collections::BTreeSet;
+use std::io::Read;
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
+use super::wire::{self, ManagerStatus, Reply, Request};
+use crate::error::{Error, Result};
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::os::daemon;
+use crate::os::posix::PosixOs;
+
+/// Environment variable: `auto`, `connect` or `off` (see [`ManagerMode`]).
+pub const MODE_ENV: &str = "SHMRC_MANAGER";
+/// Environment variable: the `shmrc` program that runs the manager.
+pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
+/// How long a client waits for a manager to start, or to answer.
+const START_TIMEOUT: Duration = Duration::from_secs(10);
+/// How many times a client starts a manager and says Hello before giving up (a
+/// manager that is exiting at the very moment closes the new connection).
+const ATTEMPTS: u32 = 3;
+
+/// Whether file_system buffers make the user's manager watch this process.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum ManagerMode {
+    /// Connect to the user's manager, starting it if none runs (the default).
+    Auto,
+    /// Connect to a running manager; an [`Error::NoManager`] if none runs.
+    Connect,
+    /// Never talk to a manager: a dead holder's slots wait for the next sweep or
+    /// release.
+    Off,
+}
+
+impl ManagerMode {
+    /// Parses `auto`, `connect` or `off`.
+    pub fn parse(s: &str) -> Result<ManagerMode> {
+        match s {
+            "auto" => Ok(ManagerMode::Auto),
+            "connect" => Ok(ManagerMode::Connect),
+            "off" => Ok(ManagerMode::Off),
+            other => Err(Error::InvalidArgument(format!(
+                "{MODE_ENV}={other:?}: expected auto, connect or off"
+            ))),
+        }
+    }
+}
+
+/// The mode set by [`set_manager_mode`] (`None`: read `$SHMRC_MANAGER`).
+static MODE: Mutex<Option<ManagerMode>> = Mutex::new(None);
+/// The program set by [`set_manager_program`].
+static PROGRAM: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// This process's connection.
+static CONNECTION: Mutex<Option<Connection>> = Mutex::new(None);
+
+/// Locks `m`, ignoring poisoning (the state stays consistent: each field is replaced
+/// whole).
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Sets the mode for this process, overriding `$SHMRC_MANAGER`.
+///
+/// ```
+/// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};
+/// set_manager_mode(ManagerMode::Off);
+/// assert_eq!(manager_mode(), ManagerMode::Off);
+/// ```
+pub fn set_manager_mode(mode: ManagerMode) {
+    *lock(&MODE) = Some(mode);
+}
+
+/// The mode in force: the one set by [`set_manager_mode`], else `$SHMRC_MANAGER`, else
+/// [`ManagerMode::Auto`] (an unreadable `$SHMRC_MANAGER` also reads as `Auto`; the
+/// first file_system create/attach then reports it).
+pub fn manager_mode() -> ManagerMode {
+    mode().unwrap_or(ManagerMode::Auto)
+}
+
+fn mode() -> Result<ManagerMode> {
+    if let Some(mode) = *lock(&MODE) {
+        return Ok(mode);
+    }
+    match std::env::var(MODE_ENV) {
+        Ok(v) => ManagerMode::parse(&v),
+        // This crate's own unit tests never start a manager unless told to.
+        Err(_) if cfg!(test) => Ok(ManagerMode::Off),
+        Err(_) => Ok(ManagerMode::Auto),
+    }
+}
+
+/// Sets the `shmrc` program that [`ManagerMode::Auto`] starts, overriding the lookup.
+pub fn set_manager_program(program: PathBuf) {
+    *lock(&PROGRAM) = Some(program);
+}
+
+/// The connection of this process to its manager.
+struct Connection {
+    /// The process that made it (a forked child must make its own).
+    pid: u32,
+    /// `None` after the manager went away, until the next create/attach reconnects.
+    stream: Option<UnixStream>,
+    /// Every namespace this process asked to be watched for.
+    watched: BTreeSet<Namespace>,
+    /// Bumped each time `stream` is replaced (the watcher thread compares it).
+    generation: u64,
+    /// Whether this process's watcher thread runs.
+    watcher: bool,
+}
+
+/// Makes the user's manager watch this process for namespace `ns`, as the mode says.
+/// Called before each file_system create/attach on the real backend.
+pub fn watch(ns: &Namespace) -> Result<()> {
+    let mode = mode()?;
+    if mode == ManagerMode::Off {
+        return Ok(());
+    }
+    let pid = std::process::id();
+    let mut guard = lock(&CONNECTION);
+    let conn = match &mut *guard {
+        Some(c) if c.pid == pid => c,
+        other => other.insert(Connection {
+            pid,
+            stream: None,
+            watched: BTreeSet::new(),
+            generation: 0,
+            watcher: false,
+        }),
+    };
+    if let Some(stream) = conn.stream.take_if(|s| !is_healthy(s)) {
+        drop(stream);
+    }
+    if let Some(stream) = &conn.stream {
+        if conn.watched.contains(ns) {
+            return Ok(());
+        }
+        let watch = Request::Watch {
+            namespace: ns.clone(),
+        };
+        if exchange(stream, &watch).and_then(expect_welcome).is_ok() {
+            conn.watched.insert(ns.clone());
+            return Ok(());
+        }
+        conn.stream = None;
+    }
+    let mut wanted = conn.watched.clone();
+    wanted.insert(ns.clone());
+    conn.stream = Some(join(mode, &wanted)?);
+    conn.watched = wanted;
+    conn.generation += 1;
+    if !conn.watcher {
+        conn.watcher = std::thread::Builder::new()
+            .name("shmrc-manager-watch".into())
+            .spawn(move || watch_manager(pid))
+            .is_ok();
+    }
+    Ok(())
+}
+
+/// The watcher thread: sleeps in `poll` on the connection and, when the manager goes
+/// away, connects again at once (in `Auto` mode starting a new manager) so that this
+/// process stays watched even if it never creates or attaches again. Returns when it
+/// cannot reconnect (the next create/attach tries again and restarts it).
+fn watch_manager(pid: u32) {
+    loop {
+        let (generation, stream) = {
+            let mut guard = lock(&CONNECTION);
+            let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
+                return;
+            };
+            match conn.stream.as_ref().and_then(|s| s.try_clone().ok()) {
+                Some(stream) => (conn.generation, stream),
+                None => {
+                    conn.watcher = false;
+                    return;
+                }
+            }
+        };
+        // Wakes on a hang-up, and also on a reply to this process's own request: the
+        // health check below tells them apart once that request is done.
+        let _ = daemon::poll_readable(&[stream.as_fd()], None);
+        drop(stream);
+        let mut guard = lock(&CONNECTION);
+        let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
+            return;
+        };
+        if conn.generation != generation || conn.stream.as_ref().is_some_and(is_healthy) {
+            continue;
+        }
+        conn.stream = None;
+        let rejoined = mode()
+            .ok()
+            .filter(|m| *m != ManagerMode::Off)
+            .and_then(|m| join(m, &conn.watched).ok());
+        match rejoined {
+            Some(stream) => {
+                conn.stream = Some(stream);
+                conn.generation += 1;
+            }
+            None => {
+                conn.watcher = false;
+                return;
+            }
+        }
+    }
+}
+
+/// Whether the manager is still at the other end: it never sends unasked, so anything
+/// readable is its end of stream.
+fn is_healthy(stream: &UnixStream) -> bool {
+    daemon::poll_readable(&[stream.as_fd()], Some(Duration::ZERO))
+        .is_ok_and(|r| !r[0].readable && !r[0].hung_up)
+}
+
+/// Connects (starting a manager in `Auto` mode) and says Hello for `namespaces`.
+fn join(mode: ManagerMode, namespaces: &BTreeSet<Namespace>) -> Result<UnixStream> {
+    let os = PosixOs;
+    let hello = Request::Hello {
+        token: os.current(),
+        pid: std::process::id(),
+        namespaces: namespaces.iter().cloned().collect(),
+    };
+    let runtime = RuntimeDir::for_user(os.uid());
+    let mut attempt = 1;
+    loop {
+        let stream = match mode {
+            ManagerMode::Auto => connect_or_start(&runtime)?,
+            _ => connect(&runtime)?,
+        };
+        match exchange(&stream, &hello).and_then(expect_welcome) {
+            Ok(()) => return Ok(stream),
+            // The manager exited under us (its grace period ended): start another.
+            Err(Error::Disconnected) if mode == ManagerMode::Auto && attempt < ATTEMPTS => {
+                attempt += 1;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+fn expect_welcome(reply: Reply) -> Result<()> {
+    match reply {
+        Reply::Welcome { .. } => Ok(()),
+        Reply::Refused { reason } => Err(Error::ManagerRefused { reason }),
+        Reply::Status(_) => Err(Error::Malformed {
+            what: "manager reply",
+            why: "a status where a welcome was due".into(),
+        }),
+    }
+}
+
+/// Connects to the running manager of `runtime`.
+fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
+    let socket = runtime.socket()?;
+    if let Err(source) = std::fs::symlink_metadata(runtime.path()) {
+        if source.kind() == std::io::ErrorKind::NotFound {
+            return Err(Error::NoManager { socket, source });
+        }
+    }
+    runtime.check(PosixOs.uid())?;
+    let stream =
+        UnixStream::connect(&socket).map_err(|source| Error::NoManager { socket, source })?;
+    stream
+        .set_read_timeout(Some(START_TIMEOUT))
+        .map_err(|e| Error::os("set_read_timeout", e))?;
+    Ok(stream)
+}
+
+/// Connects to the manager of `runtime`, starting one if none answers.
+fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
+    runtime.ensure(PosixOs.uid())?;
+    match connect(runtime) {
+        Err(Error::NoManager { .. }) => {}
+        other => return other,
+    }
+    let program = find_program()?;
+    start(&program, runtime)?;
+    connect(runtime).map_err(|e| Error::ManagerStart {
+        program,
+        why: format!("it reported a manager running, but connecting failed: {e}"),
+    })
+}
+
+/// Runs `program manager`, which starts a detached manager (or finds one running) and
+/// exits once it accepts connections.
+fn start(program: &Path, runtime: &RuntimeDir) -> Result<()> {
+    let output = Command::new(program)
+        .arg("manager")
+        .env(RUNTIME_DIR_ENV, runtime.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| Error::ManagerStart {
+            program: program.to_owned(),
+            why: format!("cannot run it: {e}"),
+        })?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(Error::ManagerStart {
+        program: program.to_owned(),
+        why: format!(
+            "it exited with {}: {}",
+            output.status,
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+    })
+}
+
+/// The `shmrc` program to start: [`set_manager_program`], `$SHMRC_MANAGER_PROGRAM`, a
+/// `shmrc` beside the current executable or in its parent directory (cargo puts test
+/// binaries in `target/<profile>/deps/`), then each directory of `$PATH`.
+pub fn find_program() -> Result<PathBuf> {
+    let explicit = lock(&PROGRAM).clone();
+    let from_env = std::env::var_os(PROGRAM_ENV).filter(|p| !p.is_empty());
+    let exe = std::env::current_exe().ok();
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    find_program_in(explicit, from_env.map(PathBuf::from), exe.as_deref(), &path)
+}
+
+/// [`find_program`] over explicit inputs.
+fn find_program_in(
+    explicit: Option<PathBuf>,
+    from_env: Option<PathBuf>,
+    exe: Option<&Path>,
+    path: &std::ffi::OsStr,
+) -> Result<PathBuf> {
+    if let Some(program) = explicit.or(from_env) {
+        return Ok(program);
+    }
+    let mut looked = vec![
+        "set_manager_program (not set)".to_owned(),
+        format!("${PROGRAM_ENV} (not set)"),
+    ];
+    let beside_exe = exe.and_then(Path::parent);
+    let dirs = beside_exe
+        .into_iter()
+        .chain(beside_exe.and_then(Path::parent))
+        .map(Path::to_owned)
+        .chain(std::env::split_paths(path));
+    for dir in dirs {
+        let candidate = dir.join("shmrc");
+        if is_executable(&candidate) {
+            return Ok(candidate);
+        }
+        looked.push(candidate.display().to_string());
+    }
+    Err(Error::ManagerProgramNotFound { looked })
+}
+
+fn is_executable(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// Asks the user's running manager for its counters and clients; never starts one.
+pub fn status() -> Result<ManagerStatus> {
+    let stream = connect(&RuntimeDir::for_user(PosixOs.uid()))?;
+    match exchange(&stream, &Request::Status)? {
+        Reply::Status(status) => Ok(status),
+        Reply::Refused { reason } => Err(Error::ManagerRefused { reason }),
+        Reply::Welcome { .. } => Err(Error::Malformed {
+            what: "manager reply",
+            why: "a welcome where a status was due".into(),
+        }),
+    }
+}
+
+/// Sends `request` and reads one reply frame.
+fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
+    daemon::send_all(stream, &wire::encode_request(request))
+        .map_err(disconnected_or("write to manager"))?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 4096];
+    let deadline = Instant::now() + START_TIMEOUT;
+    loop {
+        if let Some(len) = wire::frame_len(&buf, wire::MAX_REPLY_PAYLOAD)? {
+            return wire::decode_reply(&buf[..len]);
+        }
+        let n = stream
+            .read(&mut chunk)
+            .map_err(disconnected_or("read from manager"))?;
+        if n == 0 || Instant::now() > deadline {
+            return Err(Error::Disconnected);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+fn disconnected_or(call: &'static str) -> impl Fn(std::io::Error) -> Error {
+    move |e| match e.kind() {
+        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => Error::Disconnected,
+        _ => Error::os(call, e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn modes_parse_and_a_bad_one_is_named() {
+        assert_eq!(ManagerMode::parse("auto").unwrap(), ManagerMode::Auto);
+        assert_eq!(ManagerMode::parse("connect").unwrap(), ManagerMode::Connect);
+        assert_eq!(ManagerMode::parse("off").unwrap(), ManagerMode::Off);
+        let why = ManagerMode::parse("yes").unwrap_err().to_string();
+        assert!(why.contains("SHMRC_MANAGER=\"yes\""), "{why}");
+    }
+
+    #[test]
+    fn an_explicit_program_wins_the_lookup() {
+        set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
+        assert_eq!(
+            find_program().unwrap(),
+            PathBuf::from("/opt/shmrc/bin/shmrc")
+        );
+    }
+
+    #[test]
+    fn the_lookup_tries_beside_the_executable_then_path_and_names_every_place() {
+        let root = tempfile::tempdir().unwrap();
+        let deps = root.path().join("target/debug/deps");
+        let bin = root.path().join("bin");
+        std::fs::create_dir_all(&deps).unwrap();
+        std::fs::create_dir_all(&bin).unwrap();
+        let exe = deps.join("test-binary");
+        let path = std::env::join_paths([&bin]).unwrap();
+
+        let why = find_program_in(None, None, Some(&exe), &path).unwrap_err();
+        let message = why.to_string();
+        assert!(matches!(why, Error::ManagerProgramNotFound { .. }));
+        for place in [&deps, &deps.parent().unwrap().to_owned(), &bin] {
+            assert!(
+                message.contains(&place.join("shmrc").display().to_string()),
+                "{message}"
+            );
+        }
+        assert!(message.contains("SHMRC_MANAGER=off"), "{message}");
+
+        let on_path = bin.join("shmrc");
+        std::fs::write(&on_path, b"#!/bin/sh\n").unwrap();
+        std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(
+            find_program_in(None, None, Some(&exe), &path).unwrap(),
+            on_path
+        );
+        let beside = deps.parent().unwrap().join("shmrc");
+        std::fs::copy(&on_path, &beside).unwrap();
+        assert_eq!(
+            find_program_in(None, None, Some(&exe), &path).unwrap(),
+            beside
+        );
+        let env = PathBuf::from("/from/env/shmrc");
+        assert_eq!(
+            find_program_in(None, Some(env.clone()), Some(&exe), &path).unwrap(),
+            env
+        );
+    }
+
+    #[test]
+    fn a_refusal_is_an_error_carrying_the_managers_reason() {
+        let refused = Reply::Refused {
+            reason: "hello names pid 3".into(),
+        };
+        match expect_welcome(refused) {
+            Err(Error::ManagerRefused { reason }) => assert_eq!(reason, "hello names pid 3"),
+            other => panic!("{other:?}"),
+        }
+        assert!(expect_welcome(Reply::Welcome { manager_pid: 1 }).is_ok());
+    }
+}

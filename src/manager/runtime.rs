@@ -1,0 +1,199 @@
+//! Where the user's manager lives: the runtime directory (created `0700`, refused when
+//! it is a symlink, another user's, or open to group or others) and the paths in it.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::error::{Error, Result};
+
+/// Environment variable that names the runtime directory (tests use it to isolate a
+/// manager).
+pub const RUNTIME_DIR_ENV: &str = "SHMRC_RUNTIME_DIR";
+/// The socket clients connect to.
+pub const SOCKET_FILE: &str = "manager.sock";
+/// The file whose `flock` makes one manager per directory.
+pub const LOCK_FILE: &str = "manager.lock";
+/// Where a detached manager's log goes.
+pub const LOG_FILE: &str = "manager.log";
+/// Bytes of `sun_path`, the terminating NUL included.
+const SUN_PATH_LEN: usize = 108;
+
+/// The manager's runtime directory and the files in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuntimeDir {
+    dir: PathBuf,
+}
+
+impl RuntimeDir {
+    /// The directory for this user: `$SHMRC_RUNTIME_DIR` if set, else
+    /// `$XDG_RUNTIME_DIR/shmrc`, else `/tmp/shmrc-<uid>`. Nothing is checked yet.
+    pub fn for_user(uid: u32) -> RuntimeDir {
+        let env = |name| std::env::var_os(name).filter(|v| !v.is_empty());
+        let dir = if let Some(dir) = env(RUNTIME_DIR_ENV) {
+            PathBuf::from(dir)
+        } else if let Some(xdg) = env("XDG_RUNTIME_DIR") {
+            Path::new(&xdg).join("shmrc")
+        } else {
+            PathBuf::from(format!("/tmp/shmrc-{uid}"))
+        };
+        RuntimeDir { dir }
+    }
+
+    /// A runtime directory at `dir`.
+    pub fn at(dir: impl Into<PathBuf>) -> RuntimeDir {
+        RuntimeDir { dir: dir.into() }
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The socket's path, checked to fit `sun_path`.
+    pub fn socket(&self) -> Result<PathBuf> {
+        let path = self.dir.join(SOCKET_FILE);
+        let len = path.as_os_str().len();
+        if len >= SUN_PATH_LEN {
+            return Err(Error::SocketPathTooLong {
+                path,
+                len,
+                max: SUN_PATH_LEN - 1,
+            });
+        }
+        Ok(path)
+    }
+
+    /// The lock file's path.
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+
+    /// The log file's path.
+    pub fn log(&self) -> PathBuf {
+        self.dir.join(LOG_FILE)
+    }
+
+    /// Opens (creating, mode 0600) the lock file for writing, refusing a symlink.
+    pub fn open_lock(&self) -> Result<File> {
+        open_private(&self.lock(), false).map_err(|e| Error::os("open manager lock", e))
+    }
+
+    /// Opens (creating, mode 0600) the log file for appending, refusing a symlink.
+    pub fn open_log(&self) -> Result<File> {
+        open_private(&self.log(), true).map_err(|e| Error::os("open manager log", e))
+    }
+
+    /// Creates the directory (mode `0700`) if it is missing, then [`RuntimeDir::check`]s it.
+    pub fn ensure(&self, uid: u32) -> Result<()> {
+        match DirBuilder::new().mode(0o700).create(&self.dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.unsafe_dir(format!("cannot create it: {e}"))),
+        }
+        self.check(uid)
+    }
+
+    /// Checks that the directory is a real directory (not a symlink) owned by `uid` with
+    /// no permission for group or others.
+    pub fn check(&self, uid: u32) -> Result<()> {
+        let meta = fs::symlink_metadata(&self.dir)
+            .map_err(|e| self.unsafe_dir(format!("cannot stat it: {e}")))?;
+        if meta.file_type().is_symlink() {
+            return Err(self.unsafe_dir("it is a symlink".into()));
+        }
+        if !meta.is_dir() {
+            return Err(self.unsafe_dir("it is not a directory".into()));
+        }
+        if meta.uid() != uid {
+            return Err(self.unsafe_dir(format!("it belongs to uid {}, not {uid}", meta.uid())));
+        }
+        let mode = meta.mode() & 0o777;
+        if mode & 0o077 != 0 {
+            return Err(self.unsafe_dir(format!(
+                "its mode is {mode:03o}: group or others may use it (want 700)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn unsafe_dir(&self, why: String) -> Error {
+        Error::UnsafeRuntimeDir {
+            path: self.dir.clone(),
+            why,
+        }
+    }
+}
+
+/// Opens `path` for writing (appending or not), creating it with mode 0600; a symlink
+/// is refused (`O_NOFOLLOW`).
+fn open_private(path: &Path, append: bool) -> std::io::Result<File> {
+    OpenOptions::new()
+        .create(true)
+        .write(true)
+        .append(append)
+        .truncate(false)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn uid() -> u32 {
+        nix::unistd::geteuid().as_raw()
+    }
+
+    #[test]
+    fn a_missing_dir_is_created_private() {
+        let parent = tempfile::tempdir().unwrap();
+        let rt = RuntimeDir::at(parent.path().join("shmrc"));
+        rt.ensure(uid()).unwrap();
+        let mode = fs::metadata(rt.path()).unwrap().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn an_open_dir_a_symlink_or_another_users_dir_is_refused() {
+        let parent = tempfile::tempdir().unwrap();
+        let open = parent.path().join("open");
+        fs::create_dir(&open).unwrap();
+        fs::set_permissions(&open, fs::Permissions::from_mode(0o755)).unwrap();
+        let why = RuntimeDir::at(&open).ensure(uid()).unwrap_err().to_string();
+        assert!(why.contains("755"), "{why}");
+
+        let link = parent.path().join("link");
+        std::os::unix::fs::symlink(parent.path(), &link).unwrap();
+        let why = RuntimeDir::at(&link).check(uid()).unwrap_err().to_string();
+        assert!(why.contains("symlink"), "{why}");
+
+        let why = RuntimeDir::at(parent.path())
+            .check(uid().wrapping_add(1))
+            .unwrap_err()
+            .to_string();
+        assert!(why.contains("belongs to uid"), "{why}");
+
+        let file = parent.path().join("file");
+        fs::write(&file, b"").unwrap();
+        assert!(matches!(
+            RuntimeDir::at(&file).check(uid()),
+            Err(Error::UnsafeRuntimeDir { .. })
+        ));
+    }
+
+    #[test]
+    fn a_socket_path_longer_than_sun_path_is_refused_by_name() {
+        let rt = RuntimeDir::at(format!("/tmp/{}", "d".repeat(120)));
+        match rt.socket() {
+            Err(Error::SocketPathTooLong { path, len, max }) => {
+                assert!(path.ends_with(SOCKET_FILE));
+                assert!(len > max);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(RuntimeDir::at("/tmp/x").socket().is_ok());
+    }
+}

@@ -1,0 +1,577 @@
+//! The manager daemon's event loop: one instance per runtime directory (by `flock`), a
+//! `poll` over the listening socket, the client connections and the clients' pidfds
+//! (no busy loop, no sleeps); on each client death a sweep of the namespaces it
+//! registered; at start and before exiting a sweep of every shmrc namespace of this user.
+//!
+//! A Hello is believed only when the kernel agrees: the socket's peer (`SO_PEERCRED`)
+//! has this uid and the pid the Hello names, the token's pid is that pid, and the
+//! process with that pid has the token's start time after its pidfd was opened (so the
+//! pidfd watches that very process). Anything else is refused, logged, and changes
+//! nothing.
+
+use std::collections::{BTreeSet, HashMap};
+use std::io::{self, Read};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::time::{Duration, Instant};
+
+use tracing::{info, warn};
+
+use super::runtime::RuntimeDir;
+use super::wire::{self, ClientRow, ManagerStatus, Reply, Request};
+use crate::error::{Error, Result};
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::os::daemon::{self, Peer, PidFd};
+use crate::os::posix::PosixOs;
+use crate::sweep::sweep_with;
+use crate::token::Token;
+
+/// Environment variable: the grace period in milliseconds (default [`DEFAULT_GRACE`]).
+pub const GRACE_ENV: &str = "SHMRC_MANAGER_GRACE_MS";
+/// How long a manager with no live client waits before it exits.
+pub const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
+/// How long a starting manager waits for an exiting one to release the lock.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+/// The most connections open at once; more are refused as they arrive (each costs a
+/// descriptor, and the listener must not stay readable with nothing accepted).
+const MAX_CONNECTIONS: usize = 1024;
+/// How long a reply may take to write before the connection is dropped.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// How a manager runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Where its socket, lock and log are.
+    pub runtime: RuntimeDir,
+    /// How long it stays with no live client.
+    pub grace: Duration,
+}
+
+/// How [`run`] ended.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Ended {
+    /// It ran, its grace period passed with no client, and it exited cleanly.
+    GraceExpired,
+    /// Another manager already runs for this runtime directory.
+    AlreadyRunning,
+}
+
+/// The grace period from `$SHMRC_MANAGER_GRACE_MS`, or [`DEFAULT_GRACE`].
+pub fn grace_from_env() -> Result<Duration> {
+    parse_grace(std::env::var(GRACE_ENV).ok())
+}
+
+fn parse_grace(value: Option<String>) -> Result<Duration> {
+    match value {
+        None => Ok(DEFAULT_GRACE),
+        Some(v) => v.trim().parse().map(Duration::from_millis).map_err(|_| {
+            Error::InvalidArgument(format!("{GRACE_ENV}={v:?} is not a number of milliseconds"))
+        }),
+    }
+}
+
+/// Every shmrc namespace of user `uid` that has a segment in `/dev/shm`, sorted.
+pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
+    let uid = os.uid();
+    let found: BTreeSet<String> = os
+        .shm_list(crate::namespace::DEFAULT_PREFIX)?
+        .iter()
+        .filter_map(|name| Namespace::of_segment(name, uid).ok())
+        .map(|(ns, _)| ns.prefix().to_owned())
+        .collect();
+    found.into_iter().map(Namespace::new).collect()
+}
+
+/// Runs the manager of `config.runtime` until its grace period passes with no live
+/// client, or returns at once when another one runs there.
+pub fn run(config: &Config) -> Result<Ended> {
+    let uid = PosixOs.uid();
+    config.runtime.ensure(uid)?;
+    let socket = config.runtime.socket()?;
+    let Some(lock) = take_lock(&config.runtime, &socket)? else {
+        info!("another manager runs at {}", socket.display());
+        return Ok(Ended::AlreadyRunning);
+    };
+    // Only the lock holder may remove a socket file: it is then stale.
+    match std::fs::remove_file(&socket) {
+        Ok(()) => info!("removed a stale socket {}", socket.display()),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::os("unlink manager socket", e)),
+    }
+    let listener = UnixListener::bind(&socket).map_err(|e| Error::os("bind", e))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::os("set_nonblocking", e))?;
+    info!(
+        "manager pid {} listening at {} (grace {} ms)",
+        std::process::id(),
+        socket.display(),
+        config.grace.as_millis()
+    );
+    if let Err(e) = crate::os::posix::raise_fd_limit() {
+        warn!("cannot raise the open-file limit: {e}");
+    }
+    let mut manager = Manager::new(uid, config);
+    manager.sweep_everything("start");
+    manager.serve(&listener)?;
+    // Unlink the socket before the lock goes, so a new manager never finds ours.
+    let _ = std::fs::remove_file(&socket);
+    drop(listener);
+    drop(lock);
+    info!("no client for {} ms: exiting", config.grace.as_millis());
+    Ok(Ended::GraceExpired)
+}
+
+/// Takes the single-instance lock; `None` when a live manager answers at `socket`. A
+/// manager that is exiting holds the lock for a moment after removing its socket: wait
+/// for it (bounded).
+fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<daemon::FileLock>> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let file = runtime.open_lock()?;
+        if let Some(lock) = daemon::try_lock_exclusive(file)? {
+            return Ok(Some(lock));
+        }
+        if UnixStream::connect(socket).is_ok() || Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// A client: a process that said Hello and is watched until it dies.
+struct Client {
+    pidfd: PidFd,
+    namespaces: BTreeSet<Namespace>,
+}
+
+/// An accepted connection.
+struct Connection {
+    stream: UnixStream,
+    peer: Peer,
+    /// Bytes received and not yet decoded.
+    pending: Vec<u8>,
+    /// The client this connection said Hello for.
+    client: Option<Token>,
+}
+
+/// What one poll round asks of the loop after reading a connection.
+enum AfterRead {
+    Keep,
+    Close,
+}
+
+/// The counters `shmrc status` shows.
+#[derive(Default)]
+struct Counters {
+    clients_ever: u64,
+    sweeps: u64,
+    reclaimed: u64,
+    unlinked: u64,
+    refused: u64,
+}
+
+struct Manager<'a> {
+    uid: u32,
+    config: &'a Config,
+    started: Instant,
+    clients: HashMap<Token, Client>,
+    connections: Vec<Connection>,
+    counters: Counters,
+}
+
+impl<'a> Manager<'a> {
+    fn new(uid: u32, config: &'a Config) -> Manager<'a> {
+        Manager {
+            uid,
+            config,
+            started: Instant::now(),
+            clients: HashMap::new(),
+            connections: Vec::new(),
+            counters: Counters::default(),
+        }
+    }
+
+    /// The poll loop; returns when the grace period has passed with no live client and
+    /// no connection is waiting to be accepted.
+    fn serve(&mut self, listener: &UnixListener) -> Result<()> {
+        let mut idle_since = Some(Instant::now());
+        loop {
+            let timeout = idle_since.map(|t| self.config.grace.saturating_sub(t.elapsed()));
+            let (listener_ready, conns_ready, dead) = self.wait(listener, timeout)?;
+            if listener_ready {
+                self.accept_all(listener);
+            }
+            self.read_connections(&conns_ready);
+            self.bury(&dead);
+            match (self.clients.is_empty(), idle_since) {
+                (false, _) => idle_since = None,
+                (true, None) => idle_since = Some(Instant::now()),
+                (true, Some(t)) if t.elapsed() >= self.config.grace => {
+                    self.sweep_everything("grace period over");
+                    let waiting = daemon::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
+                    if !waiting[0].readable {
+                        return Ok(());
+                    }
+                    // Someone is connecting: stay, and give it a fresh grace period.
+                    idle_since = Some(Instant::now());
+                }
+                (true, Some(_)) => {}
+            }
+        }
+    }
+
+    /// One `poll`: whether the listener has connections, which connections (by index)
+    /// are readable or hung up, and which clients died.
+    fn wait(
+        &self,
+        listener: &UnixListener,
+        timeout: Option<Duration>,
+    ) -> Result<(bool, Vec<usize>, Vec<Token>)> {
+        let tokens: Vec<Token> = self.clients.keys().copied().collect();
+        let mut fds: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
+        fds.extend(self.connections.iter().map(|c| c.stream.as_fd()));
+        fds.extend(tokens.iter().map(|t| self.clients[t].pidfd.as_fd()));
+        let ready = daemon::poll_readable(&fds, timeout)?;
+        let conns = &ready[1..1 + self.connections.len()];
+        let pidfds = &ready[1 + self.connections.len()..];
+        let conns_ready = (0..conns.len())
+            .filter(|&i| conns[i].readable || conns[i].hung_up)
+            .collect();
+        let dead = tokens
+            .iter()
+            .zip(pidfds)
+            .filter(|(_, r)| r.readable || r.hung_up)
+            .map(|(t, _)| *t)
+            .collect();
+        Ok((ready[0].readable, conns_ready, dead))
+    }
+
+    fn accept_all(&mut self, listener: &UnixListener) {
+        loop {
+            match listener.accept() {
+                Ok((stream, _)) => match self.admit(stream) {
+                    Ok(conn) => {
+                        self.connections.push(conn);
+                        if self.connections.len() > MAX_CONNECTIONS {
+                            let last = self.connections.len() - 1;
+                            self.refuse(last, "too many connections");
+                            self.connections.pop();
+                        }
+                    }
+                    Err(e) => warn!("dropped a connection: {e}"),
+                },
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    warn!("accept failed: {e}");
+                    return;
+                }
+            }
+        }
+    }
+
+    fn admit(&self, stream: UnixStream) -> Result<Connection> {
+        stream
+            .set_nonblocking(false)
+            .map_err(|e| Error::os("set_nonblocking", e))?;
+        stream
+            .set_write_timeout(Some(WRITE_TIMEOUT))
+            .map_err(|e| Error::os("set_write_timeout", e))?;
+        let peer = daemon::peer_credentials(&stream)?;
+        Ok(Connection {
+            stream,
+            peer,
+            pending: Vec::new(),
+            client: None,
+        })
+    }
+
+    /// Reads each ready connection once (poll said it will not block) and obeys every
+    /// complete request; closes those that ended or misbehaved.
+    fn read_connections(&mut self, ready: &[usize]) {
+        let mut closing = Vec::new();
+        for &i in ready {
+            if let AfterRead::Close = self.read_one(i) {
+                closing.push(i);
+            }
+        }
+        for &i in closing.iter().rev() {
+            let conn = self.connections.swap_remove(i);
+            if let Some(token) = conn.client {
+                info!("client {token} closed its connection; watched until it dies");
+            }
+        }
+    }
+
+    fn read_one(&mut self, i: usize) -> AfterRead {
+        let room = wire::HEADER_LEN + wire::MAX_REQUEST_PAYLOAD - self.connections[i].pending.len();
+        let mut chunk = vec![0u8; room];
+        let n = match self.connections[i].stream.read(&mut chunk) {
+            Ok(0) => return AfterRead::Close,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return AfterRead::Keep,
+            Err(_) => return AfterRead::Close,
+        };
+        self.connections[i].pending.extend_from_slice(&chunk[..n]);
+        loop {
+            let pending = &self.connections[i].pending;
+            let len = match wire::frame_len(pending, wire::MAX_REQUEST_PAYLOAD) {
+                Ok(Some(len)) => len,
+                Ok(None) => return AfterRead::Keep,
+                Err(e) => return self.refuse(i, &e.to_string()),
+            };
+            let frame: Vec<u8> = self.connections[i].pending.drain(..len).collect();
+            let reply = match wire::decode_request(&frame) {
+                Ok(request) => self.obey(i, request),
+                Err(e) => Err(e.to_string()),
+            };
+            match reply {
+                Ok(reply) => {
+                    if self.send(i, &reply).is_err() {
+                        return AfterRead::Close;
+                    }
+                }
+                Err(reason) => return self.refuse(i, &reason),
+            }
+        }
+    }
+
+    /// Carries out one request; `Err` is the reason to refuse it.
+    fn obey(&mut self, i: usize, request: Request) -> Result<Reply, String> {
+        match request {
+            Request::Hello {
+                token,
+                pid,
+                namespaces,
+            } => {
+                if let Some(known) = self.connections[i].client {
+                    return Err(format!("this connection already said hello as {known}"));
+                }
+                let pidfd = vet_hello(self.connections[i].peer, self.uid, token, pid)?;
+                if !self.clients.contains_key(&token) {
+                    self.counters.clients_ever += 1;
+                }
+                let client = self.clients.entry(token).or_insert_with(|| Client {
+                    pidfd,
+                    namespaces: BTreeSet::new(),
+                });
+                client.namespaces.extend(namespaces);
+                self.connections[i].client = Some(token);
+                info!(
+                    "client {token} watched for {:?}",
+                    self.clients[&token]
+                        .namespaces
+                        .iter()
+                        .map(Namespace::prefix)
+                        .collect::<Vec<_>>()
+                );
+                Ok(self.welcome())
+            }
+            Request::Watch { namespace } => {
+                let token = self.connections[i]
+                    .client
+                    .ok_or("watch before hello: say who you are first")?;
+                let client = self
+                    .clients
+                    .get_mut(&token)
+                    .ok_or("the client of this connection has died")?;
+                info!("client {token} also uses {namespace}");
+                client.namespaces.insert(namespace);
+                Ok(self.welcome())
+            }
+            Request::Status => Ok(Reply::Status(self.status())),
+        }
+    }
+
+    fn welcome(&self) -> Reply {
+        Reply::Welcome {
+            manager_pid: std::process::id(),
+        }
+    }
+
+    fn send(&mut self, i: usize, reply: &Reply) -> io::Result<()> {
+        daemon::send_all(&self.connections[i].stream, &wire::encode_reply(reply))
+    }
+
+    /// Refuses the request on connection `i`: counted, logged, answered, closed.
+    fn refuse(&mut self, i: usize, reason: &str) -> AfterRead {
+        self.counters.refused += 1;
+        let peer = self.connections[i].peer;
+        warn!("refused peer pid {} uid {}: {reason}", peer.pid, peer.uid);
+        let _ = self.send(
+            i,
+            &Reply::Refused {
+                reason: reason.to_owned(),
+            },
+        );
+        AfterRead::Close
+    }
+
+    /// Forgets the clients that died and sweeps the namespaces they used, each once.
+    fn bury(&mut self, dead: &[Token]) {
+        let mut namespaces = BTreeSet::new();
+        for token in dead {
+            if let Some(client) = self.clients.remove(token) {
+                info!("client {token} died");
+                namespaces.extend(client.namespaces);
+            }
+        }
+        if dead.is_empty() {
+            return;
+        }
+        self.connections
+            .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
+        for ns in &namespaces {
+            self.sweep(ns, "client death");
+        }
+    }
+
+    fn sweep_everything(&mut self, why: &str) {
+        match namespaces_found(&PosixOs) {
+            Ok(found) => {
+                for ns in &found {
+                    self.sweep(ns, why);
+                }
+            }
+            Err(e) => warn!("cannot list /dev/shm for the {why} sweep: {e}"),
+        }
+    }
+
+    fn sweep(&mut self, ns: &Namespace, why: &str) {
+        match sweep_with(&PosixOs, ns, false) {
+            Ok(report) => {
+                self.counters.sweeps += 1;
+                self.counters.reclaimed += u64::from(report.reclaimed);
+                self.counters.unlinked += u64::from(report.unlinked);
+                info!(
+                    "{why}: swept {ns}: reclaimed {} slot(s), unlinked {} segment(s)",
+                    report.reclaimed, report.unlinked
+                );
+            }
+            Err(e) => warn!("{why}: sweeping {ns} failed: {e}"),
+        }
+    }
+
+    fn status(&self) -> ManagerStatus {
+        let mut rows: Vec<ClientRow> = self
+            .clients
+            .iter()
+            .map(|(token, client)| ClientRow {
+                pid: token.pid(),
+                connected: self.connections.iter().any(|c| c.client == Some(*token)),
+                namespaces: client
+                    .namespaces
+                    .iter()
+                    .map(|ns| ns.prefix().to_owned())
+                    .collect(),
+            })
+            .collect();
+        rows.sort_by_key(|r| r.pid);
+        ManagerStatus {
+            pid: std::process::id(),
+            uptime_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
+            clients: u32::try_from(self.clients.len()).unwrap_or(u32::MAX),
+            clients_ever: self.counters.clients_ever,
+            sweeps: self.counters.sweeps,
+            reclaimed: self.counters.reclaimed,
+            unlinked: self.counters.unlinked,
+            refused: self.counters.refused,
+            runtime_dir: self.config.runtime.path().display().to_string(),
+            rows,
+        }
+    }
+}
+
+/// Checks a Hello's claims against the kernel's word and returns a pidfd on the very
+/// process it names, or the reason to refuse it.
+fn vet_hello(peer: Peer, uid: u32, token: Token, pid: u32) -> Result<PidFd, String> {
+    check_claims(peer, uid, token, pid)?;
+    let pidfd = daemon::pidfd_open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;
+    // Opened first, checked second: if the pid was reused in between, the start time
+    // differs and the token is dead.
+    if !PosixOs.is_alive(token) {
+        return Err(format!("token {token} does not name a live process"));
+    }
+    Ok(pidfd)
+}
+
+/// The claims of a Hello that need no system call: the peer is this user, and the
+/// Hello's pid is the peer's and the token's.
+fn check_claims(peer: Peer, uid: u32, token: Token, pid: u32) -> Result<(), String> {
+    if peer.uid != uid {
+        return Err(format!(
+            "peer uid {} is not this manager's uid {uid}",
+            peer.uid
+        ));
+    }
+    if peer.pid != pid {
+        return Err(format!(
+            "hello names pid {pid} but the connecting process is pid {}",
+            peer.pid
+        ));
+    }
+    if token.pid() != pid {
+        return Err(format!("token {token} is not pid {pid}'s"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn me() -> (Peer, u32, Token) {
+        let uid = PosixOs.uid();
+        let peer = Peer {
+            pid: std::process::id(),
+            uid,
+        };
+        (peer, uid, PosixOs.current())
+    }
+
+    #[test]
+    fn a_truthful_hello_is_accepted() {
+        let (peer, uid, token) = me();
+        assert!(vet_hello(peer, uid, token, peer.pid).is_ok());
+    }
+
+    #[test]
+    fn a_hello_for_another_pid_uid_or_start_is_refused() {
+        let (peer, uid, token) = me();
+        let other_pid = Token::new(peer.pid + 1, token.start_ticks()).unwrap();
+        assert!(
+            check_claims(peer, uid, other_pid, peer.pid + 1)
+                .unwrap_err()
+                .contains("connecting process")
+        );
+        assert!(
+            check_claims(peer, uid, other_pid, peer.pid)
+                .unwrap_err()
+                .contains("is not pid")
+        );
+        assert!(
+            check_claims(peer, uid + 1, token, peer.pid)
+                .unwrap_err()
+                .contains("uid")
+        );
+        let stale = Token::new(peer.pid, token.start_ticks() + 1).unwrap();
+        assert!(
+            vet_hello(peer, uid, stale, peer.pid)
+                .unwrap_err()
+                .contains("live process")
+        );
+    }
+
+    #[test]
+    fn the_grace_period_is_milliseconds_or_a_named_error() {
+        assert_eq!(parse_grace(None).unwrap(), DEFAULT_GRACE);
+        assert_eq!(
+            parse_grace(Some(" 250".into())).unwrap(),
+            Duration::from_millis(250)
+        );
+        let why = parse_grace(Some("2s".into())).unwrap_err().to_string();
+        assert!(why.contains("SHMRC_MANAGER_GRACE_MS=\"2s\""), "{why}");
+    }
+}

@@ -1,0 +1,224 @@
+//! The OS pieces of the manager daemon (`crate::manager`) and nothing else: process
+//! descriptors (`pidfd_open`), `poll`, the credentials of a Unix socket's peer
+//! (`SO_PEERCRED`), the single-instance lock (`flock`) and starting a process in a
+//! session of its own (`setsid`).
+//!
+//! # Safety
+//! Two `unsafe` blocks, each with its reason beside it: the raw `pidfd_open` system
+//! call (no safe wrapper in std or nix), and the `pre_exec` hook that calls `setsid`
+//! between `fork` and `exec` (async-signal-safe, touches no memory of the parent).
+#![allow(unsafe_code)]
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::fcntl::{Flock, FlockArg};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use nix::sys::socket::{MsgFlags, getsockopt, send, sockopt::PeerCredentials};
+
+use crate::error::{Error, Result};
+
+/// A process descriptor: readable (`POLLIN`) once the process has exited.
+#[derive(Debug)]
+pub struct PidFd(OwnedFd);
+
+impl AsFd for PidFd {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.0.as_fd()
+    }
+}
+
+/// Opens a process descriptor for `pid` (close-on-exec). It refers to whichever process
+/// has that pid *now*: check the process's identity (its token) after opening.
+pub fn pidfd_open(pid: u32) -> Result<PidFd> {
+    let raw_pid = libc::pid_t::try_from(pid)
+        .map_err(|_| Error::InvalidArgument(format!("pid {pid} is out of range")))?;
+    // SAFETY: pidfd_open takes a pid and a flags word (0) and returns a new descriptor
+    // or -1; it reads and writes no memory of this process.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0 as libc::c_uint) };
+    if ret < 0 {
+        return Err(Error::os("pidfd_open", Errno::last()));
+    }
+    let fd = libc::c_int::try_from(ret).map_err(|_| {
+        Error::os(
+            "pidfd_open",
+            std::io::Error::other("descriptor out of range"),
+        )
+    })?;
+    // SAFETY: the kernel just installed `fd` in this process's table and nothing else
+    // owns it.
+    Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+/// What `SO_PEERCRED` says of the process at the other end of a Unix socket (as it was
+/// when it connected).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Peer {
+    /// The peer's pid (in this process's pid namespace; 0 when it has none here).
+    pub pid: u32,
+    /// The peer's effective uid.
+    pub uid: u32,
+}
+
+/// The credentials of `stream`'s peer.
+pub fn peer_credentials(stream: &UnixStream) -> Result<Peer> {
+    let cred = getsockopt(stream, PeerCredentials).map_err(|e| Error::os("getsockopt", e))?;
+    Ok(Peer {
+        pid: u32::try_from(cred.pid()).unwrap_or(0),
+        uid: cred.uid(),
+    })
+}
+
+/// What `poll` reported for one descriptor.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub struct Readiness {
+    /// Data (or a connection, or a process exit) is waiting.
+    pub readable: bool,
+    /// The peer hung up or the descriptor is in error.
+    pub hung_up: bool,
+}
+
+/// Waits until one of `fds` is readable or hung up, or `timeout` passes (`None`:
+/// forever); says what each became. An interrupted wait returns with nothing ready.
+pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<Vec<Readiness>> {
+    let mut pollfds: Vec<PollFd<'_>> = fds
+        .iter()
+        .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
+        .collect();
+    let timeout = match timeout {
+        None => PollTimeout::NONE,
+        // Round up so a wait never ends just before its deadline.
+        Some(t) => PollTimeout::try_from(t.as_millis().saturating_add(1).min(i32::MAX as u128))
+            .unwrap_or(PollTimeout::MAX),
+    };
+    match poll(&mut pollfds, timeout) {
+        Ok(_) => {}
+        Err(Errno::EINTR) => return Ok(vec![Readiness::default(); fds.len()]),
+        Err(e) => return Err(Error::os("poll", e)),
+    }
+    Ok(pollfds
+        .iter()
+        .map(|p| {
+            let revents = p.revents().unwrap_or(PollFlags::empty());
+            Readiness {
+                readable: revents.contains(PollFlags::POLLIN),
+                hung_up: revents
+                    .intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL),
+            }
+        })
+        .collect())
+}
+
+/// Writes all of `bytes` to `stream` with `MSG_NOSIGNAL`: a peer that went away is an
+/// `EPIPE` error, never a `SIGPIPE` that would kill a process that did not ignore it.
+pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+    while !bytes.is_empty() {
+        match send(stream.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// An exclusive `flock` on a file, held until dropped.
+#[derive(Debug)]
+pub struct FileLock(#[allow(dead_code)] Flock<File>);
+
+/// Takes an exclusive lock on `file` without waiting: `Ok(None)` when another open file
+/// description holds it.
+pub fn try_lock_exclusive(file: File) -> Result<Option<FileLock>> {
+    match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
+        Ok(lock) => Ok(Some(FileLock(lock))),
+        Err((_, Errno::EWOULDBLOCK)) => Ok(None),
+        Err((_, e)) => Err(Error::os("flock", e)),
+    }
+}
+
+/// Spawns `command` as the leader of a new session (`setsid` in the child before
+/// `exec`): it has no controlling terminal and is not in the caller's process group, so
+/// signals sent to that group (a job killed with its group) do not reach it.
+pub fn spawn_in_new_session(command: &mut Command) -> std::io::Result<Child> {
+    // SAFETY: the hook runs in the forked child before exec and only calls setsid, which
+    // is async-signal-safe and allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            nix::unistd::setsid()
+                .map(drop)
+                .map_err(std::io::Error::from)
+        });
+    }
+    command.spawn()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsFd;
+
+    #[test]
+    fn a_pidfd_becomes_readable_when_its_process_exits() {
+        let mut child = Command::new("sleep").arg("30").spawn().unwrap();
+        let pidfd = pidfd_open(child.id()).unwrap();
+        let ready = poll_readable(&[pidfd.as_fd()], Some(Duration::ZERO)).unwrap();
+        assert!(!ready[0].readable, "alive: not readable");
+        child.kill().unwrap();
+        let ready = poll_readable(&[pidfd.as_fd()], None).unwrap();
+        assert!(ready[0].readable);
+        child.wait().unwrap();
+    }
+
+    #[test]
+    fn pidfd_of_a_pid_nobody_has_is_an_error() {
+        assert!(matches!(
+            pidfd_open(u32::MAX),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(pidfd_open(4_194_304), Err(Error::Os { .. })));
+    }
+
+    #[test]
+    fn peer_credentials_name_this_process() {
+        let (a, _b) = UnixStream::pair().unwrap();
+        let cred = peer_credentials(&a).unwrap();
+        assert_eq!(cred.pid, std::process::id());
+        assert_eq!(cred.uid, nix::unistd::geteuid().as_raw());
+    }
+
+    #[test]
+    fn sending_to_a_closed_peer_is_an_error_not_a_signal() {
+        let (a, b) = UnixStream::pair().unwrap();
+        send_all(&a, b"ok").unwrap();
+        drop(b);
+        let e = send_all(&a, b"gone").unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe);
+    }
+
+    #[test]
+    fn a_second_lock_on_the_same_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("lock");
+        let open = || File::create(&path).unwrap();
+        let held = try_lock_exclusive(open()).unwrap();
+        assert!(held.is_some());
+        assert!(try_lock_exclusive(open()).unwrap().is_none());
+        drop(held);
+        assert!(try_lock_exclusive(open()).unwrap().is_some());
+    }
+
+    #[test]
+    fn a_spawned_session_leader_has_its_own_session() {
+        let mut child = spawn_in_new_session(Command::new("sleep").arg("30")).unwrap();
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        assert_eq!(nix::unistd::getsid(Some(pid)).unwrap(), pid);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}

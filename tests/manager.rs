@@ -1,0 +1,349 @@
+//! The manager daemon with real processes: it starts (by hand or lazily, from a
+//! worker's first file_system attach), answers `status`, sweeps when a client is
+//! SIGKILLed, refuses lies and garbage without changing anything, is replaced when it
+//! dies, and exits after its grace period. Every test isolates its manager in a
+//! runtime directory of its own (`SHMRC_RUNTIME_DIR`) and waits for it to exit.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+mod common;
+
+use std::io::{Read, Write};
+use std::os::fd::AsFd;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use common::{TestNamespace, Worker, fnv1a, pattern, start_workers_with};
+use shmrc::manager::wire::{self, Reply, Request};
+use shmrc::os::{Os, daemon};
+use shmrc::token::Token;
+use shmrc::{CreateOptions, Namespace, PosixOs, ShmBuf, Strategy};
+
+/// Grace period of the managers these tests start.
+const GRACE_MS: &str = "300";
+
+/// A private runtime directory (created by the first manager or client, mode 0700,
+/// inside a temporary directory); on drop, waits until its manager (if any) has exited.
+struct Runtime {
+    parent: tempfile::TempDir,
+}
+
+impl Runtime {
+    fn new() -> Runtime {
+        Runtime {
+            parent: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+
+    fn dir(&self) -> std::path::PathBuf {
+        self.parent.path().join("rt")
+    }
+
+    fn env(&self) -> Vec<(&'static str, String)> {
+        vec![
+            ("SHMRC_RUNTIME_DIR", self.dir().display().to_string()),
+            ("SHMRC_MANAGER_GRACE_MS", GRACE_MS.to_owned()),
+            (
+                "SHMRC_MANAGER_PROGRAM",
+                env!("CARGO_BIN_EXE_shmrc").to_owned(),
+            ),
+        ]
+    }
+
+    fn shmrc(&self, args: &[&str]) -> Output {
+        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(args)
+            .envs(self.env())
+            .output()
+            .expect("run shmrc")
+    }
+
+    /// `shmrc status --json`, which must succeed.
+    fn status(&self) -> String {
+        let out = self.shmrc(&["status", "--json"]);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf-8")
+    }
+
+    fn socket(&self) -> std::path::PathBuf {
+        self.dir().join("manager.sock")
+    }
+
+    /// Workers whose file_system attaches use this runtime's manager (mode `auto`
+    /// unless `extra` says otherwise).
+    fn workers(&self, test: &str, count: u32, extra: &[(&'static str, String)]) -> Vec<Worker> {
+        let mut env = self.env();
+        env.push(("SHMRC_MANAGER", "auto".to_owned()));
+        env.extend(extra.iter().cloned());
+        start_workers_with(test, count, &env)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        let out = self.shmrc(&["status", "--json"]);
+        if out.status.success() {
+            let pid = field(&String::from_utf8_lossy(&out.stdout), "pid");
+            wait_for_exit(pid as u32);
+        }
+    }
+}
+
+/// The number after `"name":` in a flat JSON object.
+fn field(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let at = json
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {name} in {json}"))
+        + key.len();
+    json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number in {json}"))
+}
+
+/// Waits until process `pid` (not our child) has exited.
+fn wait_for_exit(pid: u32) {
+    if let Ok(pidfd) = daemon::pidfd_open(pid) {
+        daemon::poll_readable(&[pidfd.as_fd()], Some(Duration::from_secs(60))).unwrap();
+        assert!(
+            daemon::poll_readable(&[pidfd.as_fd()], Some(Duration::ZERO)).unwrap()[0].readable,
+            "pid {pid} still runs a minute later"
+        );
+    }
+}
+
+/// Waits (bounded, generously) until `cond` holds.
+fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !cond() {
+        assert!(Instant::now() < deadline, "never happened: {what}");
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// A new file_system buffer of `t`'s namespace (this process runs with the manager off).
+fn file_system_buf(t: &TestNamespace) -> ShmBuf<PosixOs> {
+    let options = CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(t.ns.clone());
+    ShmBuf::with_options(4096, &options).unwrap()
+}
+
+/// A file_system buffer of `t`'s namespace held only by `worker`; returns its name.
+fn held_only_by(t: &TestNamespace, worker: &Worker) -> String {
+    let buf = file_system_buf(t);
+    let data = pattern(buf.len(), 3);
+    buf.write_at(0, &data).unwrap();
+    let name = buf.name().unwrap().to_owned();
+    let reply = worker.ask(
+        &format!("hold {}", fnv1a(&data)),
+        vec![buf.share().unwrap()],
+    );
+    assert!(reply.starts_with("held "), "{reply}");
+    buf.release().unwrap();
+    name
+}
+
+#[test]
+fn a_started_manager_answers_status_and_exits_after_its_grace_period() {
+    let rt = Runtime::new();
+    let out = rt.shmrc(&["manager"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pid: u64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    let status = rt.status();
+    assert_eq!(field(&status, "pid"), pid);
+    assert_eq!(field(&status, "clients"), 0);
+    assert!(status.contains(&rt.dir().display().to_string()));
+    // Asking again finds the same one.
+    let again = rt.shmrc(&["manager"]);
+    assert_eq!(
+        String::from_utf8_lossy(&again.stdout).trim(),
+        pid.to_string()
+    );
+
+    wait_for_exit(pid as u32);
+    assert!(!rt.socket().exists(), "the socket went with it");
+    let out = rt.shmrc(&["status"]);
+    assert!(!out.status.success());
+    let why = String::from_utf8_lossy(&out.stderr);
+    assert!(why.contains("no shmrc manager is running"), "{why}");
+}
+
+#[test]
+fn a_second_foreground_manager_finds_the_first_and_leaves() {
+    let rt = Runtime::new();
+    assert!(rt.shmrc(&["manager"]).status.success());
+    let out = rt.shmrc(&["manager", "--foreground"]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("already runs"));
+}
+
+#[test]
+fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_killed() {
+    let t = TestNamespace::new("mgr-death");
+    let rt = Runtime::new();
+    let mut workers = rt.workers("mgr-death", 1, &[]);
+    let name = held_only_by(&t, &workers[0]);
+    let status = rt.status();
+    assert_eq!(field(&status, "clients"), 1);
+    assert!(status.contains(t.ns.prefix()), "{status}");
+
+    workers.remove(0).kill();
+    eventually("the manager unlinks the dead worker's segment", || {
+        !t.names().contains(&name)
+    });
+    let status = rt.status();
+    assert_eq!(field(&status, "clients"), 0);
+    // The counts are not asserted: a manager of a test running beside this one may be
+    // sweeping every namespace (its start or grace sweep) and get there first.
+    println!("{status}");
+}
+
+#[test]
+fn a_client_whose_manager_died_reconnects_to_a_new_one() {
+    let t = TestNamespace::new("mgr-again");
+    let rt = Runtime::new();
+    let workers = rt.workers("mgr-again", 1, &[]);
+    held_only_by(&t, &workers[0]);
+    let first = kill_manager(&rt);
+
+    let second_name = held_only_by(&t, &workers[0]);
+    let status = rt.status();
+    assert_ne!(field(&status, "pid") as u32, first);
+    assert_eq!(field(&status, "clients"), 1);
+    workers.into_iter().for_each(Worker::kill);
+    eventually("the new manager sweeps on the worker's death", || {
+        !t.names().contains(&second_name)
+    });
+}
+
+/// SIGKILLs the manager that answers in `rt` (started for our worker) and waits until it
+/// is gone; returns its pid.
+fn kill_manager(rt: &Runtime) -> u32 {
+    let pid = field(&rt.status(), "pid") as u32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    wait_for_exit(pid);
+    pid
+}
+
+#[test]
+fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
+    let t = TestNamespace::new("mgr-idle");
+    let rt = Runtime::new();
+    let mut workers = rt.workers("mgr-idle", 1, &[]);
+    let name = held_only_by(&t, &workers[0]);
+    let first = kill_manager(&rt);
+    // The worker does nothing more; its watcher thread starts a new manager.
+    eventually("a new manager watches the idle worker", || {
+        let out = rt.shmrc(&["status", "--json"]);
+        let json = String::from_utf8_lossy(&out.stdout);
+        out.status.success() && field(&json, "pid") as u32 != first && field(&json, "clients") == 1
+    });
+    workers.remove(0).kill();
+    eventually("the new manager sweeps on the worker's death", || {
+        !t.names().contains(&name)
+    });
+}
+
+#[test]
+fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
+    let t = TestNamespace::new("mgr-errors");
+    let rt = Runtime::new();
+    let workers = rt.workers("mgr-errors", 1, &[("SHMRC_MANAGER", "connect".into())]);
+    let buf = file_system_buf(&t);
+    let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
+    assert!(reply.contains("no shmrc manager is running"), "{reply}");
+
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let open_env = [("SHMRC_RUNTIME_DIR", open.path().display().to_string())];
+    let workers = rt.workers("mgr-errors", 1, &open_env);
+    let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
+    assert!(reply.contains("755"), "{reply}");
+
+    let cli = Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        .arg("manager")
+        .envs(open_env.clone())
+        .output()
+        .unwrap();
+    assert!(!cli.status.success());
+    assert!(String::from_utf8_lossy(&cli.stderr).contains("755"));
+
+    let missing = [("SHMRC_MANAGER_PROGRAM", "/nonexistent/shmrc".to_owned())];
+    let workers = rt.workers("mgr-errors", 1, &missing);
+    let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
+    assert!(reply.contains("/nonexistent/shmrc"), "{reply}");
+    assert!(!rt.socket().exists(), "no manager was started");
+}
+
+/// Sends raw bytes on a fresh connection and returns the manager's reply.
+fn send_raw(rt: &Runtime, bytes: &[u8]) -> Reply {
+    let mut stream = UnixStream::connect(rt.socket()).unwrap();
+    stream.write_all(bytes).unwrap();
+    let mut reply = Vec::new();
+    stream.read_to_end(&mut reply).unwrap();
+    wire::decode_reply(&reply).unwrap()
+}
+
+#[test]
+fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
+    let rt = Runtime::new();
+    assert!(rt.shmrc(&["manager"]).status.success());
+    let me = PosixOs.current();
+    let ns = Namespace::new("shmrc-t-mgr-lies").unwrap();
+    let hello = |token: Token, pid: u32| {
+        wire::encode_request(&Request::Hello {
+            token,
+            pid,
+            namespaces: vec![ns.clone()],
+        })
+    };
+    let other_pid = Token::new(me.pid() + 1, me.start_ticks()).unwrap();
+    let stale = Token::new(me.pid(), me.start_ticks() + 1).unwrap();
+    let mut outside = wire::encode_request(&Request::Watch {
+        namespace: Namespace::new("shmrc").unwrap(),
+    });
+    outside[wire::HEADER_LEN + 1..].copy_from_slice(b"torch");
+    let mut oversized = wire::encode_request(&Request::Status);
+    oversized[6..8].copy_from_slice(&u16::MAX.to_le_bytes());
+    let lies: Vec<(&str, Vec<u8>)> = vec![
+        ("another pid", hello(other_pid, other_pid.pid())),
+        ("a pid that is not the peer's", hello(me, me.pid() + 1)),
+        ("a dead start time", hello(stale, me.pid())),
+        ("a name outside shmrc", outside),
+        ("an oversized frame", oversized),
+        ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        (
+            "watch before hello",
+            wire::encode_request(&Request::Watch {
+                namespace: ns.clone(),
+            }),
+        ),
+    ];
+    for (what, bytes) in &lies {
+        match send_raw(&rt, bytes) {
+            Reply::Refused { reason } => println!("{what}: refused: {reason}"),
+            other => panic!("{what}: {other:?}"),
+        }
+    }
+    let status = rt.status();
+    assert_eq!(field(&status, "refused"), lies.len() as u64, "{status}");
+    assert_eq!(field(&status, "clients"), 0);
+    assert_eq!(field(&status, "clients_ever"), 0);
+}
