@@ -1,0 +1,241 @@
+//! Another user is locked out. As root, the test creates a file_system buffer and starts
+//! a manager whose runtime directory it lets the manager create; then it runs a probe (a
+//! copy of this test binary) as an unprivileged user, which must fail to:
+//! - open the segment in `/dev/shm` (mode 0600), to read or to write;
+//! - attach it from its handle bytes (refused before anything is opened: the name is of
+//!   another user's namespace);
+//! - unlink it (`/dev/shm` is sticky);
+//! - connect to the manager's socket (its directory is 0700);
+//! - get a sweep of the namespace to touch it.
+//!
+//! Afterwards the segment is still there with its bytes unchanged and the manager still
+//! runs, having refused nothing because nothing reached it.
+//!
+//! It needs root and an unprivileged user: `SHMRC_OTHER_USER` (default `shmrc-other`;
+//! `.ci/run` creates it). Where either is missing the test says so and passes, unless
+//! `SHMRC_REQUIRE_OTHER_USER=1` (set by `.ci/run`), which makes that a failure.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+mod common;
+
+use std::io::ErrorKind;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::net::UnixStream;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::{TestNamespace, fnv1a, pattern};
+use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+
+/// The variables that carry the probe's orders.
+const PROBE_SEGMENT: &str = "SHMRC_PROBE_SEGMENT";
+const PROBE_HANDLE: &str = "SHMRC_PROBE_HANDLE";
+const PROBE_SOCKET: &str = "SHMRC_PROBE_SOCKET";
+const PROBE_NAMESPACE: &str = "SHMRC_PROBE_NAMESPACE";
+
+/// The unprivileged user, if this run can use one.
+fn other_user() -> Option<nix::unistd::User> {
+    let name = std::env::var("SHMRC_OTHER_USER").unwrap_or_else(|_| "shmrc-other".into());
+    let required = std::env::var("SHMRC_REQUIRE_OTHER_USER").is_ok_and(|v| v == "1");
+    let why = if !nix::unistd::geteuid().is_root() {
+        format!("not root: cannot run a process as {name}")
+    } else {
+        match nix::unistd::User::from_name(&name) {
+            Ok(Some(user)) if !user.uid.is_root() => return Some(user),
+            Ok(_) => format!("no unprivileged user {name} (useradd --system {name})"),
+            Err(e) => format!("looking up {name}: {e}"),
+        }
+    };
+    assert!(!required, "SHMRC_REQUIRE_OTHER_USER=1 but {why}");
+    eprintln!("other_user: skipped: {why}");
+    None
+}
+
+#[test]
+fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
+    let Some(user) = other_user() else { return };
+    let t = TestNamespace::new("otheruser");
+    // This process stays off the manager; the one under test is started below.
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let buf = ShmBuf::with_options(
+        64 << 10,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(t.ns.clone()),
+    )
+    .unwrap();
+    let data = pattern(buf.len(), 3);
+    buf.write_at(0, &data).unwrap();
+    let name = buf.name().unwrap().to_owned();
+    let handle = buf.share().unwrap().into_bytes().unwrap();
+
+    // A world-traversable place; the manager creates its runtime directory inside.
+    let open = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let runtime = open.path().join("runtime");
+    let mut manager = Manager::start(&runtime);
+    let socket = manager.socket();
+    let mode = std::fs::metadata(&runtime).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode, 0o700, "the manager's runtime directory");
+
+    let probe = copy_of_this_test(open.path());
+    let out = Command::new(&probe)
+        .args([
+            "--exact",
+            "probe_as_another_user",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(PROBE_SEGMENT, &name)
+        .env(PROBE_HANDLE, hex(&handle))
+        .env(PROBE_SOCKET, &socket)
+        .env(PROBE_NAMESPACE, t.ns.prefix())
+        .env("SHMRC_MANAGER", "off")
+        .env_remove("SHMRC_RUNTIME_DIR")
+        .uid(user.uid.as_raw())
+        .gid(user.gid.as_raw())
+        .current_dir(open.path())
+        .output()
+        .expect("run the probe as another user");
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    println!("{said}");
+    assert!(out.status.success(), "the probe failed: {said}");
+    assert!(said.contains("probe: locked out 6 ways"), "{said}");
+
+    // Nothing changed: the segment is there, its bytes intact, the manager alive.
+    assert!(t.names().contains(&name));
+    let mut now = vec![0u8; buf.len()];
+    buf.read_at(0, &mut now).unwrap();
+    assert_eq!(fnv1a(&now), fnv1a(&data));
+    assert!(manager.running(), "the manager still runs");
+    // The handle's in-flight reference went with the bytes, which the probe could not
+    // use: give it back (dropping an unattached handle), then release ours.
+    drop(ShareHandle::from_bytes(&handle).unwrap());
+    buf.release().unwrap();
+    assert!(t.names().is_empty());
+    manager.stop();
+}
+
+/// What the unprivileged user tries. Run only by the test above, as that user.
+#[test]
+#[ignore = "run as another user by another_user_can_neither_open_attach_unlink_nor_reach_the_manager"]
+fn probe_as_another_user() {
+    let var = |name: &str| std::env::var(name).unwrap_or_else(|_| panic!("{name} unset"));
+    let (segment, socket, prefix) = (var(PROBE_SEGMENT), var(PROBE_SOCKET), var(PROBE_NAMESPACE));
+    assert!(!nix::unistd::geteuid().is_root(), "the probe runs as root");
+    let path = Path::new("/dev/shm").join(&segment);
+    let denied = |what: &str, r: std::io::Result<()>| match r {
+        Err(e) if e.kind() == ErrorKind::PermissionDenied => println!("probe: {what}: {e}"),
+        other => panic!("{what}: expected permission denied, got {other:?}"),
+    };
+    denied("open to read", std::fs::File::open(&path).map(drop));
+    denied(
+        "open to write",
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map(drop),
+    );
+    denied("unlink", std::fs::remove_file(&path));
+    denied(
+        "connect to the manager",
+        UnixStream::connect(&socket).map(drop),
+    );
+
+    let bytes = unhex(&var(PROBE_HANDLE));
+    match ShareHandle::from_bytes(&bytes).and_then(ShmBuf::attach) {
+        Err(e @ (Error::OutsideNamespace { .. } | Error::OtherUser { .. })) => {
+            println!("probe: attach: {e}");
+        }
+        other => panic!("attach: expected another user's segment refused, got {other:?}"),
+    }
+    let report = shmrc::sweep(&Namespace::new(prefix).unwrap()).unwrap();
+    assert_eq!(
+        (report.segments.len(), report.unlinked),
+        (0, 0),
+        "a sweep as another user sees and touches nothing"
+    );
+    println!("probe: sweep: saw 0 segments, unlinked 0");
+    println!("probe: locked out 6 ways");
+}
+
+/// A manager of this test, in the foreground: our child, killed by pid and reaped.
+struct Manager {
+    child: Child,
+    runtime: PathBuf,
+}
+
+impl Manager {
+    fn start(runtime: &Path) -> Manager {
+        let child = Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(["manager", "--foreground", "--grace-ms", "60000"])
+            .env("SHMRC_RUNTIME_DIR", runtime)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start the manager");
+        let manager = Manager {
+            child,
+            runtime: runtime.to_owned(),
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !manager.running() {
+            assert!(Instant::now() < deadline, "the manager did not start");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        manager
+    }
+
+    fn socket(&self) -> PathBuf {
+        self.runtime.join("manager.sock")
+    }
+
+    fn running(&self) -> bool {
+        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(["status", "--json"])
+            .env("SHMRC_RUNTIME_DIR", &self.runtime)
+            .output()
+            .is_ok_and(|out| out.status.success())
+    }
+
+    fn stop(mut self) {
+        self.child.kill().expect("kill the manager");
+        self.child.wait().expect("reap the manager");
+    }
+}
+
+impl Drop for Manager {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// This test binary, copied where the other user can run it (ours may sit under a
+/// directory only root can enter).
+fn copy_of_this_test(dir: &Path) -> PathBuf {
+    let copy = dir.join("probe");
+    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
+    copy
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
