@@ -35,7 +35,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// The most connections open at once; more are refused as they arrive (each costs a
 /// descriptor, and the listener must not stay readable with nothing accepted).
-const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS: usize = 1024;
 /// How long a reply may take to write before the connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
