@@ -329,6 +329,7 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
         ("a name outside shmrc", outside),
         ("an oversized frame", oversized),
         ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        ("a flood of garbage", vec![b'x'; 20_000]),
         (
             "watch before hello",
             wire::encode_request(&Request::Watch {
