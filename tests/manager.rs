@@ -329,6 +329,7 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
         ("a name outside shmrc", outside),
         ("an oversized frame", oversized),
         ("garbage", b"GET / HTTP/1.1\r\n\r\n".to_vec()),
+        ("a flood of garbage", vec![b'x'; 20_000]),
         (
             "watch before hello",
             wire::encode_request(&Request::Watch {
@@ -346,4 +347,28 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
     assert_eq!(field(&status, "refused"), lies.len() as u64, "{status}");
     assert_eq!(field(&status, "clients"), 0);
     assert_eq!(field(&status, "clients_ever"), 0);
+}
+
+#[test]
+fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
+    shmrc::os::posix::raise_fd_limit().unwrap();
+    let rt = Runtime::new();
+    assert!(rt.shmrc(&["manager"]).status.success());
+    let cap = shmrc::manager::server::MAX_CONNECTIONS;
+    let held: Vec<UnixStream> = (0..cap)
+        .map(|_| UnixStream::connect(rt.socket()).unwrap())
+        .collect();
+    // One more is refused as soon as it is accepted, before it says anything.
+    let mut extra = UnixStream::connect(rt.socket()).unwrap();
+    let mut reply = Vec::new();
+    extra.read_to_end(&mut reply).unwrap();
+    match wire::decode_reply(&reply).unwrap() {
+        Reply::Refused { reason } => assert!(reason.contains("too many"), "{reason}"),
+        other => panic!("{other:?}"),
+    }
+    drop(held);
+    eventually("the manager serves again once connections close", || {
+        rt.shmrc(&["status", "--json"]).status.success()
+    });
+    assert_eq!(field(&rt.status(), "refused"), 1);
 }

@@ -35,7 +35,7 @@ pub const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// The most connections open at once; more are refused as they arrive (each costs a
 /// descriptor, and the listener must not stay readable with nothing accepted).
-const MAX_CONNECTIONS: usize = 1024;
+pub const MAX_CONNECTIONS: usize = 1024;
 /// How long a reply may take to write before the connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -406,6 +406,7 @@ impl<'a> Manager<'a> {
                 reason: reason.to_owned(),
             },
         );
+        discard_input(&mut self.connections[i].stream);
         AfterRead::Close
     }
 
@@ -480,6 +481,21 @@ impl<'a> Manager<'a> {
             refused: self.counters.refused,
             runtime_dir: self.config.runtime.path().display().to_string(),
             rows,
+        }
+    }
+}
+
+/// Reads and drops what the peer has already sent (at most 64 KiB), so that closing the
+/// connection does not reset it before the peer has read the refusal.
+fn discard_input(stream: &mut UnixStream) {
+    if stream.set_nonblocking(true).is_err() {
+        return;
+    }
+    let mut sink = [0u8; 4096];
+    for _ in 0..16 {
+        match stream.read(&mut sink) {
+            Ok(n) if n > 0 => {}
+            _ => return,
         }
     }
 }
