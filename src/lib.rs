@@ -10,9 +10,9 @@
 //! - [`Strategy::FileDescriptor`] (default): an anonymous memfd passed with
 //!   `SCM_RIGHTS`; the kernel frees it when the last holder goes, killed or not.
 //! - [`Strategy::FileSystem`]: a named segment in `/dev/shm` with holder slots in its
-//!   header. A holder killed with SIGKILL leaves a slot whose owner is dead; [`sweep`]
-//!   (or any later release) reclaims it and unlinks the segment once nobody live holds
-//!   it, while the job is still running.
+//!   header. A holder killed with SIGKILL leaves a slot whose owner is dead; the
+//!   user's manager ([`manager`]), [`sweep()`] or any later release reclaims it and
+//!   unlinks the segment once nobody live holds it, while the job is still running.
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -38,7 +38,7 @@
 //! - [`transport::send`], [`transport::recv`]: handles over a Unix stream.
 //! - [`Strategy`], [`all_sharing_strategies`], [`sharing_strategy`],
 //!   [`set_sharing_strategy`]: the process-wide switch ([`strategy`]).
-//! - [`sweep`], [`inspect`]: reclaim dead holders and unlink what nobody holds
+//! - [`sweep()`], [`inspect()`]: reclaim dead holders and unlink what nobody holds
 //!   ([`mod@sweep`]).
 //! - [`Namespace`]: which names shmrc owns ([`namespace`]).
 //! - [`manager`]: the per-user daemon that sweeps within milliseconds of a holder's

@@ -43,7 +43,7 @@ impl ShareHandle<PosixOs> {
 }
 
 /// Sweeps namespace `ns` for this user: reclaims the slots of dead holders and unlinks
-/// every segment nobody live holds. See [`crate::sweep`].
+/// every segment nobody live holds. See [`mod@crate::sweep`].
 ///
 /// ```
 /// let report = shmrc::sweep(&shmrc::Namespace::new("shmrc-doc-sweep")?)?;

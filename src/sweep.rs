@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 use crate::holders::{self, Census, Outcome};
 use crate::namespace::{NameParts, Namespace};
 use crate::os::Os;
+use crate::os::remembering::Remembering;
 use crate::segment::{self, Fields, Header};
+use crate::token::Token;
 
 /// One segment as a sweep or listing saw it.
 #[derive(Debug)]
@@ -72,8 +74,17 @@ pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
 
 /// Sweeps the segments of namespace `ns` for the calling user. With `dry_run`, reports
 /// what it would do and changes nothing.
+///
+/// The pass asks about each process's liveness once ([`Remembering`]: the slots of
+/// many segments name the same few processes).
 pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepReport> {
+    let os = &Remembering::new(os.clone());
     let uid = os.uid();
+    let pass = Pass {
+        me: os.current(),
+        pid_namespace: os.pid_namespace(),
+        dry_run,
+    };
     let mut report = SweepReport {
         dry_run,
         ..SweepReport::default()
@@ -83,7 +94,7 @@ pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepR
         let Ok(parts) = ns.parse(&name, uid) else {
             continue;
         };
-        let seg = sweep_one(os, ns, name, parts, dry_run)?;
+        let seg = sweep_one(os, ns, name, parts, &pass)?;
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
             report.unlinked += 1;
@@ -93,15 +104,21 @@ pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepR
     Ok(report)
 }
 
+/// What stays the same for every segment of one sweep.
+struct Pass {
+    me: Token,
+    pid_namespace: u64,
+    dry_run: bool,
+}
+
 fn sweep_one<O: Os>(
     os: &O,
     ns: &Namespace,
     name: String,
     parts: NameParts,
-    dry_run: bool,
+    pass: &Pass,
 ) -> Result<SegmentReport> {
-    let me = os.current();
-    let ours = os.pid_namespace();
+    let (me, ours, dry_run) = (pass.me, pass.pid_namespace, pass.dry_run);
     if parts.pid_namespace != ours {
         // Its creator's (and holders') pids mean other processes here: nothing about
         // their liveness can be judged from this namespace, not even for a segment
@@ -156,8 +173,8 @@ fn sweep_one<O: Os>(
         return Ok(seg);
     };
     let h = header.holders();
-    let before = holders::census(os, &h);
     if dry_run {
+        let before = holders::census(os, &h);
         seg.census = Some(before);
         seg.reclaimed = before.dead;
         seg.action = if before.unheld() {

@@ -39,6 +39,7 @@ use crate::token::Token;
 pub mod daemon;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
+pub mod remembering;
 pub mod sim;
 
 /// What `fstat` says of an open segment.
