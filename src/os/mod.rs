@@ -34,6 +34,8 @@ use crate::local::ProcessLocal;
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
+#[cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
+pub mod cuda;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod sim;

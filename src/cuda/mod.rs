@@ -1,0 +1,82 @@
+//! Device buffers shared between processes on the holder protocol (feature `cuda`).
+//!
+//! A device allocation is one more resource guarded by holder slots: its keep-alive is
+//! an ordinary file_system segment ([`crate::ShmBuf`]) whose data part names the
+//! allocation ([`identity`]); consumers hold slots while they use it, and "unlink at
+//! zero" becomes "the producer may free". A consumer killed with SIGKILL is reclaimed
+//! by the same finalize as any CPU segment ([`crate::sweep`], any later release, or
+//! [`CudaDevice::collect`]). See `docs/CUDA.md`.
+//!
+//! - [`driver`]: the [`Driver`] trait (the driver calls used) and its value types;
+//!   [`fake`]: a driver whose device memory is shared memory; the real driver, loaded
+//!   at run time from `libcuda.so.1`, is [`crate::os::cuda::RealDriver`].
+//! - [`allocator`]: [`DeviceAllocator`], modelled on Numba's EMM plugin interface, and
+//!   the default [`DriverAllocator`].
+//! - [`device`]: [`CudaDevice`], one process's entry point (limbo list, per-process
+//!   table of opened IPC handles).
+//! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
+//! - [`limbo`]: when a dropped buffer may be freed.
+
+use std::sync::{Mutex, MutexGuard};
+
+pub mod allocator;
+pub mod buf;
+pub mod device;
+pub mod driver;
+pub mod fake;
+pub mod identity;
+pub mod limbo;
+
+pub use allocator::{
+    CleanupDeferral, DeferGuard, DeviceAllocator, DriverAllocator, EMM_INTERFACE_VERSION, IpcExport,
+};
+pub use buf::{DeviceBuf, DeviceHandle, DeviceView};
+pub use device::CudaDevice;
+pub use driver::{DeviceId, DevicePtr, Driver, IpcMemHandle, MemoryInfo};
+pub use fake::FakeDriver;
+pub use limbo::CollectReport;
+
+/// Locks `m`, recovering from poisoning: no code holding these locks panics half-way
+/// through an update.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod production {
+    use std::sync::Arc;
+
+    use super::{CudaDevice, FakeDriver};
+    use crate::buf::CreateOptions;
+    use crate::error::Result;
+    use crate::os::cuda::RealDriver;
+    use crate::os::posix::PosixOs;
+
+    impl CudaDevice<PosixOs> {
+        /// Device `ordinal` through the real driver (`libcuda.so.1`, loaded now).
+        /// Without a usable driver: [`crate::Error::CudaUnavailable`].
+        pub fn real(ordinal: u32, keepalive: &CreateOptions) -> Result<CudaDevice<PosixOs>> {
+            let driver = RealDriver::load(ordinal)?;
+            Ok(CudaDevice::with_driver(
+                PosixOs,
+                Arc::new(driver),
+                keepalive,
+            ))
+        }
+
+        /// A fake device of `total` bytes whose memory is shared memory named
+        /// `<prefix>-...` in `/dev/shm` (see [`FakeDriver`]).
+        pub fn fake(
+            prefix: &str,
+            total: u64,
+            keepalive: &CreateOptions,
+        ) -> Result<CudaDevice<PosixOs>> {
+            let driver = FakeDriver::new(PosixOs, prefix, total)?;
+            Ok(CudaDevice::with_driver(
+                PosixOs,
+                Arc::new(driver),
+                keepalive,
+            ))
+        }
+    }
+}
