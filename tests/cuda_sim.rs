@@ -1,0 +1,353 @@
+//! The device-buffer flow on the simulated kernel with the fake driver: producer and
+//! consumers are simulated processes, a consumer is killed (at every step of attach,
+//! or while it holds), and the producer frees the device memory exactly when the
+//! holder protocol says nobody holds it: after the last live consumer releases, after
+//! a sweep or `collect` reclaims the dead one, never while cleanup is deferred.
+#![cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
+
+use std::sync::{Arc, Mutex};
+
+use shmrc::cuda::{
+    CleanupDeferral, CudaDevice, DeviceAllocator, DeviceHandle, DevicePtr, Driver, DriverAllocator,
+    FakeDriver, IpcExport,
+};
+use shmrc::os::sim::{SimKernel, SimOs};
+use shmrc::sweep::{inspect, sweep_with};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
+
+const UID: u32 = 1000;
+const DEVICE_PREFIX: &str = "shmrc-t-cudasim-dev";
+const PAYLOAD: &[u8] = b"device bytes a live consumer must keep seeing";
+
+fn ns() -> Namespace {
+    Namespace::new("shmrc-t-cudasim").unwrap()
+}
+
+fn device(os: &SimOs) -> CudaDevice<SimOs> {
+    let driver = FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    CudaDevice::with_driver(
+        os.clone(),
+        Arc::new(driver),
+        &CreateOptions::new().namespace(ns()).capacity(4),
+    )
+}
+
+fn device_objects(kernel: &SimKernel) -> Vec<String> {
+    let names = kernel.names();
+    names
+        .into_iter()
+        .filter(|n| n.starts_with(DEVICE_PREFIX))
+        .collect()
+}
+
+fn share_bytes(buf: &shmrc::cuda::DeviceBuf<SimOs>) -> Vec<u8> {
+    buf.share().unwrap().into_bytes().unwrap()
+}
+
+fn attach(
+    dev: &CudaDevice<SimOs>,
+    os: &SimOs,
+    bytes: &[u8],
+) -> Result<shmrc::cuda::DeviceView<SimOs>> {
+    dev.attach(DeviceHandle::from_bytes_with(os, bytes)?)
+}
+
+fn assert_reads_payload(view: &shmrc::cuda::DeviceView<SimOs>) {
+    let mut out = vec![0u8; PAYLOAD.len()];
+    view.read_at(0, &mut out).unwrap();
+    assert_eq!(out, PAYLOAD);
+}
+
+#[test]
+fn the_producer_frees_only_after_the_last_live_consumer_releases() {
+    let kernel = SimKernel::new(1);
+    let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
+    let buf = dev_p.alloc(4096).unwrap();
+    buf.write_at(0, PAYLOAD).unwrap();
+    let view_a = attach(&dev_a, &a, &share_bytes(&buf)).unwrap();
+    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
+    assert_reads_payload(&view_b);
+    kernel.kill(b.pid());
+
+    drop(buf);
+    assert_eq!(
+        dev_p.limbo_len(),
+        1,
+        "A holds it: the memory waits in limbo"
+    );
+    assert_eq!(dev_p.collect().freed, 0);
+    assert_eq!(device_objects(&kernel).len(), 1);
+    assert_reads_payload(&view_a);
+
+    drop(view_a);
+    let report = dev_p.collect();
+    assert_eq!((report.freed, report.waiting), (1, 0), "{report:?}");
+    assert!(device_objects(&kernel).is_empty());
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+    drop(view_b);
+}
+
+#[test]
+fn a_sweep_reclaims_a_killed_consumer_and_the_next_alloc_frees() {
+    let kernel = SimKernel::new(2);
+    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_b) = (device(&p), device(&b));
+    let buf = dev_p.alloc(4096).unwrap();
+    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
+    drop(buf);
+    assert_eq!(dev_p.limbo_len(), 1, "B is alive and holds it");
+
+    kernel.kill(b.pid());
+    let report = sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+    assert_eq!((report.reclaimed, report.unlinked), (1, 1));
+    let next = dev_p.alloc(64).unwrap();
+    assert_eq!(dev_p.limbo_len(), 0, "the alloc drained the limbo list");
+    assert_eq!(device_objects(&kernel).len(), 1, "only the new allocation");
+    drop(next);
+    drop(view_b);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn collect_reclaims_a_killed_consumer_without_a_sweep() {
+    let kernel = SimKernel::new(3);
+    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_b) = (device(&p), device(&b));
+    let buf = dev_p.alloc(4096).unwrap();
+    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
+    drop(buf);
+    kernel.kill(b.pid());
+    assert_eq!(dev_p.limbo_len(), 1, "a cheap drain does not finalize");
+    let report = dev_p.collect();
+    assert_eq!(report.freed, 1, "{report:?}");
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+    drop(view_b);
+}
+
+/// Runs `scenario(kernel, n)` for n = 0, 1, 2, … until the victim's operation ends
+/// before its n-th crash point; returns how many positions were explored.
+fn at_every_step(mut scenario: impl FnMut(&SimKernel, u64) -> bool) -> u64 {
+    for n in 0..10_000 {
+        if !scenario(&SimKernel::new(n), n) {
+            assert!(n > 0, "the victim was never killed: the scenario is wrong");
+            return n;
+        }
+    }
+    panic!("the victim never finished");
+}
+
+#[test]
+fn a_consumer_killed_at_any_step_of_attach_never_harms_the_other_and_is_reclaimed() {
+    at_every_step(|kernel, n| {
+        let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+        let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
+        let buf = dev_p.alloc(4096).unwrap();
+        buf.write_at(0, PAYLOAD).unwrap();
+        let for_a = share_bytes(&buf);
+        let for_b = share_bytes(&buf);
+        kernel.kill_at_step(b.pid(), n);
+        let view_b = match attach(&dev_b, &b, &for_b) {
+            Ok(view) => Some(view),
+            Err(Error::Killed) => None,
+            Err(e) => panic!("unexpected error: {e}"),
+        };
+        let killed = kernel.is_killed(b.pid());
+        let view_a = attach(&dev_a, &a, &for_a).unwrap();
+        drop(buf);
+        kernel.kill(b.pid());
+        sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
+        assert_reads_payload(&view_a);
+        assert_eq!(device_objects(kernel).len(), 1, "A still holds it");
+        drop(view_a);
+        dev_p.collect();
+        if dev_p.limbo_len() == 1 {
+            // B died before taking over its handle's reference: that reference is the
+            // live producer's in-flight one, which keeps the memory while the producer
+            // lives (P1; a handle in flight cannot be told from a lost one).
+            assert!(view_b.is_none(), "step {n}: B attached, yet memory is held");
+            let seen = inspect(&kernel.spawn(UID), &ns()).unwrap();
+            let census = seen.segments[0].census.unwrap();
+            assert_eq!((census.live, census.in_flight), (0, 1), "step {n}");
+        } else {
+            assert!(
+                kernel.names().is_empty(),
+                "step {n} left {:?}",
+                kernel.names()
+            );
+        }
+        drop(view_b);
+        killed
+    });
+}
+
+#[test]
+fn a_consumer_killed_at_any_step_of_release_is_reclaimed_and_the_memory_freed() {
+    let explored = at_every_step(|kernel, n| {
+        let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+        let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
+        let buf = dev_p.alloc(4096).unwrap();
+        buf.write_at(0, PAYLOAD).unwrap();
+        let view_a = attach(&dev_a, &a, &share_bytes(&buf)).unwrap();
+        let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
+        drop(buf);
+        kernel.kill_at_step(b.pid(), n);
+        drop(view_b);
+        let killed = kernel.is_killed(b.pid());
+        kernel.kill(b.pid());
+        assert_reads_payload(&view_a);
+        drop(view_a);
+        dev_p.collect();
+        assert_eq!(dev_p.limbo_len(), 0, "step {n}");
+        assert!(
+            kernel.names().is_empty(),
+            "step {n} left {:?}",
+            kernel.names()
+        );
+        killed
+    });
+    assert!(explored >= 2, "release has crash points: {explored}");
+}
+
+#[test]
+fn deferred_cleanup_keeps_released_memory_until_the_guard_drops() {
+    let kernel = SimKernel::new(4);
+    let p = kernel.spawn(UID);
+    let dev = device(&p);
+    let guard = dev.allocator().defer_cleanup();
+    let buf = dev.alloc(128).unwrap();
+    buf.share().unwrap();
+    drop(buf);
+    assert_eq!(dev.collect().waiting, 1, "deferred");
+    assert_eq!(device_objects(&kernel).len(), 1);
+    drop(guard);
+    assert_eq!(dev.collect().freed, 1);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+/// A bump allocator over one driver allocation: pieces are reported as base handle +
+/// offset, as a pool allocator's are.
+#[derive(Debug)]
+struct BumpPool {
+    driver: Arc<dyn Driver>,
+    block: DevicePtr,
+    used: Mutex<(u64, usize)>,
+    deferral: CleanupDeferral,
+}
+
+impl BumpPool {
+    fn new(driver: Arc<dyn Driver>, size: usize) -> BumpPool {
+        let block = driver.alloc(size).unwrap();
+        BumpPool {
+            driver,
+            block,
+            used: Mutex::new((0, 0)),
+            deferral: CleanupDeferral::default(),
+        }
+    }
+}
+
+impl DeviceAllocator for BumpPool {
+    fn memalloc(&self, size: usize) -> Result<DevicePtr> {
+        let mut used = self.used.lock().unwrap();
+        let ptr = DevicePtr(self.block.0 + used.0);
+        used.0 += size as u64;
+        used.1 += 1;
+        Ok(ptr)
+    }
+    fn memfree(&self, _ptr: DevicePtr) -> Result<()> {
+        self.used.lock().unwrap().1 -= 1;
+        Ok(())
+    }
+    fn get_ipc_handle(&self, ptr: DevicePtr) -> Result<IpcExport> {
+        DriverAllocator::new(Arc::clone(&self.driver)).get_ipc_handle(ptr)
+    }
+    fn reset(&self) -> Result<()> {
+        Ok(())
+    }
+    fn deferral(&self) -> &CleanupDeferral {
+        &self.deferral
+    }
+}
+
+#[test]
+fn pool_pieces_share_one_ipc_mapping_per_process_at_their_offsets() {
+    let kernel = SimKernel::new(5);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a) = (device(&p), device(&a));
+    let pool = Arc::new(BumpPool::new(Arc::clone(dev_p.driver()), 8192));
+    dev_p.set_allocator(pool.clone());
+    let first = dev_p.alloc(100).unwrap();
+    let second = dev_p.alloc(100).unwrap();
+    first.write_at(0, b"first").unwrap();
+    second.write_at(0, b"second").unwrap();
+
+    let view_1 = attach(&dev_a, &a, &share_bytes(&first)).unwrap();
+    let view_2 = attach(&dev_a, &a, &share_bytes(&second)).unwrap();
+    assert_eq!(dev_a.open_handles(), 1, "one allocation, opened once");
+    assert_eq!(view_2.identity().offset, 100);
+    let mut out = [0u8; 6];
+    view_2.read_at(0, &mut out).unwrap();
+    assert_eq!(&out, b"second");
+    view_1.write_at(0, b"FIRST").unwrap();
+    let mut back = [0u8; 5];
+    first.read_at(0, &mut back).unwrap();
+    assert_eq!(&back, b"FIRST", "the consumer's write reaches the producer");
+
+    assert!(matches!(
+        dev_p.memory_info(),
+        Err(Error::CudaUnsupported { op: "memory_info" })
+    ));
+    drop(view_1);
+    assert_eq!(dev_a.open_handles(), 1, "view_2 still maps it");
+    drop(view_2);
+    assert_eq!(dev_a.open_handles(), 0);
+    drop((first, second));
+    assert_eq!(
+        pool.used.lock().unwrap().1,
+        0,
+        "both pieces returned to the pool"
+    );
+    dev_p.driver().free(pool.block).unwrap();
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn attaching_in_the_exporting_process_is_refused_and_changes_nothing() {
+    let kernel = SimKernel::new(6);
+    let p = kernel.spawn(UID);
+    let dev = device(&p);
+    let buf = dev.alloc(64).unwrap();
+    let err = attach(&dev, &p, &share_bytes(&buf)).unwrap_err();
+    assert!(matches!(err, Error::CudaOwnExport { .. }), "{err}");
+    assert_eq!(buf.census().unwrap().live, 1, "only the producer holds it");
+    assert_eq!(
+        buf.census().unwrap().in_flight,
+        0,
+        "the handle's reference went back"
+    );
+    drop(buf);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn a_segment_that_is_no_keepalive_is_refused_with_its_reason() {
+    let kernel = SimKernel::new(7);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let plain = ShmBuf::create_with(
+        &p,
+        256,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns()),
+    )
+    .unwrap();
+    let bytes = plain.share().unwrap().into_bytes().unwrap();
+    let err = attach(&device(&a), &a, &bytes).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("magic")),
+        "{err}"
+    );
+    drop(plain);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
