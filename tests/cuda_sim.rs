@@ -7,6 +7,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
     CleanupDeferral, CudaDevice, DeviceAllocator, DeviceHandle, DevicePtr, Driver, DriverAllocator,
     FakeDriver, IpcExport,
@@ -350,4 +351,173 @@ fn a_segment_that_is_no_keepalive_is_refused_with_its_reason() {
     );
     drop(plain);
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+fn cuda_code(err: &Error) -> Option<&str> {
+    match err {
+        Error::Cuda { name, .. } => Some(name),
+        _ => None,
+    }
+}
+
+#[test]
+fn the_fake_driver_fails_as_the_real_one_does() {
+    let kernel = SimKernel::new(8);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    assert!(matches!(
+        FakeDriver::new(p.clone(), "no/slash", 1),
+        Err(Error::InvalidArgument(_))
+    ));
+    let driver_p = FakeDriver::new(p.clone(), DEVICE_PREFIX, 4096).unwrap();
+    let driver_a = FakeDriver::new(a.clone(), DEVICE_PREFIX, 4096).unwrap();
+    let code = |r: Result<DevicePtr>| cuda_code(&r.unwrap_err()).map(str::to_owned);
+    assert_eq!(
+        code(driver_p.alloc(0)).as_deref(),
+        Some("CUDA_ERROR_INVALID_VALUE")
+    );
+    assert_eq!(
+        code(driver_p.alloc(8192)).as_deref(),
+        Some("CUDA_ERROR_OUT_OF_MEMORY")
+    );
+
+    let ptr = driver_p.alloc(1024).unwrap();
+    let err = driver_p.free(DevicePtr(ptr.0 + 1)).unwrap_err();
+    assert_eq!(cuda_code(&err), Some("CUDA_ERROR_INVALID_VALUE"));
+    let err = driver_p
+        .copy_to_device(DevicePtr(ptr.0 + 1000), &[0; 100])
+        .unwrap_err();
+    assert_eq!(cuda_code(&err), Some("CUDA_ERROR_INVALID_VALUE"));
+
+    let handle = driver_p.ipc_get_mem_handle(ptr).unwrap();
+    let err = driver_p.ipc_open_mem_handle(&handle).unwrap_err();
+    assert_eq!(cuda_code(&err), Some("CUDA_ERROR_INVALID_CONTEXT"));
+    let opened = driver_a.ipc_open_mem_handle(&handle).unwrap();
+    let err = driver_a.ipc_open_mem_handle(&handle).unwrap_err();
+    assert_eq!(cuda_code(&err), Some("CUDA_ERROR_ALREADY_MAPPED"));
+    driver_a.ipc_close_mem_handle(opened).unwrap();
+
+    let mut foreign = handle;
+    foreign.0[9] = b'X';
+    let err = driver_a.ipc_open_mem_handle(&foreign).unwrap_err();
+    assert_eq!(
+        cuda_code(&err),
+        Some("CUDA_ERROR_INVALID_VALUE"),
+        "another prefix"
+    );
+
+    driver_p.free(ptr).unwrap();
+    let err = driver_a.ipc_open_mem_handle(&handle).unwrap_err();
+    assert_eq!(
+        cuda_code(&err),
+        Some("CUDA_ERROR_INVALID_VALUE"),
+        "a freed allocation"
+    );
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn copies_outside_a_buffer_are_out_of_bounds() {
+    let kernel = SimKernel::new(9);
+    let p = kernel.spawn(UID);
+    let buf = device(&p).alloc(16).unwrap();
+    assert!(matches!(
+        buf.write_at(10, &[0; 7]),
+        Err(Error::OutOfBounds { .. })
+    ));
+    let mut out = [0u8; 1];
+    assert!(matches!(
+        buf.read_at(usize::MAX, &mut out),
+        Err(Error::OutOfBounds { .. })
+    ));
+}
+
+/// A keep-alive written by hand (as a damaged or hostile one would be).
+fn forged_keepalive(os: &SimOs, identity: &Identity) -> Vec<u8> {
+    let buf = ShmBuf::create_with(
+        os,
+        IDENTITY_BYTES,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns()),
+    )
+    .unwrap();
+    buf.write_at(0, &identity.encode()).unwrap();
+    buf.share().unwrap().into_bytes().unwrap()
+}
+
+#[test]
+fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
+    let kernel = SimKernel::new(10);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a) = (device(&p), device(&a));
+    let real = dev_p.alloc(64).unwrap();
+    let good = Identity {
+        ipc: dev_p.driver().ipc_get_mem_handle(real.ptr()).unwrap(),
+        offset: 0,
+        size: 64,
+        device: dev_p.driver().device().unwrap(),
+        producer: p.token(),
+    };
+    let too_long = Identity { size: 65, ..good };
+    let err = attach(&dev_a, &a, &forged_keepalive(&p, &too_long)).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("beyond")),
+        "{err}"
+    );
+    assert_eq!(
+        dev_a.open_handles(),
+        0,
+        "the failed attach closed what it opened"
+    );
+
+    let name = "a segment";
+    let mut bytes = good.encode();
+    bytes[8] = 9;
+    let err = Identity::decode(&bytes, name).unwrap_err();
+    assert!(err.to_string().contains("version 9"), "{err}");
+    let empty = Identity { size: 0, ..good }.encode();
+    assert!(matches!(
+        Identity::decode(&empty, name),
+        Err(Error::CudaBadIdentity { .. })
+    ));
+    let wraps = Identity {
+        offset: u64::MAX,
+        ..good
+    }
+    .encode();
+    assert!(matches!(
+        Identity::decode(&wraps, name),
+        Err(Error::CudaBadIdentity { .. })
+    ));
+    let mut no_process = good.encode();
+    no_process[112..120].fill(0);
+    assert!(matches!(
+        Identity::decode(&no_process, name),
+        Err(Error::CudaBadIdentity { .. })
+    ));
+    assert_eq!(Identity::decode(&good.encode(), name).unwrap(), good);
+}
+
+#[test]
+fn a_damaged_keepalive_keeps_its_memory_in_limbo_and_collect_says_why() {
+    let kernel = SimKernel::new(11);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a) = (device(&p), device(&a));
+    let buf = dev_p.alloc(64).unwrap();
+    let view = attach(&dev_a, &a, &share_bytes(&buf)).unwrap();
+    let name = buf.keepalive_name().unwrap();
+    drop(buf);
+    assert!(kernel.poke(&name, 0, &[0xff; 8]), "overwrite the magic");
+    let report = dev_p.collect();
+    assert_eq!(report.freed, 0);
+    assert!(
+        matches!(report.errors.as_slice(), [Error::BadMagic { .. }]),
+        "{report:?}"
+    );
+    assert_eq!(
+        dev_p.limbo_len(),
+        1,
+        "never freed on a keep-alive it cannot read"
+    );
+    drop(view);
 }
