@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
-    CleanupDeferral, CudaDevice, DeviceAllocator, DeviceHandle, DevicePtr, Driver, DriverAllocator,
-    FakeDriver, IpcExport,
+    CleanupDeferral, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DevicePtr, DeviceView,
+    Driver, DriverAllocator, FakeDriver, IpcExport,
 };
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::sweep::{inspect, sweep_with};
@@ -41,69 +41,113 @@ fn device_objects(kernel: &SimKernel) -> Vec<String> {
         .collect()
 }
 
-fn share_bytes(buf: &shmrc::cuda::DeviceBuf<SimOs>) -> Vec<u8> {
+fn share_bytes(buf: &DeviceBuf<SimOs>) -> Vec<u8> {
     buf.share().unwrap().into_bytes().unwrap()
 }
 
-fn attach(
-    dev: &CudaDevice<SimOs>,
-    os: &SimOs,
-    bytes: &[u8],
-) -> Result<shmrc::cuda::DeviceView<SimOs>> {
+fn attach(dev: &CudaDevice<SimOs>, os: &SimOs, bytes: &[u8]) -> Result<DeviceView<SimOs>> {
     dev.attach(DeviceHandle::from_bytes_with(os, bytes)?)
 }
 
-fn assert_reads_payload(view: &shmrc::cuda::DeviceView<SimOs>) {
+fn assert_reads_payload(view: &DeviceView<SimOs>) {
     let mut out = vec![0u8; PAYLOAD.len()];
     view.read_at(0, &mut out).unwrap();
     assert_eq!(out, PAYLOAD);
 }
 
+/// A simulated process with its device.
+struct Proc {
+    os: SimOs,
+    dev: CudaDevice<SimOs>,
+}
+
+/// A producer and consumer processes on one simulated kernel; the producer has
+/// allocated a 4096-byte buffer holding `PAYLOAD`.
+struct Scene {
+    kernel: SimKernel,
+    producer: Proc,
+    consumers: Vec<Proc>,
+    buf: DeviceBuf<SimOs>,
+}
+
+impl Scene {
+    fn new(kernel: &SimKernel, consumers: usize) -> Scene {
+        let spawn = || {
+            let os = kernel.spawn(UID);
+            let dev = device(&os);
+            Proc { os, dev }
+        };
+        let producer = spawn();
+        let buf = producer.dev.alloc(4096).unwrap();
+        buf.write_at(0, PAYLOAD).unwrap();
+        Scene {
+            kernel: kernel.clone(),
+            producer,
+            consumers: (0..consumers).map(|_| spawn()).collect(),
+            buf,
+        }
+    }
+
+    /// A handle of the buffer, as bytes.
+    fn share(&self) -> Vec<u8> {
+        share_bytes(&self.buf)
+    }
+
+    /// Consumer `i` attaches `handle`.
+    fn attach(&self, i: usize, handle: &[u8]) -> Result<DeviceView<SimOs>> {
+        let c = &self.consumers[i];
+        attach(&c.dev, &c.os, handle)
+    }
+
+    /// Consumer `i` attaches a fresh handle.
+    fn attached(&self, i: usize) -> DeviceView<SimOs> {
+        self.attach(i, &self.share()).unwrap()
+    }
+
+    fn pid(&self, i: usize) -> u32 {
+        self.consumers[i].os.pid()
+    }
+
+    /// The producer drops its buffer; returns its device.
+    fn drop_buffer(self) -> (SimKernel, CudaDevice<SimOs>) {
+        (self.kernel, self.producer.dev)
+    }
+}
+
 #[test]
 fn the_producer_frees_only_after_the_last_live_consumer_releases() {
-    let kernel = SimKernel::new(1);
-    let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
-    let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
-    let buf = dev_p.alloc(4096).unwrap();
-    buf.write_at(0, PAYLOAD).unwrap();
-    let view_a = attach(&dev_a, &a, &share_bytes(&buf)).unwrap();
-    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
+    let scene = Scene::new(&SimKernel::new(1), 2);
+    let view_a = scene.attached(0);
+    let view_b = scene.attached(1);
     assert_reads_payload(&view_b);
-    kernel.kill(b.pid());
+    scene.kernel.kill(scene.pid(1));
 
-    drop(buf);
-    assert_eq!(
-        dev_p.limbo_len(),
-        1,
-        "A holds it: the memory waits in limbo"
-    );
-    assert_eq!(dev_p.collect().freed, 0);
+    let (kernel, dev) = scene.drop_buffer();
+    assert_eq!(dev.limbo_len(), 1, "A holds it: the memory waits in limbo");
+    assert_eq!(dev.collect().freed, 0);
     assert_eq!(device_objects(&kernel).len(), 1);
     assert_reads_payload(&view_a);
 
     drop(view_a);
-    let report = dev_p.collect();
+    let report = dev.collect();
     assert_eq!((report.freed, report.waiting), (1, 0), "{report:?}");
-    assert!(device_objects(&kernel).is_empty());
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
     drop(view_b);
 }
 
 #[test]
 fn a_sweep_reclaims_a_killed_consumer_and_the_next_alloc_frees() {
-    let kernel = SimKernel::new(2);
-    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
-    let (dev_p, dev_b) = (device(&p), device(&b));
-    let buf = dev_p.alloc(4096).unwrap();
-    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
-    drop(buf);
-    assert_eq!(dev_p.limbo_len(), 1, "B is alive and holds it");
+    let scene = Scene::new(&SimKernel::new(2), 1);
+    let view_b = scene.attached(0);
+    let pid = scene.pid(0);
+    let (kernel, dev) = scene.drop_buffer();
+    assert_eq!(dev.limbo_len(), 1, "B is alive and holds it");
 
-    kernel.kill(b.pid());
+    kernel.kill(pid);
     let report = sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
     assert_eq!((report.reclaimed, report.unlinked), (1, 1));
-    let next = dev_p.alloc(64).unwrap();
-    assert_eq!(dev_p.limbo_len(), 0, "the alloc drained the limbo list");
+    let next = dev.alloc(64).unwrap();
+    assert_eq!(dev.limbo_len(), 0, "the alloc drained the limbo list");
     assert_eq!(device_objects(&kernel).len(), 1, "only the new allocation");
     drop(next);
     drop(view_b);
@@ -112,15 +156,13 @@ fn a_sweep_reclaims_a_killed_consumer_and_the_next_alloc_frees() {
 
 #[test]
 fn collect_reclaims_a_killed_consumer_without_a_sweep() {
-    let kernel = SimKernel::new(3);
-    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
-    let (dev_p, dev_b) = (device(&p), device(&b));
-    let buf = dev_p.alloc(4096).unwrap();
-    let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
-    drop(buf);
-    kernel.kill(b.pid());
-    assert_eq!(dev_p.limbo_len(), 1, "a cheap drain does not finalize");
-    let report = dev_p.collect();
+    let scene = Scene::new(&SimKernel::new(3), 1);
+    let view_b = scene.attached(0);
+    let pid = scene.pid(0);
+    let (kernel, dev) = scene.drop_buffer();
+    kernel.kill(pid);
+    assert_eq!(dev.limbo_len(), 1, "a cheap drain does not finalize");
+    let report = dev.collect();
     assert_eq!(report.freed, 1, "{report:?}");
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
     drop(view_b);
@@ -141,28 +183,24 @@ fn at_every_step(mut scenario: impl FnMut(&SimKernel, u64) -> bool) -> u64 {
 #[test]
 fn a_consumer_killed_at_any_step_of_attach_never_harms_the_other_and_is_reclaimed() {
     at_every_step(|kernel, n| {
-        let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
-        let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
-        let buf = dev_p.alloc(4096).unwrap();
-        buf.write_at(0, PAYLOAD).unwrap();
-        let for_a = share_bytes(&buf);
-        let for_b = share_bytes(&buf);
-        kernel.kill_at_step(b.pid(), n);
-        let view_b = match attach(&dev_b, &b, &for_b) {
+        let scene = Scene::new(kernel, 2);
+        let (for_a, for_b) = (scene.share(), scene.share());
+        kernel.kill_at_step(scene.pid(1), n);
+        let view_b = match scene.attach(1, &for_b) {
             Ok(view) => Some(view),
             Err(Error::Killed) => None,
             Err(e) => panic!("unexpected error: {e}"),
         };
-        let killed = kernel.is_killed(b.pid());
-        let view_a = attach(&dev_a, &a, &for_a).unwrap();
-        drop(buf);
-        kernel.kill(b.pid());
+        let killed = kernel.is_killed(scene.pid(1));
+        let view_a = scene.attach(0, &for_a).unwrap();
+        kernel.kill(scene.pid(1));
+        let (_, dev) = scene.drop_buffer();
         sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
         assert_reads_payload(&view_a);
         assert_eq!(device_objects(kernel).len(), 1, "A still holds it");
         drop(view_a);
-        dev_p.collect();
-        if dev_p.limbo_len() == 1 {
+        dev.collect();
+        if dev.limbo_len() == 1 {
             // B died before taking over its handle's reference: that reference is the
             // live producer's in-flight one, which keeps the memory while the producer
             // lives (P1; a handle in flight cannot be told from a lost one).
@@ -185,21 +223,19 @@ fn a_consumer_killed_at_any_step_of_attach_never_harms_the_other_and_is_reclaime
 #[test]
 fn a_consumer_killed_at_any_step_of_release_is_reclaimed_and_the_memory_freed() {
     let explored = at_every_step(|kernel, n| {
-        let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
-        let (dev_p, dev_a, dev_b) = (device(&p), device(&a), device(&b));
-        let buf = dev_p.alloc(4096).unwrap();
-        buf.write_at(0, PAYLOAD).unwrap();
-        let view_a = attach(&dev_a, &a, &share_bytes(&buf)).unwrap();
-        let view_b = attach(&dev_b, &b, &share_bytes(&buf)).unwrap();
-        drop(buf);
-        kernel.kill_at_step(b.pid(), n);
+        let scene = Scene::new(kernel, 2);
+        let view_a = scene.attached(0);
+        let view_b = scene.attached(1);
+        let pid = scene.pid(1);
+        let (_, dev) = scene.drop_buffer();
+        kernel.kill_at_step(pid, n);
         drop(view_b);
-        let killed = kernel.is_killed(b.pid());
-        kernel.kill(b.pid());
+        let killed = kernel.is_killed(pid);
+        kernel.kill(pid);
         assert_reads_payload(&view_a);
         drop(view_a);
-        dev_p.collect();
-        assert_eq!(dev_p.limbo_len(), 0, "step {n}");
+        dev.collect();
+        assert_eq!(dev.limbo_len(), 0, "step {n}");
         assert!(
             kernel.names().is_empty(),
             "step {n} left {:?}",

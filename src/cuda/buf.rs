@@ -9,6 +9,7 @@
 //! the limbo list, from which it is freed once the keep-alive is gone.
 
 use std::fmt;
+use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 
 use super::allocator::DeviceAllocator;
@@ -24,15 +25,43 @@ use crate::holders::{Census, Finalized, Outcome};
 use crate::os::Os;
 use crate::strategy::Strategy;
 
-/// A bounds-checked range of device memory.
+/// A range of device memory, bounds-checked; what [`DeviceBuf`] and [`DeviceView`]
+/// dereference to.
 #[derive(Clone)]
-struct Span {
+pub struct DeviceSpan {
     driver: Arc<dyn Driver>,
     ptr: DevicePtr,
     size: u64,
 }
 
-impl Span {
+impl DeviceSpan {
+    /// The device address (in this process).
+    pub fn ptr(&self) -> DevicePtr {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.size as usize
+    }
+
+    /// Whether the span is empty (never: buffers have at least one byte).
+    pub fn is_empty(&self) -> bool {
+        self.size == 0
+    }
+
+    /// Copies `data` to the span at `offset` (synchronous).
+    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
+        self.driver
+            .copy_to_device(self.at(offset, data.len())?, data)
+    }
+
+    /// Copies from the span at `offset` into `out` (synchronous).
+    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
+        self.driver
+            .copy_from_device(self.at(offset, out.len())?, out)
+    }
+
     /// The device address of `len` bytes at `offset`, bounds-checked.
     fn at(&self, offset: usize, len: usize) -> Result<DevicePtr> {
         let out = || Error::OutOfBounds {
@@ -46,15 +75,14 @@ impl Span {
         }
         self.ptr.offset(offset as u64).ok_or_else(out)
     }
+}
 
-    fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.driver
-            .copy_to_device(self.at(offset, data.len())?, data)
-    }
-
-    fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.driver
-            .copy_from_device(self.at(offset, out.len())?, out)
+impl fmt::Debug for DeviceSpan {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceSpan")
+            .field("ptr", &self.ptr)
+            .field("len", &self.size)
+            .finish()
     }
 }
 
@@ -62,7 +90,7 @@ impl Span {
 pub struct DeviceBuf<O: Os> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
-    span: Span,
+    span: DeviceSpan,
     keepalive: Mutex<Option<ShmBuf<O>>>,
 }
 
@@ -77,34 +105,9 @@ impl<O: Os> DeviceBuf<O> {
         DeviceBuf {
             device,
             allocator,
-            span: Span { driver, ptr, size },
+            span: DeviceSpan { driver, ptr, size },
             keepalive: Mutex::new(None),
         }
-    }
-
-    /// The device address.
-    pub fn ptr(&self) -> DevicePtr {
-        self.span.ptr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.span.size as usize
-    }
-
-    /// Whether the buffer is empty (never: allocations have at least one byte).
-    pub fn is_empty(&self) -> bool {
-        self.span.size == 0
-    }
-
-    /// Copies `data` to the buffer at `offset` (synchronous).
-    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.span.write_at(offset, data)
-    }
-
-    /// Copies from the buffer at `offset` into `out` (synchronous).
-    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.span.read_at(offset, out)
     }
 
     /// A handle that lets one other process attach this buffer; it holds an in-flight
@@ -175,11 +178,17 @@ impl<O: Os> Drop for DeviceBuf<O> {
     }
 }
 
+impl<O: Os> Deref for DeviceBuf<O> {
+    type Target = DeviceSpan;
+    fn deref(&self) -> &DeviceSpan {
+        &self.span
+    }
+}
+
 impl<O: Os> fmt::Debug for DeviceBuf<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceBuf")
-            .field("ptr", &self.span.ptr)
-            .field("len", &self.span.size)
+            .field("span", &self.span)
             .field("keepalive", &self.keepalive_name())
             .finish()
     }
@@ -236,7 +245,7 @@ pub struct DeviceView<O: Os> {
     // Field order is drop order: unmap first, then release the reference.
     lease: IpcLease<O>,
     keepalive: ShmBuf<O>,
-    span: Span,
+    span: DeviceSpan,
     identity: Identity,
 }
 
@@ -283,7 +292,7 @@ impl<O: Os> DeviceView<O> {
         Ok(DeviceView {
             lease,
             keepalive,
-            span: Span {
+            span: DeviceSpan {
                 driver,
                 ptr,
                 size: identity.size,
@@ -292,34 +301,9 @@ impl<O: Os> DeviceView<O> {
         })
     }
 
-    /// The device address in this process.
-    pub fn ptr(&self) -> DevicePtr {
-        self.span.ptr
-    }
-
-    /// Length in bytes.
-    pub fn len(&self) -> usize {
-        self.span.size as usize
-    }
-
-    /// Whether the view is empty (never).
-    pub fn is_empty(&self) -> bool {
-        self.span.size == 0
-    }
-
     /// What the keep-alive says of the allocation.
     pub fn identity(&self) -> &Identity {
         &self.identity
-    }
-
-    /// Copies `data` to the buffer at `offset` (synchronous).
-    pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
-        self.span.write_at(offset, data)
-    }
-
-    /// Copies from the buffer at `offset` into `out` (synchronous).
-    pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
-        self.span.read_at(offset, out)
     }
 
     /// A handle for yet another process (an in-flight reference of this one).
@@ -335,11 +319,17 @@ impl<O: Os> DeviceView<O> {
     }
 }
 
+impl<O: Os> Deref for DeviceView<O> {
+    type Target = DeviceSpan;
+    fn deref(&self) -> &DeviceSpan {
+        &self.span
+    }
+}
+
 impl<O: Os> fmt::Debug for DeviceView<O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceView")
-            .field("ptr", &self.span.ptr)
-            .field("len", &self.span.size)
+            .field("span", &self.span)
             .field("keepalive", &self.keepalive.name())
             .field("ipc", &self.lease.handle)
             .finish()

@@ -30,7 +30,7 @@ pub mod limbo;
 pub use allocator::{
     CleanupDeferral, DeferGuard, DeviceAllocator, DriverAllocator, EMM_INTERFACE_VERSION, IpcExport,
 };
-pub use buf::{DeviceBuf, DeviceHandle, DeviceView};
+pub use buf::{DeviceBuf, DeviceHandle, DeviceSpan, DeviceView};
 pub use device::CudaDevice;
 pub use driver::{DeviceId, DevicePtr, Driver, IpcMemHandle, MemoryInfo};
 pub use fake::FakeDriver;
