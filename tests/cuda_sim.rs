@@ -557,3 +557,23 @@ fn a_damaged_keepalive_keeps_its_memory_in_limbo_and_collect_says_why() {
     );
     drop(view);
 }
+
+#[test]
+fn the_default_allocator_reports_memory_and_follows_emm_version_1() {
+    let kernel = SimKernel::new(12);
+    let p = kernel.spawn(UID);
+    let dev = device(&p);
+    let allocator = dev.allocator();
+    assert_eq!(
+        allocator.interface_version(),
+        shmrc::cuda::EMM_INTERFACE_VERSION
+    );
+    let before = dev.memory_info().unwrap();
+    assert_eq!((before.free, before.total), (1 << 20, 1 << 20));
+    let buf = dev.alloc(4096).unwrap();
+    assert_eq!(dev.memory_info().unwrap().free, (1 << 20) - 4096);
+    allocator.reset().unwrap();
+    assert_eq!(buf.len(), 4096, "reset frees nothing a buffer owns");
+    drop(buf);
+    assert_eq!(dev.memory_info().unwrap().free, 1 << 20);
+}

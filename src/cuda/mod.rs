@@ -16,6 +16,41 @@
 //!   table of opened IPC handles).
 //! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
 //! - [`limbo`]: when a dropped buffer may be freed.
+//!
+//! ```
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+//! use std::sync::Arc;
+//! use shmrc::cuda::{CudaDevice, DeviceHandle, FakeDriver};
+//! use shmrc::os::sim::SimKernel;
+//! use shmrc::{CreateOptions, Namespace};
+//!
+//! // Two processes (simulated here; real ones work the same) with a fake device.
+//! let kernel = SimKernel::new(1);
+//! let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-cuda")?);
+//! let device = |os: &shmrc::os::sim::SimOs| {
+//!     let driver = FakeDriver::new(os.clone(), "shmrc-doc-dev", 1 << 20)?;
+//!     Ok::<_, shmrc::Error>(CudaDevice::with_driver(os.clone(), Arc::new(driver), &keepalive))
+//! };
+//! let (producer_os, consumer_os) = (kernel.spawn(1000), kernel.spawn(1000));
+//! let (producer, consumer) = (device(&producer_os)?, device(&consumer_os)?);
+//!
+//! let buf = producer.alloc(4096)?;
+//! buf.write_at(0, b"device bytes")?;
+//! let bytes = buf.share()?.into_bytes()?; // travels to the consumer
+//! let view = consumer.attach(DeviceHandle::from_bytes_with(&consumer_os, &bytes)?)?;
+//!
+//! drop(buf); // the consumer still holds it: the memory waits in limbo
+//! assert_eq!(producer.limbo_len(), 1);
+//! let mut out = [0u8; 12];
+//! view.read_at(0, &mut out)?;
+//! assert_eq!(&out, b"device bytes");
+//!
+//! drop(view); // the last holder released: the keep-alive is gone
+//! assert_eq!(producer.collect().freed, 1);
+//! assert!(kernel.names().is_empty());
+//! # }
+//! # Ok::<(), shmrc::Error>(())
+//! ```
 
 use std::sync::{Mutex, MutexGuard};
 
