@@ -121,7 +121,7 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Finalizes the keep-alive of every buffer in limbo (reclaiming slots of dead
-    /// holders, as [`crate::sweep`] does) and frees those nobody holds.
+    /// holders, as [`crate::sweep()`] does) and frees those nobody holds.
     pub fn collect(&self) -> CollectReport {
         self.drain(Drain::Finalize)
     }

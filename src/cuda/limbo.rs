@@ -2,7 +2,7 @@
 //! process may still hold. An entry is freed once its keep-alive segment is gone,
 //! which the holder protocol allows only when no live process holds or has in flight a
 //! reference (P1); a consumer killed with SIGKILL stops counting once a finalize
-//! reclaims its slot (any later release, [`crate::sweep`], or [`drain`] with
+//! reclaims its slot (any later release, [`crate::sweep()`], or [`drain`] with
 //! [`Drain::Finalize`]).
 
 use std::sync::Arc;
