@@ -281,6 +281,53 @@ pub enum Error {
         /// The manager's reason.
         reason: String,
     },
+
+    // cuda
+    /// No CUDA driver could be used (no `libcuda.so.1`, a missing entry point, no
+    /// device, or `cuInit` failed). Every device call returns this on a machine without
+    /// a GPU; nothing else is wrong.
+    #[error("CUDA is unavailable: {reason}")]
+    CudaUnavailable {
+        /// Why the driver could not be used.
+        reason: String,
+    },
+
+    /// A CUDA driver call returned an error code.
+    #[error("{call} failed with CUDA error {code} ({name})")]
+    Cuda {
+        /// The driver entry point.
+        call: &'static str,
+        /// The `CUresult` it returned.
+        code: i32,
+        /// The driver's name for the code (`CUDA_ERROR_...`), or `"unknown"`.
+        name: String,
+    },
+
+    /// A device handle was attached in the process that exported it: CUDA refuses to
+    /// open an IPC handle there, so shmrc refuses first. Use the producer's own buffer.
+    #[error("device buffer {segment} was exported by this process: attach it in another process")]
+    CudaOwnExport {
+        /// The keep-alive segment of the buffer.
+        segment: String,
+    },
+
+    /// The data part of a device buffer's keep-alive segment does not describe a device
+    /// allocation (another kind of segment, another layout version, or damaged).
+    #[error("{segment} does not describe a device allocation: {what}")]
+    CudaBadIdentity {
+        /// The keep-alive segment.
+        segment: String,
+        /// What is wrong with it.
+        what: String,
+    },
+
+    /// The device allocator does not implement an optional operation (EMM's
+    /// `get_memory_info` may be unsupported).
+    #[error("the device allocator does not support {op}")]
+    CudaUnsupported {
+        /// The operation.
+        op: &'static str,
+    },
 }
 
 impl Error {

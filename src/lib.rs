@@ -44,6 +44,7 @@
 //! - [`manager`]: the per-user daemon that sweeps within milliseconds of a holder's
 //!   death, started on first need ([`manager::ManagerMode`], [`manager::status`]).
 //! - [`Error`]: every failure, by cause ([`error`]).
+//! - `cuda` (feature `cuda`): device buffers shared on the same protocol.
 //! - The protocol and its substrate, public so the checkers in `tests/`, `fuzz/` and
 //!   `proofs/` run the very code production runs: [`os`] (the abstract OS, [`os::posix`]
 //!   and [`os::sim`]), [`segment`] (layout and validation), [`holders`] (the refcount
@@ -63,6 +64,8 @@
 #![warn(missing_docs)]
 
 pub mod buf;
+#[cfg(feature = "cuda")]
+pub mod cuda;
 pub mod error;
 pub mod handle;
 pub mod holders;

@@ -35,6 +35,8 @@ use crate::namespace::Namespace;
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
+#[cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
+pub mod cuda;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod daemon;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -1,0 +1,307 @@
+//! [`FakeDriver`]: a [`Driver`] without a GPU. Its "device memory" is one named
+//! shared-memory object per allocation, created through the abstract OS, so a handle
+//! opened in another process (real or simulated) sees the same bytes, and a free is
+//! visible to everyone: the name is unlinked and later opens fail, as a freed CUDA
+//! allocation's handle does.
+//!
+//! It behaves as the real driver does where shmrc depends on it: opening a handle in
+//! the process that exported it fails (`CUDA_ERROR_INVALID_CONTEXT`), opening one
+//! handle twice in one process fails (`CUDA_ERROR_ALREADY_MAPPED`, so the per-process
+//! cache is needed), freeing or copying outside an allocation fails
+//! (`CUDA_ERROR_INVALID_VALUE`), and allocating past the device's size fails
+//! (`CUDA_ERROR_OUT_OF_MEMORY`).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Mutex;
+
+use super::driver::{
+    DeviceId, DevicePtr, Driver, IPC_HANDLE_BYTES, IpcMemHandle, MemoryInfo, driver_error,
+};
+use super::lock;
+use crate::error::{Error, Result};
+use crate::os::{Mapping, Os};
+
+/// The first bytes of a fake IPC handle.
+const HANDLE_MAGIC: &[u8; 8] = b"SHMRCFK1";
+/// Where the name starts in a fake IPC handle (after the magic and a length byte).
+const NAME_AT: usize = HANDLE_MAGIC.len() + 1;
+/// The longest object name a fake IPC handle carries.
+const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
+/// The longest name prefix (room for `-<pid>-<n>-<8 hex>`).
+pub const MAX_FAKE_PREFIX: usize = 24;
+/// Fake device addresses start here; each allocation gets its own 4 GiB window.
+const ADDRESS_BASE: u64 = 0x7000_0000_0000;
+const WINDOW: u64 = 1 << 32;
+/// The UUID the fake device reports.
+const FAKE_UUID: [u8; 16] = *b"shmrc-fake-gpu-0";
+
+const INVALID_VALUE: (i32, &str) = (1, "CUDA_ERROR_INVALID_VALUE");
+const OUT_OF_MEMORY: (i32, &str) = (2, "CUDA_ERROR_OUT_OF_MEMORY");
+const INVALID_CONTEXT: (i32, &str) = (201, "CUDA_ERROR_INVALID_CONTEXT");
+const ALREADY_MAPPED: (i32, &str) = (208, "CUDA_ERROR_ALREADY_MAPPED");
+
+fn fail(call: &'static str, (code, name): (i32, &str)) -> Error {
+    driver_error(call, code, name)
+}
+
+/// One allocation: exported (made here) or opened from another process's handle.
+struct Region<O: Os> {
+    name: String,
+    size: u64,
+    map: O::Map,
+}
+
+struct State<O: Os> {
+    next_window: u64,
+    allocated: u64,
+    /// Allocations made here, by base address.
+    own: BTreeMap<u64, Region<O>>,
+    /// Other processes' allocations opened here, by base address.
+    opened: BTreeMap<u64, Region<O>>,
+}
+
+/// A fake CUDA driver over the abstract OS `O`; see the module docs.
+pub struct FakeDriver<O: Os> {
+    os: O,
+    prefix: String,
+    total: u64,
+    state: Mutex<State<O>>,
+}
+
+impl<O: Os> fmt::Debug for FakeDriver<O> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = lock(&self.state);
+        f.debug_struct("FakeDriver")
+            .field("prefix", &self.prefix)
+            .field("own", &state.own.len())
+            .field("opened", &state.opened.len())
+            .finish()
+    }
+}
+
+impl<O: Os> FakeDriver<O> {
+    /// A fake device of `total` bytes whose allocations are objects named
+    /// `<prefix>-<pid>-<n>-<random>`. Every process sharing buffers uses the same
+    /// prefix (at most [`MAX_FAKE_PREFIX`] bytes of `[A-Za-z0-9_-]`).
+    pub fn new(os: O, prefix: &str, total: u64) -> Result<FakeDriver<O>> {
+        let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
+        if prefix.is_empty() || prefix.len() > MAX_FAKE_PREFIX || !prefix.chars().all(allowed) {
+            return Err(Error::InvalidArgument(format!(
+                "fake driver prefix {prefix:?}: 1 to {MAX_FAKE_PREFIX} bytes of [A-Za-z0-9_-]"
+            )));
+        }
+        Ok(FakeDriver {
+            os,
+            prefix: prefix.to_owned(),
+            total,
+            state: Mutex::new(State {
+                next_window: 0,
+                allocated: 0,
+                own: BTreeMap::new(),
+                opened: BTreeMap::new(),
+            }),
+        })
+    }
+
+    /// Number of allocations made here and not yet freed.
+    pub fn live_allocations(&self) -> usize {
+        lock(&self.state).own.len()
+    }
+
+    /// Number of other processes' allocations opened here and not yet closed.
+    pub fn open_handles(&self) -> usize {
+        lock(&self.state).opened.len()
+    }
+
+    fn encode_handle(name: &str) -> IpcMemHandle {
+        let mut bytes = [0u8; IPC_HANDLE_BYTES];
+        bytes[..HANDLE_MAGIC.len()].copy_from_slice(HANDLE_MAGIC);
+        bytes[HANDLE_MAGIC.len()] = name.len() as u8;
+        bytes[NAME_AT..NAME_AT + name.len()].copy_from_slice(name.as_bytes());
+        IpcMemHandle(bytes)
+    }
+
+    /// The object name in `handle`, if it is a fake handle of this driver's prefix.
+    fn decode_handle(&self, handle: &IpcMemHandle) -> Option<String> {
+        let bytes = &handle.0;
+        if &bytes[..HANDLE_MAGIC.len()] != HANDLE_MAGIC {
+            return None;
+        }
+        let len = usize::from(bytes[HANDLE_MAGIC.len()]);
+        let name = std::str::from_utf8(bytes.get(NAME_AT..NAME_AT + len)?).ok()?;
+        let ours = name
+            .strip_prefix(&self.prefix)
+            .is_some_and(|rest| rest.starts_with('-'));
+        ours.then(|| name.to_owned())
+    }
+
+    fn take_window(state: &mut State<O>) -> u64 {
+        let base = ADDRESS_BASE + state.next_window * WINDOW;
+        state.next_window += 1;
+        base
+    }
+
+    /// The region (own or opened) containing `ptr`, with its base address.
+    fn region_at(state: &State<O>, ptr: DevicePtr) -> Option<(u64, &Region<O>)> {
+        [&state.own, &state.opened]
+            .into_iter()
+            .find_map(|table| {
+                table
+                    .range(..=ptr.0)
+                    .next_back()
+                    .filter(|(base, region)| ptr.0 - **base < region.size)
+            })
+            .map(|(base, region)| (*base, region))
+    }
+
+    /// Runs `f` on the region containing `[ptr, ptr + len)` and the offset of `ptr` in it.
+    fn with_range(
+        &self,
+        call: &'static str,
+        ptr: DevicePtr,
+        len: usize,
+        f: impl FnOnce(&Region<O>, usize) -> bool,
+    ) -> Result<()> {
+        let state = lock(&self.state);
+        let Some((base, region)) = Self::region_at(&state, ptr) else {
+            return Err(fail(call, INVALID_VALUE));
+        };
+        let offset = (ptr.0 - base) as usize;
+        if (offset as u64).saturating_add(len as u64) > region.size || !f(region, offset) {
+            return Err(fail(call, INVALID_VALUE));
+        }
+        Ok(())
+    }
+}
+
+impl<O: Os> Driver for FakeDriver<O> {
+    fn device(&self) -> Result<DeviceId> {
+        Ok(DeviceId {
+            ordinal: 0,
+            uuid: FAKE_UUID,
+        })
+    }
+
+    fn alloc(&self, size: usize) -> Result<DevicePtr> {
+        const CALL: &str = "cuMemAlloc";
+        let size = size as u64;
+        let mut state = lock(&self.state);
+        if size == 0 || size >= WINDOW {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        if state.allocated.saturating_add(size) > self.total {
+            return Err(fail(CALL, OUT_OF_MEMORY));
+        }
+        let base = Self::take_window(&mut state);
+        let name = format!(
+            "{}-{}-{}-{:08x}",
+            self.prefix,
+            self.os.current().pid(),
+            state.next_window,
+            self.os.random_u128()? as u32
+        );
+        debug_assert!(name.len() <= MAX_NAME);
+        let file = self.os.shm_create(&name)?;
+        let mapped = self
+            .os
+            .allocate(&file, size)
+            .and_then(|()| self.os.map(&file, size as usize));
+        let map = match mapped {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = self.os.shm_unlink(&name);
+                return Err(e);
+            }
+        };
+        state.allocated += size;
+        state.own.insert(base, Region { name, size, map });
+        Ok(DevicePtr(base))
+    }
+
+    fn free(&self, ptr: DevicePtr) -> Result<()> {
+        let mut state = lock(&self.state);
+        let region = state
+            .own
+            .remove(&ptr.0)
+            .ok_or_else(|| fail("cuMemFree", INVALID_VALUE))?;
+        state.allocated -= region.size;
+        self.os.shm_unlink(&region.name)
+    }
+
+    fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcMemHandle> {
+        let state = lock(&self.state);
+        let region = state
+            .own
+            .get(&ptr.0)
+            .ok_or_else(|| fail("cuIpcGetMemHandle", INVALID_VALUE))?;
+        Ok(Self::encode_handle(&region.name))
+    }
+
+    fn ipc_open_mem_handle(&self, handle: &IpcMemHandle) -> Result<DevicePtr> {
+        const CALL: &str = "cuIpcOpenMemHandle";
+        let name = self
+            .decode_handle(handle)
+            .ok_or_else(|| fail(CALL, INVALID_VALUE))?;
+        let mut state = lock(&self.state);
+        if state.own.values().any(|r| r.name == name) {
+            return Err(fail(CALL, INVALID_CONTEXT));
+        }
+        if state.opened.values().any(|r| r.name == name) {
+            return Err(fail(CALL, ALREADY_MAPPED));
+        }
+        let file = self.os.shm_open(&name).map_err(|e| match e {
+            // A freed allocation's handle: the driver says the value is invalid.
+            Error::Gone { .. } => fail(CALL, INVALID_VALUE),
+            e => e,
+        })?;
+        let size = self.os.stat(&file)?.len;
+        if size == 0 || size >= WINDOW {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let map = self.os.map(&file, size as usize)?;
+        let base = Self::take_window(&mut state);
+        state.opened.insert(base, Region { name, size, map });
+        Ok(DevicePtr(base))
+    }
+
+    fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()> {
+        lock(&self.state)
+            .opened
+            .remove(&ptr.0)
+            .map(drop)
+            .ok_or_else(|| fail("cuIpcCloseMemHandle", INVALID_VALUE))
+    }
+
+    fn address_range(&self, ptr: DevicePtr) -> Result<(DevicePtr, u64)> {
+        let state = lock(&self.state);
+        Self::region_at(&state, ptr)
+            .map(|(base, region)| (DevicePtr(base), region.size))
+            .ok_or_else(|| fail("cuMemGetAddressRange", INVALID_VALUE))
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        let state = lock(&self.state);
+        Ok(MemoryInfo {
+            free: self.total - state.allocated,
+            total: self.total,
+        })
+    }
+
+    fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        self.with_range("cuMemcpyHtoD", dst, src.len(), |region, offset| {
+            region.map.write(offset, src)
+        })
+    }
+
+    fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        let len = dst.len();
+        self.with_range("cuMemcpyDtoH", src, len, |region, offset| {
+            region.map.read(offset, dst)
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,99 @@
+//! What a device buffer's keep-alive segment carries in its data part: the identity of
+//! the device allocation it keeps alive (IPC handle, offset and size of the buffer in
+//! that allocation, device, exporting process). Encoded at share time by the producer,
+//! decoded and validated by every consumer before it opens anything.
+
+use super::driver::{DeviceId, IPC_HANDLE_BYTES, IpcMemHandle};
+use crate::error::{Error, Result};
+use crate::token::Token;
+
+/// Bytes of the data part of a keep-alive segment.
+pub const IDENTITY_BYTES: usize = 128;
+/// Layout version of the identity record.
+pub const IDENTITY_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"SHMRCDEV";
+
+const AT_VERSION: usize = 8;
+const AT_ORDINAL: usize = 12;
+const AT_UUID: usize = 16;
+const AT_IPC: usize = 32;
+const AT_OFFSET: usize = AT_IPC + IPC_HANDLE_BYTES;
+const AT_SIZE: usize = AT_OFFSET + 8;
+const AT_PRODUCER: usize = AT_SIZE + 8;
+const END: usize = AT_PRODUCER + 8;
+const _: () = assert!(END <= IDENTITY_BYTES);
+
+/// The device allocation a keep-alive segment stands for.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Identity {
+    /// The IPC handle of the whole allocation (its base).
+    pub ipc: IpcMemHandle,
+    /// Where the shared buffer starts in that allocation (pool allocators).
+    pub offset: u64,
+    /// Bytes of the shared buffer.
+    pub size: u64,
+    /// The device it lives on.
+    pub device: DeviceId,
+    /// The process that exported it (and alone may free it).
+    pub producer: Token,
+}
+
+impl Identity {
+    /// The record's bytes.
+    pub fn encode(&self) -> [u8; IDENTITY_BYTES] {
+        let mut b = [0u8; IDENTITY_BYTES];
+        b[..AT_VERSION].copy_from_slice(MAGIC);
+        b[AT_VERSION..AT_ORDINAL].copy_from_slice(&IDENTITY_VERSION.to_le_bytes());
+        b[AT_ORDINAL..AT_UUID].copy_from_slice(&self.device.ordinal.to_le_bytes());
+        b[AT_UUID..AT_IPC].copy_from_slice(&self.device.uuid);
+        b[AT_IPC..AT_OFFSET].copy_from_slice(&self.ipc.0);
+        b[AT_OFFSET..AT_SIZE].copy_from_slice(&self.offset.to_le_bytes());
+        b[AT_SIZE..AT_PRODUCER].copy_from_slice(&self.size.to_le_bytes());
+        b[AT_PRODUCER..END].copy_from_slice(&self.producer.word().to_le_bytes());
+        b
+    }
+
+    /// Decodes and validates the record read from segment `segment`.
+    pub fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Identity> {
+        let bad = |what: String| Error::CudaBadIdentity {
+            segment: segment.to_owned(),
+            what,
+        };
+        let u64_at = |at: usize| u64::from_le_bytes(bytes_at(b, at));
+        let u32_at = |at: usize| u32::from_le_bytes(bytes_at(b, at));
+        if &b[..AT_VERSION] != MAGIC {
+            return Err(bad("no device identity magic".into()));
+        }
+        let version = u32_at(AT_VERSION);
+        if version != IDENTITY_VERSION {
+            return Err(bad(format!(
+                "identity version {version}; this build reads {IDENTITY_VERSION}"
+            )));
+        }
+        let (offset, size) = (u64_at(AT_OFFSET), u64_at(AT_SIZE));
+        if size == 0 || offset.checked_add(size).is_none() {
+            return Err(bad(format!(
+                "offset {offset} and size {size} are no buffer"
+            )));
+        }
+        let producer = Token::from_word(u64_at(AT_PRODUCER))
+            .ok_or_else(|| bad("the producer token is not a process".into()))?;
+        Ok(Identity {
+            ipc: IpcMemHandle(bytes_at(b, AT_IPC)),
+            offset,
+            size,
+            device: DeviceId {
+                ordinal: u32_at(AT_ORDINAL),
+                uuid: bytes_at(b, AT_UUID),
+            },
+            producer,
+        })
+    }
+}
+
+/// The `N` bytes of the record at `at` (every caller's range lies inside the record).
+fn bytes_at<const N: usize>(b: &[u8; IDENTITY_BYTES], at: usize) -> [u8; N] {
+    let mut out = [0u8; N];
+    out.copy_from_slice(&b[at..at + N]);
+    out
+}

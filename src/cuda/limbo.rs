@@ -1,0 +1,107 @@
+//! The producer's limbo list: device buffers its owner has dropped but that another
+//! process may still hold. An entry is freed once its keep-alive segment is gone,
+//! which the holder protocol allows only when no live process holds or has in flight a
+//! reference (P1); a consumer killed with SIGKILL stops counting once a finalize
+//! reclaims its slot (any later release, [`crate::sweep()`], or [`drain`] with
+//! [`Drain::Finalize`]).
+
+use std::sync::Arc;
+
+use super::allocator::DeviceAllocator;
+use super::driver::DevicePtr;
+use crate::error::{Error, Result};
+use crate::holders::{self, Outcome, Reclaim};
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::segment::{self, Header};
+
+/// A dropped buffer waiting to be freed.
+#[derive(Debug)]
+pub struct Entry {
+    /// The allocation, as its allocator returned it.
+    pub ptr: DevicePtr,
+    /// Who frees it.
+    pub allocator: Arc<dyn DeviceAllocator>,
+    /// Its keep-alive segment, while that may still exist (`None`: never shared, or
+    /// known gone).
+    pub keepalive: Option<String>,
+}
+
+/// How hard [`drain`] looks at a keep-alive that still exists.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Drain {
+    /// Only whether its name is gone (one `shm_open`): on alloc and on free.
+    Check,
+    /// Finalize it as a sweep would (reclaiming dead holders' slots, unlinking it if
+    /// nobody live holds it): [`super::CudaDevice::collect`].
+    Finalize,
+}
+
+/// What one [`drain`] did.
+#[derive(Debug, Default)]
+pub struct CollectReport {
+    /// Allocations freed.
+    pub freed: usize,
+    /// Allocations still held by some process (or deferred), left in limbo.
+    pub waiting: usize,
+    /// What went wrong; the entries concerned stay in limbo and are retried.
+    pub errors: Vec<Error>,
+}
+
+/// Frees every entry of `limbo` nobody holds any more; keeps the others.
+pub fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport {
+    let mut report = CollectReport::default();
+    limbo.retain_mut(|entry| {
+        if entry.allocator.deferral().is_deferred() {
+            report.waiting += 1;
+            return true;
+        }
+        if let Some(name) = &entry.keepalive {
+            match still_held(os, name, how) {
+                Ok(false) => entry.keepalive = None,
+                Ok(true) => {
+                    report.waiting += 1;
+                    return true;
+                }
+                Err(e) => {
+                    report.errors.push(e);
+                    return true;
+                }
+            }
+        }
+        match entry.allocator.memfree(entry.ptr) {
+            Ok(()) => {
+                report.freed += 1;
+                false
+            }
+            Err(e) => {
+                report.errors.push(e);
+                true
+            }
+        }
+    });
+    report
+}
+
+/// Whether the keep-alive segment `name` may still be held by some process.
+fn still_held<O: Os>(os: &O, name: &str, how: Drain) -> Result<bool> {
+    let (ns, _) = Namespace::of_segment(name, os.uid())?;
+    let opened = match segment::open_named(os, &ns, name) {
+        Ok(opened) => opened,
+        Err(Error::Gone { .. }) => return Ok(false),
+        Err(e) => return Err(e),
+    };
+    if how == Drain::Check {
+        return Ok(true);
+    }
+    let header =
+        Header::of(&opened.map, opened.fields.layout.capacity).ok_or_else(|| Error::Corrupted {
+            segment: name.to_owned(),
+            what: "holder slots lie outside the mapping".into(),
+        })?;
+    let finalized = holders::finalize(os, &header.holders(), name, Reclaim::All)?;
+    Ok(matches!(
+        finalized.outcome,
+        Outcome::InUse | Outcome::Deferred
+    ))
+}

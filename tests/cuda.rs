@@ -1,0 +1,286 @@
+//! Device buffers across real processes: a producer (this test process) shares a
+//! device buffer with consumer processes (this test binary re-executed in the
+//! `child_consumer_role` role), both sides write, one consumer is SIGKILLed, and the
+//! producer frees the device memory only once the live consumer released and the
+//! killed one was reclaimed. On the fake driver everywhere; on the real driver only
+//! with `--ignored` on a machine with an NVIDIA GPU.
+#![cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
+
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+
+use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
+use shmrc::os::cuda::RealDriver;
+use shmrc::{CreateOptions, Error, Namespace, PosixOs};
+
+const ROLE: &str = "SHMRC_T_CUDA_ROLE";
+const NAMESPACE: &str = "SHMRC_T_CUDA_NS";
+const REPLY: &str = "cuda-child: ";
+const FAKE_DEVICE_BYTES: u64 = 1 << 30;
+
+/// Which driver both sides use: the fake one (with its object-name prefix) or the real.
+#[derive(Clone)]
+enum Backend {
+    Fake(String),
+    Real,
+}
+
+impl Backend {
+    fn env(&self) -> String {
+        match self {
+            Backend::Fake(prefix) => format!("fake:{prefix}"),
+            Backend::Real => "real".into(),
+        }
+    }
+
+    fn device(&self, ns: &Namespace) -> shmrc::Result<CudaDevice<PosixOs>> {
+        let keepalive = CreateOptions::new().namespace(ns.clone());
+        match self {
+            Backend::Fake(prefix) => CudaDevice::fake(prefix, FAKE_DEVICE_BYTES, &keepalive),
+            Backend::Real => CudaDevice::real(0, &keepalive),
+        }
+    }
+}
+
+fn fnv1a(data: &[u8]) -> u64 {
+    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+fn pattern(len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i * 31 % 251) as u8).collect()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
+
+/// The consumer process: reads commands on stdin, answers `cuda-child: ...` lines.
+/// In an ordinary test run (no role in the environment) it has nothing to do.
+#[test]
+fn child_consumer_role() {
+    let (Ok(role), Ok(ns)) = (std::env::var(ROLE), std::env::var(NAMESPACE)) else {
+        return;
+    };
+    let backend = match role.strip_prefix("fake:") {
+        Some(prefix) => Backend::Fake(prefix.to_owned()),
+        None => Backend::Real,
+    };
+    let device = backend.device(&Namespace::new(ns).unwrap()).unwrap();
+    let mut views: Vec<DeviceView<PosixOs>> = Vec::new();
+    for line in std::io::stdin().lock().lines() {
+        let line = line.unwrap();
+        let mut words = line.split_whitespace();
+        let reply = match words.next() {
+            Some("attach") => {
+                let bytes = unhex(words.next().unwrap());
+                let handle = DeviceHandle::from_bytes_with(&PosixOs, &bytes).unwrap();
+                let view = device.attach(handle).unwrap();
+                let mut data = vec![0u8; view.len()];
+                view.read_at(0, &mut data).unwrap();
+                views.push(view);
+                format!("attached {}", fnv1a(&data))
+            }
+            Some("write") => {
+                let text = words.next().unwrap();
+                views[0].write_at(0, text.as_bytes()).unwrap();
+                "wrote".into()
+            }
+            Some("release") => {
+                views.clear();
+                format!("released, {} handles open", device.open_handles())
+            }
+            _ => break,
+        };
+        println!("{REPLY}{reply}");
+    }
+}
+
+/// A consumer process this test started (killed by pid on drop if still running).
+struct Consumer {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+}
+
+impl Consumer {
+    fn start(backend: &Backend, ns: &Namespace) -> Consumer {
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "child_consumer_role",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(ROLE, backend.env())
+            .env(NAMESPACE, ns.prefix())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("spawn consumer");
+        let stdin = child.stdin.take().unwrap();
+        let stdout = BufReader::new(child.stdout.take().unwrap());
+        Consumer {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
+    fn ask(&mut self, command: &str) -> String {
+        writeln!(self.stdin, "{command}").unwrap();
+        let mut line = String::new();
+        loop {
+            line.clear();
+            assert!(
+                self.stdout.read_line(&mut line).unwrap() > 0,
+                "consumer died"
+            );
+            // The harness may have printed `test child_consumer_role ... ` first.
+            if let Some(at) = line.find(REPLY) {
+                return line[at + REPLY.len()..].trim_end().to_owned();
+            }
+        }
+    }
+
+    fn attach(&mut self, handle: DeviceHandle<PosixOs>) -> String {
+        self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
+    }
+
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    fn exit(mut self) {
+        writeln!(self.stdin, "exit").unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Names in /dev/shm starting with any of `starts`.
+fn shm_names(starts: &[&str]) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| starts.iter().any(|s| n.starts_with(s)))
+        .collect()
+}
+
+fn fake(test: &str) -> (Backend, Namespace) {
+    let backend = Backend::Fake(format!("shmrc-t-cuda{test}-dev"));
+    (
+        backend,
+        Namespace::new(format!("shmrc-t-cuda{test}")).unwrap(),
+    )
+}
+
+/// Producer, two consumers; both sides write; one consumer SIGKILLed; the producer
+/// frees once the other released and the dead one was reclaimed.
+fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace) {
+    let device = backend.device(ns).unwrap();
+    let len = 1 << 20;
+    let data = pattern(len);
+    let buf = device.alloc(len).unwrap();
+    buf.write_at(0, &data).unwrap();
+    let mut live = Consumer::start(backend, ns);
+    let mut doomed = Consumer::start(backend, ns);
+    let expect = format!("attached {}", fnv1a(&data));
+    assert_eq!(live.attach(buf.share().unwrap()), expect);
+    assert_eq!(doomed.attach(buf.share().unwrap()), expect);
+    assert_eq!(live.ask("write from-the-consumer"), "wrote");
+    let mut back = [0u8; 17];
+    buf.read_at(0, &mut back).unwrap();
+    assert_eq!(&back, b"from-the-consumer");
+    let census = buf.census().unwrap();
+    assert_eq!((census.live, census.in_flight), (3, 0));
+
+    doomed.kill();
+    assert_eq!(
+        buf.census().unwrap().dead,
+        1,
+        "the killed consumer's slot is dead"
+    );
+    drop(buf);
+    assert_eq!(device.limbo_len(), 1, "a live consumer holds it");
+    assert_eq!(device.collect().freed, 0);
+
+    assert_eq!(live.ask("release"), "released, 0 handles open");
+    let report = device.collect();
+    assert_eq!((report.freed, report.waiting), (1, 0), "{report:?}");
+    live.exit();
+}
+
+#[test]
+fn two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
+    let (backend, ns) = fake("both");
+    share_both_ways_then_free_after_a_kill(&backend, &ns);
+    let Backend::Fake(prefix) = &backend else {
+        unreachable!()
+    };
+    assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
+    let (backend, ns) = fake("sweep");
+    let Backend::Fake(prefix) = &backend else {
+        unreachable!()
+    };
+    let device = backend.device(&ns).unwrap();
+    let buf = device.alloc(4096).unwrap();
+    let mut doomed = Consumer::start(&backend, &ns);
+    assert!(doomed.attach(buf.share().unwrap()).starts_with("attached"));
+    drop(buf);
+    assert_eq!(device.limbo_len(), 1);
+    assert_eq!(shm_names(&[prefix]).len(), 1, "the device memory lives");
+
+    doomed.kill();
+    let report = shmrc::sweep(&ns).unwrap();
+    assert_eq!((report.reclaimed, report.unlinked), (1, 1));
+    let next = device.alloc(64).unwrap();
+    assert_eq!(
+        device.limbo_len(),
+        0,
+        "the alloc freed what the sweep released"
+    );
+    drop(next);
+    assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn without_a_driver_every_real_call_is_cuda_unavailable() {
+    match RealDriver::load(0) {
+        Ok(_) => println!("skipped: a CUDA driver is present (see the --ignored tests)"),
+        Err(e) => assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}"),
+    }
+    let ns = Namespace::new("shmrc-t-cudanone").unwrap();
+    if let Err(e) = Backend::Real.device(&ns) {
+        assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}");
+    }
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and driver"]
+fn real_gpu_two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
+    let ns = Namespace::new("shmrc-t-cudareal").unwrap();
+    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns);
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
