@@ -78,6 +78,22 @@ pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
 /// The pass asks about each process's liveness once ([`Remembering`]: the slots of
 /// many segments name the same few processes).
 pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepReport> {
+    sweep_pass(os, ns, dry_run, &[])
+}
+
+/// Sweeps namespace `ns` after the processes `dead` died: as [`sweep_with`], but the
+/// segments they created (their names say so) come first, so that what the dead most
+/// likely held last goes without waiting for the rest of the namespace.
+pub fn sweep_after_deaths<O: Os>(os: &O, ns: &Namespace, dead: &[Token]) -> Result<SweepReport> {
+    sweep_pass(os, ns, false, dead)
+}
+
+fn sweep_pass<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    dry_run: bool,
+    creators_first: &[Token],
+) -> Result<SweepReport> {
     let os = &Remembering::new(os.clone());
     let uid = os.uid();
     let pass = Pass {
@@ -89,11 +105,14 @@ pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepR
         dry_run,
         ..SweepReport::default()
     };
-    for name in os.shm_list(&ns.name_start(uid))? {
-        // Names of the namespace's shape only: anything else is not ours to touch.
-        let Ok(parts) = ns.parse(&name, uid) else {
-            continue;
-        };
+    // Names of the namespace's shape only: anything else is not ours to touch.
+    let mut ours: Vec<(String, NameParts)> = os
+        .shm_list(&ns.name_start(uid))?
+        .into_iter()
+        .filter_map(|name| ns.parse(&name, uid).ok().map(|parts| (name, parts)))
+        .collect();
+    ours.sort_by_key(|(_, parts)| !creators_first.contains(&parts.creator));
+    for (name, parts) in ours {
         let seg = sweep_one(os, ns, name, parts, &pass)?;
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
@@ -101,6 +120,7 @@ pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepR
         }
         report.segments.push(seg);
     }
+    report.segments.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(report)
 }
 

@@ -9,7 +9,7 @@
 use shmrc::holders::Outcome;
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::segment::HEADER_BYTES;
-use shmrc::sweep::sweep_with;
+use shmrc::sweep::{sweep_after_deaths, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 const UID: u32 = 1000;
@@ -396,4 +396,48 @@ fn a_half_created_segment_of_another_pid_namespace_is_left_to_its_own_sweepers()
     assert_eq!(sweep_with(&neighbour, &ns(), false).unwrap().unlinked, 1);
     drop(file);
     sweep_and_assert_clean(&kernel, vec![]);
+}
+
+/// The manager's sweep after deaths takes the dead creators' segments first: a sweeper
+/// killed right after its first segment has unlinked the dead creator's segment, though
+/// its name sorts last (and a plain sweep, killed at the same step, has not).
+#[test]
+fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
+    // The crash points a sweep passes for a namespace of one such segment.
+    let steps_for_one = {
+        let kernel = SimKernel::new(11);
+        let creator = kernel.spawn(UID);
+        let _held = create(&creator, 2).unwrap();
+        kernel.kill(creator.pid());
+        let sweeper = kernel.spawn(UID);
+        sweep_after_deaths(&sweeper, &ns(), &[creator.token()]).unwrap();
+        assert!(kernel.names().is_empty());
+        kernel.steps(sweeper.pid())
+    };
+    for creators_first in [true, false] {
+        let kernel = SimKernel::new(11);
+        let (first, last) = (kernel.spawn(UID), kernel.spawn(UID));
+        let held = (create(&first, 2).unwrap(), create(&last, 2).unwrap());
+        let (first_name, last_name) = (
+            held.0.name().unwrap().to_owned(),
+            held.1.name().unwrap().to_owned(),
+        );
+        assert!(first_name < last_name, "pids sort the names");
+        kernel.kill(first.pid());
+        kernel.kill(last.pid());
+        let sweeper = kernel.spawn(UID);
+        kernel.kill_at_step(sweeper.pid(), steps_for_one);
+        let swept = if creators_first {
+            sweep_after_deaths(&sweeper, &ns(), &[last.token()])
+        } else {
+            sweep_with(&sweeper, &ns(), false)
+        };
+        assert!(matches!(swept, Err(Error::Killed)), "{swept:?}");
+        let expected_left = if creators_first {
+            first_name
+        } else {
+            last_name
+        };
+        assert_eq!(kernel.names(), vec![expected_left], "{creators_first}");
+    }
 }

@@ -24,7 +24,7 @@ use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::os::daemon::{self, Peer, PidFd};
 use crate::os::posix::PosixOs;
-use crate::sweep::sweep_with;
+use crate::sweep::sweep_after_deaths;
 use crate::token::Token;
 
 /// Environment variable: the grace period in milliseconds (default [`DEFAULT_GRACE`]).
@@ -411,6 +411,7 @@ impl<'a> Manager<'a> {
     }
 
     /// Forgets the clients that died and sweeps the namespaces they used, each once.
+    /// The segments the dead created are swept first (see [`sweep_after_deaths`]).
     fn bury(&mut self, dead: &[Token]) {
         let mut namespaces = BTreeSet::new();
         for token in dead {
@@ -425,7 +426,7 @@ impl<'a> Manager<'a> {
         self.connections
             .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
         for ns in &namespaces {
-            self.sweep(ns, "client death");
+            self.sweep(ns, "client death", dead);
         }
     }
 
@@ -433,15 +434,16 @@ impl<'a> Manager<'a> {
         match namespaces_found(&PosixOs) {
             Ok(found) => {
                 for ns in &found {
-                    self.sweep(ns, why);
+                    self.sweep(ns, why, &[]);
                 }
             }
             Err(e) => warn!("cannot list /dev/shm for the {why} sweep: {e}"),
         }
     }
 
-    fn sweep(&mut self, ns: &Namespace, why: &str) {
-        match sweep_with(&PosixOs, ns, false) {
+    /// Sweeps `ns`, the segments `dead` created first.
+    fn sweep(&mut self, ns: &Namespace, why: &str, dead: &[Token]) {
+        match sweep_after_deaths(&PosixOs, ns, dead) {
             Ok(report) => {
                 self.counters.sweeps += 1;
                 self.counters.reclaimed += u64::from(report.reclaimed);
