@@ -577,3 +577,36 @@ fn the_default_allocator_reports_memory_and_follows_emm_version_1() {
     drop(buf);
     assert_eq!(dev.memory_info().unwrap().free, 1 << 20);
 }
+
+#[test]
+fn a_device_handle_travels_over_the_transport_with_its_reference() {
+    let scene = Scene::new(&SimKernel::new(13), 1);
+    let consumer = &scene.consumers[0];
+    let (to_consumer, at_consumer) = scene.kernel.stream_pair(&scene.producer.os, &consumer.os);
+    let handle = scene.buf.share().unwrap().into_share_handle();
+    shmrc::transport::send(&scene.producer.os, &to_consumer, b"tensor 7", vec![handle]).unwrap();
+    assert_eq!(
+        scene.buf.census().unwrap().in_flight,
+        1,
+        "in flight while it travels"
+    );
+
+    let message = shmrc::transport::recv(&consumer.os, &at_consumer).unwrap();
+    assert_eq!(message.payload, b"tensor 7");
+    let handle = message.handles.into_iter().next().unwrap();
+    let view = consumer
+        .dev
+        .attach(DeviceHandle::from_share_handle(handle))
+        .unwrap();
+    assert_reads_payload(&view);
+    let census = scene.buf.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (2, 0),
+        "taken over by the consumer"
+    );
+    let (kernel, dev) = scene.drop_buffer();
+    drop(view);
+    assert_eq!(dev.collect().freed, 1);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
