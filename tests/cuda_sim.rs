@@ -386,6 +386,22 @@ fn a_segment_that_is_no_keepalive_is_refused_with_its_reason() {
         "{err}"
     );
     drop(plain);
+
+    let short = ShmBuf::create_with(
+        &p,
+        64,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns()),
+    )
+    .unwrap();
+    let bytes = short.share().unwrap().into_bytes().unwrap();
+    let err = attach(&device(&a), &a, &bytes).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("64 bytes")),
+        "{err}"
+    );
+    drop(short);
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
 }
 
