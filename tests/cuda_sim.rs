@@ -626,3 +626,27 @@ fn a_device_handle_travels_over_the_transport_with_its_reference() {
     assert_eq!(dev.collect().freed, 1);
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
 }
+
+#[test]
+fn a_free_the_driver_refuses_stays_in_limbo_and_collect_reports_it() {
+    let kernel = SimKernel::new(14);
+    let p = kernel.spawn(UID);
+    let dev = device(&p);
+    let buf = dev.alloc(64).unwrap();
+    // Someone freed it behind the allocator's back: the allocator's free must fail.
+    dev.driver().free(buf.ptr()).unwrap();
+    drop(buf);
+    assert_eq!(dev.limbo_len(), 1);
+    let report = dev.collect();
+    assert_eq!(report.freed, 0);
+    assert!(
+        matches!(
+            report.errors.as_slice(),
+            [Error::Cuda {
+                call: "cuMemFree",
+                ..
+            }]
+        ),
+        "{report:?}"
+    );
+}
