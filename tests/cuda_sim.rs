@@ -386,6 +386,22 @@ fn a_segment_that_is_no_keepalive_is_refused_with_its_reason() {
         "{err}"
     );
     drop(plain);
+
+    let short = ShmBuf::create_with(
+        &p,
+        64,
+        &CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns()),
+    )
+    .unwrap();
+    let bytes = short.share().unwrap().into_bytes().unwrap();
+    let err = attach(&device(&a), &a, &bytes).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("64 bytes")),
+        "{err}"
+    );
+    drop(short);
     assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
 }
 
@@ -576,4 +592,61 @@ fn the_default_allocator_reports_memory_and_follows_emm_version_1() {
     assert_eq!(buf.len(), 4096, "reset frees nothing a buffer owns");
     drop(buf);
     assert_eq!(dev.memory_info().unwrap().free, 1 << 20);
+}
+
+#[test]
+fn a_device_handle_travels_over_the_transport_with_its_reference() {
+    let scene = Scene::new(&SimKernel::new(13), 1);
+    let consumer = &scene.consumers[0];
+    let (to_consumer, at_consumer) = scene.kernel.stream_pair(&scene.producer.os, &consumer.os);
+    let handle = scene.buf.share().unwrap().into_share_handle();
+    shmrc::transport::send(&scene.producer.os, &to_consumer, b"tensor 7", vec![handle]).unwrap();
+    assert_eq!(
+        scene.buf.census().unwrap().in_flight,
+        1,
+        "in flight while it travels"
+    );
+
+    let message = shmrc::transport::recv(&consumer.os, &at_consumer).unwrap();
+    assert_eq!(message.payload, b"tensor 7");
+    let handle = message.handles.into_iter().next().unwrap();
+    let view = consumer
+        .dev
+        .attach(DeviceHandle::from_share_handle(handle))
+        .unwrap();
+    assert_reads_payload(&view);
+    let census = scene.buf.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (2, 0),
+        "taken over by the consumer"
+    );
+    let (kernel, dev) = scene.drop_buffer();
+    drop(view);
+    assert_eq!(dev.collect().freed, 1);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn a_free_the_driver_refuses_stays_in_limbo_and_collect_reports_it() {
+    let kernel = SimKernel::new(14);
+    let p = kernel.spawn(UID);
+    let dev = device(&p);
+    let buf = dev.alloc(64).unwrap();
+    // Someone freed it behind the allocator's back: the allocator's free must fail.
+    dev.driver().free(buf.ptr()).unwrap();
+    drop(buf);
+    assert_eq!(dev.limbo_len(), 1);
+    let report = dev.collect();
+    assert_eq!(report.freed, 0);
+    assert!(
+        matches!(
+            report.errors.as_slice(),
+            [Error::Cuda {
+                call: "cuMemFree",
+                ..
+            }]
+        ),
+        "{report:?}"
+    );
 }

@@ -28,8 +28,9 @@ const HANDLE_MAGIC: &[u8; 8] = b"SHMRCFK1";
 const NAME_AT: usize = HANDLE_MAGIC.len() + 1;
 /// The longest object name a fake IPC handle carries.
 const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
-/// The longest name prefix (room for `-<pid>-<n>-<8 hex>`).
+/// The longest name prefix (room for `-<pid>-<n, 8 hex>-<8 hex>`).
 pub const MAX_FAKE_PREFIX: usize = 24;
+const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 8 + 1 + 8 <= MAX_NAME);
 /// Fake device addresses start here; each allocation gets its own 4 GiB window.
 const ADDRESS_BASE: u64 = 0x7000_0000_0000;
 const WINDOW: u64 = 1 << 32;
@@ -136,10 +137,15 @@ impl<O: Os> FakeDriver<O> {
         ours.then(|| name.to_owned())
     }
 
-    fn take_window(state: &mut State<O>) -> u64 {
-        let base = ADDRESS_BASE + state.next_window * WINDOW;
+    /// The base address of a fresh 4 GiB window; `None` once the address space is used
+    /// up (after about four billion allocations).
+    fn take_window(state: &mut State<O>) -> Option<u64> {
+        let base = state
+            .next_window
+            .checked_mul(WINDOW)
+            .and_then(|offset| offset.checked_add(ADDRESS_BASE))?;
         state.next_window += 1;
-        base
+        Some(base)
     }
 
     /// The region (own or opened) containing `ptr`, with its base address.
@@ -193,15 +199,15 @@ impl<O: Os> Driver for FakeDriver<O> {
         if state.allocated.saturating_add(size) > self.total {
             return Err(fail(CALL, OUT_OF_MEMORY));
         }
-        let base = Self::take_window(&mut state);
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
+        // At most 24 + 1 + 10 + 1 + 8 + 1 + 8 = 53 bytes: it fits a handle.
         let name = format!(
-            "{}-{}-{}-{:08x}",
+            "{}-{}-{:x}-{:08x}",
             self.prefix,
             self.os.current().pid(),
-            state.next_window,
+            state.next_window as u32,
             self.os.random_u128()? as u32
         );
-        debug_assert!(name.len() <= MAX_NAME);
         let file = self.os.shm_create(&name)?;
         let mapped = self
             .os
@@ -260,7 +266,7 @@ impl<O: Os> Driver for FakeDriver<O> {
             return Err(fail(CALL, INVALID_VALUE));
         }
         let map = self.os.map(&file, size as usize)?;
-        let base = Self::take_window(&mut state);
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
         state.opened.insert(base, Region { name, size, map });
         Ok(DevicePtr(base))
     }
