@@ -35,6 +35,8 @@ use crate::sync::AtomicU64;
 use crate::token::Token;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod floor;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod sim;
 
