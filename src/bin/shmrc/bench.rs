@@ -29,6 +29,10 @@ pub struct BenchArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
+    /// Run only this workload (ping-pong, stream, attach/release, clone/drop, finalize,
+    /// sweep, creation).
+    #[arg(long)]
+    only: Option<String>,
 }
 
 /// How long to measure.
@@ -426,7 +430,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let pid = std::process::id();
     let ns = Namespace::new(format!("shmrc-bench-{pid}"))?;
     let started = Instant::now();
-    let result = run_all(&ns, effort, args.quick);
+    let result = run_all(&ns, effort, args.quick, args.only.as_deref());
     let leftovers = cleanup(&ns);
     let rows = result?;
     leftovers?;
@@ -439,22 +443,49 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-fn run_all(ns: &Namespace, effort: Effort, quick: bool) -> Result<Vec<Row>> {
+const WORKLOADS: [&str; 7] = [
+    "ping-pong",
+    "stream",
+    "attach/release",
+    "clone/drop",
+    "finalize",
+    "sweep",
+    "creation",
+];
+
+fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> Result<Vec<Row>> {
+    if let Some(name) = only.filter(|n| !WORKLOADS.contains(n)) {
+        return Err(Error::InvalidArgument(format!(
+            "unknown workload {name:?}; one of {}",
+            WORKLOADS.join(", ")
+        )));
+    }
+    let wanted = |name: &str| only.is_none_or(|o| o == name);
     let mut rows = Vec::new();
     for workload in [
         BufferWorkload::PingPong,
         BufferWorkload::Stream,
         BufferWorkload::AttachRelease,
     ] {
-        for strategy in Strategy::ALL {
-            rows.extend(buffer_workload(workload, strategy, ns, effort)?);
+        if wanted(workload.name()) {
+            for strategy in Strategy::ALL {
+                rows.extend(buffer_workload(workload, strategy, ns, effort)?);
+            }
         }
     }
-    rows.extend(clone_drop(effort)?);
-    rows.extend(finalize(ns, effort)?);
-    rows.extend(sweep(ns.prefix(), &[100, 10_000])?);
-    let creation_len = if quick { 64 << 20 } else { 256 << 20 };
-    rows.extend(creation(creation_len, effort)?);
+    if wanted("clone/drop") {
+        rows.extend(clone_drop(effort)?);
+    }
+    if wanted("finalize") {
+        rows.extend(finalize(ns, effort)?);
+    }
+    if wanted("sweep") {
+        rows.extend(sweep(ns.prefix(), &[100, 10_000])?);
+    }
+    if wanted("creation") {
+        let creation_len = if quick { 64 << 20 } else { 256 << 20 };
+        rows.extend(creation(creation_len, effort)?);
+    }
     Ok(rows)
 }
 

@@ -230,27 +230,13 @@ impl Contender for FloorNamed {
     }
 
     fn send(&mut self, stream: &UnixStream, buf: &NamedBuf, count: usize) -> Result<()> {
-        let mut bytes = (buf.map.len() as u64).to_le_bytes().to_vec();
-        bytes.extend_from_slice(&(count as u64).to_le_bytes());
-        bytes.extend_from_slice(&(buf.name.len() as u64).to_le_bytes());
-        bytes.extend_from_slice(buf.name.as_bytes());
-        floor::send(stream, &bytes, &[])
+        send_named(stream, buf.map.len(), count, &buf.name)
     }
 
     fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
-        let Some(len) = recv_len(stream, &mut Vec::new())? else {
+        let Some((len, count, name)) = recv_named(stream)? else {
             return Ok(None);
         };
-        let mut words = [0u8; 16];
-        read_exact(stream, &mut words)?;
-        let count = u64::from_le_bytes(words[..8].try_into().expect("8 bytes"));
-        let name_len = u64::from_le_bytes(words[8..].try_into().expect("8 bytes"));
-        if name_len > 255 {
-            return Err(invalid(format!("floor name of {name_len} bytes")));
-        }
-        let mut name = vec![0u8; name_len as usize];
-        read_exact(stream, &mut name)?;
-        let name = String::from_utf8(name).map_err(|e| invalid(e.to_string()))?;
         let start = Instant::now();
         let mut byte = 0;
         for _ in 0..count {
@@ -269,9 +255,36 @@ fn floor_name(mechanism: &str, reserve: bool) -> String {
     }
 }
 
+/// Sends a message naming `count` opens of the named object `name` of `len` bytes.
+pub fn send_named(stream: &UnixStream, len: usize, count: usize, name: &str) -> Result<()> {
+    let mut bytes = (len as u64).to_le_bytes().to_vec();
+    bytes.extend_from_slice(&(count as u64).to_le_bytes());
+    bytes.extend_from_slice(&(name.len() as u64).to_le_bytes());
+    bytes.extend_from_slice(name.as_bytes());
+    floor::send(stream, &bytes, &[])
+}
+
+/// Receives what [`send_named`] sent: length, count and name; `None` at end of stream.
+pub fn recv_named(stream: &UnixStream) -> Result<Option<(usize, u64, String)>> {
+    let Some(len) = recv_len(stream, &mut Vec::new())? else {
+        return Ok(None);
+    };
+    let mut words = [0u8; 16];
+    read_exact(stream, &mut words)?;
+    let count = u64::from_le_bytes(words[..8].try_into().expect("8 bytes"));
+    let name_len = u64::from_le_bytes(words[8..].try_into().expect("8 bytes"));
+    if name_len > 255 {
+        return Err(invalid(format!("floor name of {name_len} bytes")));
+    }
+    let mut name = vec![0u8; name_len as usize];
+    read_exact(stream, &mut name)?;
+    let name = String::from_utf8(name).map_err(|e| invalid(e.to_string()))?;
+    Ok(Some((len, count, name)))
+}
+
 /// Reads the 8-byte length that starts every floor message, with the descriptors that
 /// ride on it; `None` at end of stream.
-fn recv_len(stream: &UnixStream, fds: &mut Vec<OwnedFd>) -> Result<Option<usize>> {
+pub fn recv_len(stream: &UnixStream, fds: &mut Vec<OwnedFd>) -> Result<Option<usize>> {
     let mut len = [0u8; 8];
     let mut got = 0;
     while got < len.len() {
