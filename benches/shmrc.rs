@@ -277,32 +277,29 @@ fn sweep(crit: &mut Criterion) {
     let ns = Namespace::new(format!("shmrc-bench-s{}", std::process::id())).expect("namespace");
     let mut g = crit.benchmark_group("sweep");
     g.sample_size(10).measurement_time(Duration::from_secs(3));
-    g.bench_function(
-        BenchmarkId::new("shmrc sweep of dead holder's", COUNT),
-        |b| {
-            b.iter_custom(|iters| {
-                let mut took = Duration::ZERO;
-                for _ in 0..iters {
-                    let exe = std::env::current_exe().expect("bench binary path");
-                    let mut command = Command::new(exe);
-                    command
-                        .env(PEER_NAMESPACE, ns.prefix())
-                        .env(PEER_COUNT, COUNT.to_string());
-                    let mut holder =
-                        Peer::start(command, "shmrc file_system", Mode::Hold).expect("holder");
-                    let mut ack = [0u8];
-                    std::io::Read::read_exact(&mut &holder.stream, &mut ack).expect("holder ack");
-                    holder.child.kill().expect("kill the holder");
-                    holder.child.wait().expect("reap the holder");
-                    let start = Instant::now();
-                    let report = shmrc::sweep(&ns).expect("sweep");
-                    took += start.elapsed();
-                    assert_eq!(report.unlinked as usize, COUNT);
-                }
-                took
-            })
-        },
-    );
+    g.bench_function(BenchmarkId::new("shmrc sweep, dead holder", COUNT), |b| {
+        b.iter_custom(|iters| {
+            let mut took = Duration::ZERO;
+            for _ in 0..iters {
+                let exe = std::env::current_exe().expect("bench binary path");
+                let mut command = Command::new(exe);
+                command
+                    .env(PEER_NAMESPACE, ns.prefix())
+                    .env(PEER_COUNT, COUNT.to_string());
+                let mut holder =
+                    Peer::start(command, "shmrc file_system", Mode::Hold).expect("holder");
+                let mut ack = [0u8];
+                std::io::Read::read_exact(&mut &holder.stream, &mut ack).expect("holder ack");
+                holder.child.kill().expect("kill the holder");
+                holder.child.wait().expect("reap the holder");
+                let start = Instant::now();
+                let report = shmrc::sweep(&ns).expect("sweep");
+                took += start.elapsed();
+                assert_eq!(report.unlinked as usize, COUNT);
+            }
+            took
+        })
+    });
     g.finish();
 }
 
