@@ -1,15 +1,4 @@
-//! Criterion benches: the workloads of `shmrc bench` (the same code, included from
-//! `src/bin/shmrc/workloads.rs`) with shmrc, the raw-syscall floor and the Rust peers
-//! (the `memfd` and `shared_memory` crates) in the same groups.
-//!
-//! Consumers run in peer processes: this bench binary re-executes itself, and a process
-//! started with [`workloads::PEER_CONTENDER`] in its environment serves as the peer
-//! instead of benchmarking. `cargo bench` runs everything; `cargo bench -- ping_pong`
-//! one group.
-
-#[allow(dead_code)]
-#[path = "../src/bin/shmrc/workloads.rs"]
-mod workloads;
+//! The benches themselves (the real backend only).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
@@ -17,13 +6,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use criterion::{BenchmarkId, Criterion};
-use shmrc::os::floor::{self, FloorMap};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
-use workloads::{
+use crate::workloads::{
     Contender, FloorFd, FloorNamed, Mode, PEER_CONTENDER, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
     attach_release, ping_pong, stream, window_for,
 };
+use criterion::{BenchmarkId, Criterion};
+use shmrc::os::floor::{self, FloorMap};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
 
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 
@@ -60,7 +49,7 @@ impl Contender for MemfdCrate {
 
     fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
         let mut fds: Vec<OwnedFd> = Vec::new();
-        let Some(len) = workloads::recv_len(s, &mut fds)? else {
+        let Some(len) = crate::workloads::recv_len(s, &mut fds)? else {
             return Ok(None);
         };
         let start = Instant::now();
@@ -96,11 +85,11 @@ impl Contender for SharedMemoryCrate {
     }
 
     fn send(&mut self, s: &UnixStream, buf: &Self::Buf, count: usize) -> Result<()> {
-        workloads::send_named(s, buf.len(), count, buf.get_os_id())
+        crate::workloads::send_named(s, buf.len(), count, buf.get_os_id())
     }
 
     fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
-        let Some((_len, count, id)) = workloads::recv_named(s)? else {
+        let Some((_len, count, id)) = crate::workloads::recv_named(s)? else {
             return Ok(None);
         };
         let start = Instant::now();
@@ -136,12 +125,12 @@ fn contender_names(prefix: &str) -> Vec<String> {
 
 /// The peer side, when this process was started as one.
 fn serve_peer() -> Result<()> {
-    if let Some(done) = workloads::serve_builtin() {
+    if let Some(done) = crate::workloads::serve_builtin() {
         return done;
     }
     match std::env::var(PEER_CONTENDER).unwrap_or_default().as_str() {
-        "memfd crate" => workloads::serve(MemfdCrate),
-        "shared_memory crate" => workloads::serve(SharedMemoryCrate),
+        "memfd crate" => crate::workloads::serve(MemfdCrate),
+        "shared_memory crate" => crate::workloads::serve(SharedMemoryCrate),
         other => Err(Error::InvalidArgument(format!(
             "unknown contender {other:?}"
         ))),
@@ -325,7 +314,8 @@ fn creation(crit: &mut Criterion) {
     g.finish();
 }
 
-fn main() {
+/// Serves as a peer if started as one, else runs every group.
+pub fn main() {
     if std::env::var_os(PEER_CONTENDER).is_some() {
         if let Err(e) = serve_peer() {
             eprintln!("bench peer: {e}");
