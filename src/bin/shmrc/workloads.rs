@@ -427,15 +427,53 @@ impl Peer {
         std::fs::create_dir_all(&dir).map_err(|e| Error::os("mkdir", e))?;
         let socket = dir.join("peer.sock");
         let listener = UnixListener::bind(&socket).map_err(|e| Error::os("bind", e))?;
-        let child = command
+        let mut child = command
             .env(PEER_CONTENDER, contender)
             .env(PEER_MODE, mode.name())
             .env(PEER_SOCKET, &socket)
             .stdin(Stdio::null())
             .spawn()
             .map_err(|e| Error::os("spawn", e))?;
-        let (stream, _) = listener.accept().map_err(|e| Error::os("accept", e))?;
-        Ok(Peer { child, stream, dir })
+        match accept_from(&listener, &mut child) {
+            Ok(stream) => Ok(Peer { child, stream, dir }),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                let _ = std::fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+}
+
+/// Accepts the connection of `child`; an error (instead of waiting forever) if the child
+/// exits first or takes more than 20 seconds.
+fn accept_from(listener: &UnixListener, child: &mut Child) -> Result<UnixStream> {
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::os("fcntl", e))?;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream
+                    .set_nonblocking(false)
+                    .map_err(|e| Error::os("fcntl", e))?;
+                return Ok(stream);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if let Some(status) = child.try_wait().map_err(|e| Error::os("waitpid", e))? {
+                    return Err(invalid(format!(
+                        "the peer process exited ({status}) before connecting"
+                    )));
+                }
+                if Instant::now() > deadline {
+                    return Err(invalid("the peer process did not connect in 20 s".into()));
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            Err(e) => return Err(Error::os("accept", e)),
+        }
     }
 }
 
@@ -505,6 +543,15 @@ pub fn serve_builtin() -> Option<Result<()>> {
 // what they use by path, so that build sees no unused import.
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_peer_that_exits_before_connecting_is_an_error_not_a_hang() {
+        let command = std::process::Command::new("true");
+        let Err(err) = super::Peer::start(command, "floor memfd", super::Mode::Ping) else {
+            panic!("a peer that never connects was accepted");
+        };
+        assert!(err.to_string().contains("exited"), "{err}");
+    }
+
     #[test]
     fn a_floor_message_with_an_overlong_name_is_refused() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
