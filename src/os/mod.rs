@@ -40,6 +40,8 @@ pub mod cuda;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod daemon;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod floor;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod remembering;
 pub mod sim;

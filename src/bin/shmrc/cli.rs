@@ -50,6 +50,11 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Measure shmrc against the raw-syscall floor and print the ratios.
+    Bench(crate::bench::BenchArgs),
+    /// A benchmark peer process (started by `bench`; configured by its environment).
+    #[command(hide = true)]
+    BenchPeer,
     /// A worker process (started by `demo` and the tests).
     #[command(hide = true)]
     Worker {
@@ -72,6 +77,12 @@ pub fn main() -> ExitCode {
         Command::Manager(args) => crate::manager::run(&args),
         Command::Status { json } => crate::status::run(json),
         Command::Worker { socket, id } => crate::worker::run(&socket, id),
+        Command::Bench(args) => crate::bench::run(&args),
+        Command::BenchPeer => crate::workloads::serve_builtin().unwrap_or_else(|| {
+            Err(shmrc::Error::InvalidArgument(
+                "bench-peer: unknown contender in the environment".into(),
+            ))
+        }),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -1,9 +1,12 @@
 //! `shmrc`: the command-line tool. `demo` runs the main job (worker processes sharing
 //! buffers with both strategies, one SIGKILLed, a sweep, a ledger); `ls` and `sweep`
-//! show and clean this user's segments; `manager` runs the per-user daemon
-//! that sweeps when a process dies, and `status` shows it. `worker` is the child process `demo` and the
+//! show and clean this user's segments; `manager` runs the per-user daemon that sweeps
+//! when a process dies, and `status` shows it; `bench` measures shmrc against the raw
+//! syscalls. `worker` is the child process `demo` and the
 //! integration tests start; it is not meant to be run by hand.
 
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod bench;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod cli;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -16,6 +19,8 @@ mod status;
 mod table;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod worker;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod workloads;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 fn main() -> std::process::ExitCode {

@@ -1,0 +1,291 @@
+#!/usr/bin/env python3
+"""The Python peers of shmrc's benchmarks, and the plot of docs/PERFORMANCE.md.
+
+Runs the ping-pong and stream workloads of `shmrc bench` (a producer creates a fresh
+shared buffer, writes byte 0 and sends it; a consumer process attaches, reads byte 0,
+releases and acks; stream keeps up to 64 buffers in flight, fewer so that at most
+512 MiB are) with:
+
+- torch.multiprocessing, both sharing strategies (file_descriptor, file_system), the
+  buffer a uint8 tensor whose storage is created in shared memory and sent through a
+  torch.multiprocessing SimpleQueue;
+- multiprocessing.shared_memory, the name sent through a Pipe, the producer unlinking
+  after the ack.
+
+It also runs `shmrc bench --json` (shmrc and the raw-syscall floor) in the same run,
+reads the criterion estimates of the Rust peers if `cargo bench` left them, prints
+one table and writes a JSON document and a PNG plot of microseconds per buffer against
+size.
+
+Usage (after `cargo build --release` and `pip install torch matplotlib`):
+
+    python3 benches/peers.py [--shmrc target/release/shmrc] [--quick]
+        [--out docs/perf] [--criterion target/criterion]
+
+torch is optional: without it only multiprocessing.shared_memory runs.
+"""
+
+import argparse
+import glob
+import json
+import multiprocessing as mp
+import os
+import statistics
+import subprocess
+import sys
+import time
+from multiprocessing import shared_memory
+
+SIZES = [4 << 10, 1 << 20, 64 << 20]
+
+
+def window_for(size):
+    return max(1, min(64, (512 << 20) // size))
+
+
+# ---------------------------------------------------------------- torch.multiprocessing
+
+
+def torch_consumer(strategy, inbox, acks):
+    import torch.multiprocessing as tmp
+
+    tmp.set_sharing_strategy(strategy)
+    while True:
+        t = inbox.get()
+        if t is None:
+            return
+        byte = int(t[0])
+        del t
+        acks.put(byte)
+
+
+def torch_new_buffer(torch, size):
+    storage = torch.UntypedStorage._new_shared(size)
+    t = torch.empty(0, dtype=torch.uint8).set_(storage)
+    t[0] = 1
+    return t
+
+
+class TorchContender:
+    def __init__(self, strategy):
+        import torch
+        import torch.multiprocessing as tmp
+
+        self.torch = torch
+        self.name = f"torch {strategy}"
+        tmp.set_sharing_strategy(strategy)
+        ctx = tmp.get_context("spawn")
+        self.inbox, self.acks = ctx.SimpleQueue(), ctx.SimpleQueue()
+        self.proc = ctx.Process(target=torch_consumer, args=(strategy, self.inbox, self.acks))
+        self.proc.start()
+
+    def send(self, size):
+        t = torch_new_buffer(self.torch, size)
+        self.inbox.put(t)
+        return t
+
+    def ack(self):
+        if self.acks.get() != 1:
+            raise RuntimeError("consumer read byte 0 wrong")
+
+    def close(self):
+        self.inbox.put(None)
+        self.proc.join()
+
+
+# --------------------------------------------------------- multiprocessing.shared_memory
+
+
+def shm_consumer(conn):
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            return
+        # A spawned child shares its parent's resource tracker: registering the name
+        # again there is a no-op, and the producer's unlink unregisters it.
+        shm = shared_memory.SharedMemory(name=msg)
+        byte = shm.buf[0]
+        shm.close()
+        conn.send(byte)
+
+
+class ShmContender:
+    name = "multiprocessing.shared_memory"
+
+    def __init__(self):
+        ctx = mp.get_context("spawn")
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=shm_consumer, args=(theirs,))
+        self.proc.start()
+
+    def send(self, size):
+        shm = shared_memory.SharedMemory(create=True, size=size)
+        shm.buf[0] = 1
+        self.conn.send(shm.name)
+        return shm
+
+    def ack(self):
+        if self.conn.recv() != 1:
+            raise RuntimeError("consumer read byte 0 wrong")
+
+    @staticmethod
+    def drop(shm):
+        shm.close()
+        shm.unlink()
+
+    def close(self):
+        self.conn.send(None)
+        self.proc.join()
+
+
+def drop(contender, buf):
+    if hasattr(contender, "drop"):
+        contender.drop(buf)
+
+
+def ping_pong(c, size, n):
+    start = time.perf_counter()
+    for _ in range(n):
+        buf = c.send(size)
+        c.ack()
+        drop(c, buf)
+    return time.perf_counter() - start
+
+
+def stream(c, size, n):
+    window = window_for(size)
+    start = time.perf_counter()
+    in_flight = []
+    for _ in range(n):
+        if len(in_flight) == window:
+            c.ack()
+            drop(c, in_flight.pop(0))
+        in_flight.append(c.send(size))
+    while in_flight:
+        c.ack()
+        drop(c, in_flight.pop(0))
+    return time.perf_counter() - start
+
+
+def measure(c, workload, size, rounds, batch_seconds):
+    one = max(workload(c, size, 1), 1e-6)
+    n = max(1, min(5000, int(batch_seconds / one)))
+    return statistics.median(workload(c, size, n) / n for _ in range(rounds)) * 1e9
+
+
+# ---------------------------------------------------------------------------- the run
+
+
+def run_shmrc(binary, quick):
+    args = [binary, "bench", "--json"] + (["--quick"] if quick else [])
+    out = subprocess.run(args, check=True, capture_output=True, text=True).stdout
+    return json.loads(out)
+
+
+def criterion_peers(directory):
+    """Mean ns per ping-pong of the Rust peers from `cargo bench` (if it ran)."""
+    found = {}
+    for path in glob.glob(os.path.join(directory, "ping_pong", "*", "*", "new", "estimates.json")):
+        parts = path.split(os.sep)
+        name, size = parts[-4], parts[-3]
+        scale = {"KiB": 1 << 10, "MiB": 1 << 20}[size[-3:]]
+        with open(path) as f:
+            found.setdefault(name, {})[int(size[:-3]) * scale] = json.load(f)["mean"]["point_estimate"]
+    return found
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--shmrc", default="target/release/shmrc")
+    p.add_argument("--quick", action="store_true")
+    p.add_argument("--out", default="docs/perf")
+    p.add_argument("--criterion", default="target/criterion")
+    a = p.parse_args()
+    rounds, batch = (3, 0.2) if a.quick else (7, 0.5)
+
+    contenders = []
+    try:
+        import torch  # noqa: F401
+
+        contenders += [TorchContender("file_descriptor"), TorchContender("file_system")]
+        torch_version = torch.__version__
+    except ImportError:
+        torch_version = None
+        print("torch is not installed: only multiprocessing.shared_memory runs", file=sys.stderr)
+    contenders.append(ShmContender())
+
+    python = []
+    for workload, fn in (("ping-pong", ping_pong), ("stream", stream)):
+        for size in SIZES:
+            for c in contenders:
+                ns = measure(c, fn, size, rounds, batch)
+                python.append({"workload": workload, "size": size, "contender": c.name, "nanos_per_op": ns})
+                print(f"{workload:10} {size:>9} {c.name:32} {ns / 1e3:12.2f} us/buffer", flush=True)
+    for c in contenders:
+        c.close()
+
+    shmrc = run_shmrc(a.shmrc, a.quick)
+    rust_peers = criterion_peers(a.criterion)
+    doc = {
+        "python": sys.version.split()[0],
+        "torch": torch_version,
+        "python_peers": python,
+        "shmrc_bench": shmrc,
+        "criterion_ping_pong_ns": rust_peers,
+    }
+    os.makedirs(os.path.dirname(a.out) or ".", exist_ok=True)
+    with open(a.out + ".json", "w") as f:
+        json.dump(doc, f, indent=1)
+
+    # Ratios: Python peers against shmrc of the same strategy (cost over cost).
+    rows = {(r["workload"], r["size"], r["contender"]): r["nanos_per_op"] for r in shmrc["results"]}
+    rows.update({(r["workload"], r["size"], r["contender"]): r["nanos_per_op"] for r in python})
+    print("\ncost relative to shmrc of the same strategy (higher = slower than shmrc)")
+    for workload in ("ping-pong", "stream"):
+        for size in SIZES:
+            for peer, ours in (
+                ("torch file_descriptor", "shmrc file_descriptor"),
+                ("torch file_system", "shmrc file_system"),
+                ("multiprocessing.shared_memory", "shmrc file_system"),
+            ):
+                if (workload, size, peer) in rows:
+                    r = rows[(workload, size, peer)] / rows[(workload, size, ours)]
+                    print(f"{workload:10} {size:>9} {peer:32} {r:8.2f}x {ours}")
+
+    plot(rows, rust_peers, a.out + ".png")
+
+
+def plot(rows, rust_peers, path):
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("matplotlib is not installed: no plot", file=sys.stderr)
+        return
+    names = sorted({name for (w, _, name) in rows if w == "ping-pong"})
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for name in names:
+        ys = [rows.get(("ping-pong", s, name)) for s in SIZES]
+        if all(y is not None for y in ys):
+            style = "-o" if name.startswith("shmrc") else ("--" if name.startswith("floor") else ":s")
+            ax.plot(SIZES, [y / 1e3 for y in ys], style, label=name)
+    for name, by_size in sorted(rust_peers.items()):
+        if all(s in by_size for s in SIZES) and not name.startswith(("shmrc", "floor")):
+            ax.plot(SIZES, [by_size[s] / 1e3 for s in SIZES], ":^", label=f"{name} (criterion)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xticks(SIZES, ["4 KiB", "1 MiB", "64 MiB"])
+    ax.set_xlabel("buffer size")
+    ax.set_ylabel("microseconds per buffer (ping-pong)")
+    ax.set_title("ping-pong: create, share, attach, read, release, ack")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    print(f"plot: {path}")
+
+
+if __name__ == "__main__":
+    main()

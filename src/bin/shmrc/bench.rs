@@ -1,0 +1,605 @@
+//! `shmrc bench`: runs the workloads of [`crate::workloads`] for shmrc and for the
+//! raw-syscall floor in one run, contenders interleaved round by round (the machine is
+//! shared and noisy: a ratio measured side by side means more than an absolute time),
+//! and prints each result with its ratio to the floor; `--json` prints one document.
+//!
+//! A ratio is always cost over cost (time per buffer, per attach, per sweep): 1.10
+//! means 10% slower than the floor, whatever unit the value column uses.
+
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use shmrc::os::Os;
+use shmrc::os::floor::{self, FloorMap};
+use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy};
+
+use crate::table::{Table, bytes};
+use crate::workloads::{
+    Contender, FloorFd, FloorNamed, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc, attach_release,
+    ping_pong, stream, window_for,
+};
+
+/// Options of `shmrc bench`.
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Fewer rounds and shorter batches (well under a minute): for CI.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Run only this workload (ping-pong, stream, attach/release, clone/drop, finalize,
+    /// sweep, creation).
+    #[arg(long)]
+    only: Option<String>,
+}
+
+/// How long to measure.
+#[derive(Copy, Clone)]
+struct Effort {
+    /// Interleaved rounds per measurement; the median round counts.
+    rounds: usize,
+    /// Time one batch of one contender aims at.
+    batch: Duration,
+}
+
+/// One measured result.
+struct Row {
+    workload: &'static str,
+    size: Option<usize>,
+    contender: String,
+    /// Nanoseconds per operation (the median round's mean).
+    nanos: f64,
+    /// How `value` is shown.
+    unit: Unit,
+    /// Cost over the baseline's cost, and the baseline's name.
+    ratios: Vec<(String, f64)>,
+}
+
+#[derive(Copy, Clone)]
+enum Unit {
+    Micros,
+    Nanos,
+    Millis,
+    PerSecond,
+    MillisPerGib,
+}
+
+impl Unit {
+    fn name(self) -> &'static str {
+        match self {
+            Unit::Micros => "us/op",
+            Unit::Nanos => "ns/op",
+            Unit::Millis => "ms/op",
+            Unit::PerSecond => "buffers/s",
+            Unit::MillisPerGib => "ms/GiB",
+        }
+    }
+
+    fn show(self, nanos: f64, size: Option<usize>) -> f64 {
+        match self {
+            Unit::Micros => nanos / 1e3,
+            Unit::Nanos => nanos,
+            Unit::Millis => nanos / 1e6,
+            Unit::PerSecond => 1e9 / nanos,
+            Unit::MillisPerGib => nanos / 1e6 * (1u64 << 30) as f64 / size.unwrap_or(1) as f64,
+        }
+    }
+}
+
+/// Sizes of the buffer workloads.
+const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
+
+/// A contender's measurement: runs `n` operations, returns the time they took.
+type Measure<'a> = Box<dyn FnMut(u64) -> Result<Duration> + 'a>;
+
+/// Runs every contender in batches, interleaved, `effort.rounds` times; each one's
+/// median nanoseconds per operation.
+fn interleaved(effort: Effort, contenders: &mut [Measure<'_>]) -> Result<Vec<f64>> {
+    let mut batch = Vec::new();
+    for measure in contenders.iter_mut() {
+        let one = measure(1)?.max(Duration::from_nanos(1));
+        batch.push((effort.batch.as_nanos() / one.as_nanos()).clamp(1, 20_000) as u64);
+    }
+    let mut per_op = vec![Vec::new(); contenders.len()];
+    for _ in 0..effort.rounds {
+        for ((measure, n), samples) in contenders.iter_mut().zip(&batch).zip(&mut per_op) {
+            samples.push(measure(*n)?.as_nanos() as f64 / *n as f64);
+        }
+    }
+    Ok(per_op.into_iter().map(median).collect())
+}
+
+fn median(mut samples: Vec<f64>) -> f64 {
+    samples.sort_by(f64::total_cmp);
+    samples[samples.len() / 2]
+}
+
+/// Rows for contenders measured together; the ratios are against the contenders at
+/// `baselines` (indexes into `names`).
+fn rows(
+    workload: &'static str,
+    size: Option<usize>,
+    unit: Unit,
+    names: &[String],
+    nanos: &[f64],
+    baselines: &[usize],
+) -> Vec<Row> {
+    names
+        .iter()
+        .zip(nanos)
+        .map(|(name, n)| Row {
+            workload,
+            size,
+            contender: name.clone(),
+            nanos: *n,
+            unit,
+            ratios: baselines
+                .iter()
+                .map(|b| (names[*b].clone(), n / nanos[*b]))
+                .collect(),
+        })
+        .collect()
+}
+
+fn peer(contender: &str, mode: Mode) -> Result<Peer> {
+    let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
+    let mut command = Command::new(exe);
+    command.arg("bench-peer");
+    Peer::start(command, contender, mode)
+}
+
+/// One workload of the three buffer workloads, as a function of contender, stream, size
+/// and operation count.
+#[derive(Copy, Clone)]
+enum BufferWorkload {
+    PingPong,
+    Stream,
+    AttachRelease,
+}
+
+impl BufferWorkload {
+    fn name(self) -> &'static str {
+        match self {
+            BufferWorkload::PingPong => "ping-pong",
+            BufferWorkload::Stream => "stream",
+            BufferWorkload::AttachRelease => "attach/release",
+        }
+    }
+
+    fn mode(self) -> Mode {
+        match self {
+            BufferWorkload::AttachRelease => Mode::Attach,
+            _ => Mode::Ping,
+        }
+    }
+
+    fn unit(self) -> Unit {
+        match self {
+            BufferWorkload::Stream => Unit::PerSecond,
+            _ => Unit::Micros,
+        }
+    }
+
+    fn measure<'a, C: Contender + 'a>(self, mut c: C, peer: &'a Peer, len: usize) -> Measure<'a> {
+        Box::new(move |n| match self {
+            BufferWorkload::PingPong => ping_pong(&mut c, &peer.stream, len, n),
+            BufferWorkload::Stream => stream(&mut c, &peer.stream, len, n, window_for(len)),
+            BufferWorkload::AttachRelease => attach_release(&mut c, &peer.stream, len, n),
+        })
+    }
+}
+
+/// A buffer workload at every size, for one strategy: shmrc and its two floors.
+fn buffer_workload(
+    workload: BufferWorkload,
+    strategy: Strategy,
+    ns: &Namespace,
+    effort: Effort,
+) -> Result<Vec<Row>> {
+    let prefix = format!("{}-floor", ns.prefix());
+    let shmrc = Shmrc::new(strategy, ns.clone());
+    let names: Vec<String> = match strategy {
+        Strategy::FileDescriptor => vec![
+            shmrc.name(),
+            FloorFd { reserve: false }.name(),
+            FloorFd { reserve: true }.name(),
+        ],
+        Strategy::FileSystem => vec![
+            shmrc.name(),
+            FloorNamed::new(prefix.clone(), false).name(),
+            FloorNamed::new(prefix.clone(), true).name(),
+        ],
+    };
+    let peers = names
+        .iter()
+        .map(|n| peer(n, workload.mode()))
+        .collect::<Result<Vec<_>>>()?;
+    let mut out = Vec::new();
+    for len in SIZES {
+        let shmrc = Shmrc::new(strategy, ns.clone());
+        let mut measures: Vec<Measure<'_>> = match strategy {
+            Strategy::FileDescriptor => vec![
+                workload.measure(shmrc, &peers[0], len),
+                workload.measure(FloorFd { reserve: false }, &peers[1], len),
+                workload.measure(FloorFd { reserve: true }, &peers[2], len),
+            ],
+            Strategy::FileSystem => vec![
+                workload.measure(shmrc, &peers[0], len),
+                workload.measure(FloorNamed::new(prefix.clone(), false), &peers[1], len),
+                workload.measure(FloorNamed::new(prefix.clone(), true), &peers[2], len),
+            ],
+        };
+        let nanos = interleaved(effort, &mut measures)?;
+        out.extend(rows(
+            workload.name(),
+            Some(len),
+            workload.unit(),
+            &names,
+            &nanos,
+            &[1, 2],
+        ));
+    }
+    Ok(out)
+}
+
+/// clone/drop of a buffer in one process, against cloning and dropping an `Arc`.
+fn clone_drop(effort: Effort) -> Result<Vec<Row>> {
+    let buf = ShmBuf::with_options(
+        4096,
+        &CreateOptions::new().strategy(Strategy::FileDescriptor),
+    )?;
+    let fd = floor::memfd(4096, false)?;
+    let arc = Arc::new(FloorMap::new(std::os::fd::AsFd::as_fd(&fd), 4096)?);
+    let mut measures: Vec<Measure<'_>> = vec![
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                drop(std::hint::black_box(buf.clone()));
+            }
+            Ok(start.elapsed())
+        }),
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                drop(std::hint::black_box(Arc::clone(&arc)));
+            }
+            Ok(start.elapsed())
+        }),
+    ];
+    let nanos = interleaved(effort, &mut measures)?;
+    let names = ["shmrc ShmBuf".to_owned(), "floor Arc<mapping>".to_owned()];
+    Ok(rows("clone/drop", None, Unit::Nanos, &names, &nanos, &[1]))
+}
+
+/// The last release of a file_system buffer with `capacity` holder slots (the finalize
+/// scans them), against unmapping, closing and unlinking a floor object.
+fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
+    let mut out = Vec::new();
+    for capacity in [1usize, 64, 4096] {
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns.clone())
+            .capacity(capacity);
+        let mut floor = FloorNamed::new(format!("{}-fin", ns.prefix()), true);
+        let mut measures: Vec<Measure<'_>> = vec![
+            Box::new(|n| {
+                let mut took = Duration::ZERO;
+                for _ in 0..n {
+                    let buf = ShmBuf::with_options(4096, &options)?;
+                    let start = Instant::now();
+                    buf.release()?;
+                    took += start.elapsed();
+                }
+                Ok(took)
+            }),
+            Box::new(|n| {
+                let mut took = Duration::ZERO;
+                for _ in 0..n {
+                    let buf = floor.create(4096)?;
+                    let start = Instant::now();
+                    drop(buf);
+                    took += start.elapsed();
+                }
+                Ok(took)
+            }),
+        ];
+        let nanos = interleaved(effort, &mut measures)?;
+        let names = [
+            format!("shmrc release, {capacity} slots"),
+            "floor munmap+close+unlink".to_owned(),
+        ];
+        out.extend(rows("finalize", None, Unit::Micros, &names, &nanos, &[1]));
+    }
+    Ok(out)
+}
+
+/// A sweep of `count` segments whose only holder was SIGKILLed, against listing
+/// `/dev/shm` and unlinking as many floor objects.
+fn sweep(ns_prefix: &str, counts: &[usize]) -> Result<Vec<Row>> {
+    let os = PosixOs;
+    let mut out = Vec::new();
+    for &count in counts {
+        let ns = Namespace::new(format!("{ns_prefix}-sweep{count}"))?;
+        let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
+        let mut command = Command::new(exe);
+        command
+            .arg("bench-peer")
+            .env(PEER_NAMESPACE, ns.prefix())
+            .env(PEER_COUNT, count.to_string());
+        let mut holder = Peer::start(command, "shmrc file_system", Mode::Hold)?;
+        let mut ack = [0u8];
+        std::io::Read::read_exact(&mut &holder.stream, &mut ack)
+            .map_err(|e| Error::os("read", e))?;
+        holder.child.kill().map_err(|e| Error::os("kill", e))?;
+        holder.child.wait().map_err(|e| Error::os("waitpid", e))?;
+        let start = Instant::now();
+        let report = shmrc::sweep(&ns)?;
+        let swept = start.elapsed();
+        if report.unlinked as usize != count {
+            return Err(Error::InvalidArgument(format!(
+                "sweep unlinked {} of {count} segments",
+                report.unlinked
+            )));
+        }
+        let floor_prefix = format!("{ns_prefix}-sweepfloor{count}");
+        for i in 0..count {
+            drop(floor::create_named(
+                &format!("{floor_prefix}-{i}"),
+                4096,
+                true,
+            )?);
+        }
+        let start = Instant::now();
+        for name in os.shm_list(&floor_prefix)? {
+            floor::unlink_named(&name)?;
+        }
+        let unlinked = start.elapsed();
+        let names = [
+            format!("shmrc sweep, {count} segments"),
+            format!("floor list+unlink, {count} names"),
+        ];
+        let nanos = [swept.as_nanos() as f64, unlinked.as_nanos() as f64];
+        out.extend(rows("sweep", None, Unit::Millis, &names, &nanos, &[1]));
+    }
+    Ok(out)
+}
+
+/// Creating a buffer of `len` bytes (the storage is reserved: every page is zeroed by
+/// the kernel), against `memset` over as many bytes already in memory.
+fn creation(len: usize, effort: Effort) -> Result<Vec<Row>> {
+    let mut warm = vec![0u8; len];
+    let options_fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    let mut measures: Vec<Measure<'_>> = vec![
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                drop(std::hint::black_box(ShmBuf::with_options(
+                    len,
+                    &options_fd,
+                )?));
+            }
+            Ok(start.elapsed())
+        }),
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                drop(std::hint::black_box(floor::memfd(len, true)?));
+            }
+            Ok(start.elapsed())
+        }),
+        Box::new(|n| {
+            let start = Instant::now();
+            for i in 0..n {
+                warm.fill(i as u8);
+                std::hint::black_box(&warm);
+            }
+            Ok(start.elapsed())
+        }),
+    ];
+    let nanos = interleaved(effort, &mut measures)?;
+    let names = [
+        "shmrc create (file_descriptor)".to_owned(),
+        "floor memfd+fallocate".to_owned(),
+        "memset".to_owned(),
+    ];
+    Ok(rows(
+        "creation",
+        Some(len),
+        Unit::MillisPerGib,
+        &names,
+        &nanos,
+        &[2],
+    ))
+}
+
+/// Runs `shmrc bench`.
+pub fn run(args: &BenchArgs) -> Result<()> {
+    let effort = if args.quick {
+        Effort {
+            rounds: 5,
+            batch: Duration::from_millis(20),
+        }
+    } else {
+        Effort {
+            rounds: 15,
+            batch: Duration::from_millis(100),
+        }
+    };
+    let pid = std::process::id();
+    let ns = Namespace::new(format!("shmrc-bench-{pid}"))?;
+    let started = Instant::now();
+    let result = run_all(&ns, effort, args.quick, args.only.as_deref());
+    let leftovers = cleanup(&ns);
+    let rows = result?;
+    leftovers?;
+    if args.json {
+        print_json(&rows, args.quick, started.elapsed());
+    } else {
+        print_tables(&rows);
+        println!("measured in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    Ok(())
+}
+
+const WORKLOADS: [&str; 7] = [
+    "ping-pong",
+    "stream",
+    "attach/release",
+    "clone/drop",
+    "finalize",
+    "sweep",
+    "creation",
+];
+
+fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> Result<Vec<Row>> {
+    if let Some(name) = only.filter(|n| !WORKLOADS.contains(n)) {
+        return Err(Error::InvalidArgument(format!(
+            "unknown workload {name:?}; one of {}",
+            WORKLOADS.join(", ")
+        )));
+    }
+    let wanted = |name: &str| only.is_none_or(|o| o == name);
+    let mut rows = Vec::new();
+    for workload in [
+        BufferWorkload::PingPong,
+        BufferWorkload::Stream,
+        BufferWorkload::AttachRelease,
+    ] {
+        if wanted(workload.name()) {
+            for strategy in Strategy::ALL {
+                rows.extend(buffer_workload(workload, strategy, ns, effort)?);
+            }
+        }
+    }
+    if wanted("clone/drop") {
+        rows.extend(clone_drop(effort)?);
+    }
+    if wanted("finalize") {
+        rows.extend(finalize(ns, effort)?);
+    }
+    if wanted("sweep") {
+        rows.extend(sweep(ns.prefix(), &[100, 10_000])?);
+    }
+    if wanted("creation") {
+        let creation_len = if quick { 64 << 20 } else { 256 << 20 };
+        rows.extend(creation(creation_len, effort)?);
+    }
+    Ok(rows)
+}
+
+/// Sweeps the bench's namespaces and unlinks floor objects a failed run left; an error
+/// if anything of this run is still in `/dev/shm` afterwards.
+fn cleanup(ns: &Namespace) -> Result<()> {
+    let os = PosixOs;
+    for name in os.shm_list(ns.prefix())? {
+        let _ = floor::unlink_named(&name);
+    }
+    for name in os.shm_list("")? {
+        if let Ok((found, _)) = Namespace::of_segment(&name, os.uid()) {
+            if found.prefix().starts_with(ns.prefix()) {
+                shmrc::sweep(&found)?;
+            }
+        }
+    }
+    let left: Vec<String> = os
+        .shm_list("")?
+        .into_iter()
+        .filter(|n| n.contains(ns.prefix()))
+        .collect();
+    if !left.is_empty() {
+        return Err(Error::InvalidArgument(format!(
+            "the bench left {} object(s) in /dev/shm: {}",
+            left.len(),
+            left.join(" ")
+        )));
+    }
+    Ok(())
+}
+
+fn size_name(size: Option<usize>) -> String {
+    size.map_or("-".into(), |s| bytes(s as u64))
+}
+
+fn print_tables(rows: &[Row]) {
+    let mut table = Table::new([
+        "WORKLOAD",
+        "SIZE",
+        "CONTENDER",
+        "VALUE",
+        "UNIT",
+        "RATIO (cost / baseline cost)",
+    ]);
+    for row in rows {
+        let ratios: Vec<String> = row
+            .ratios
+            .iter()
+            .filter(|(name, _)| *name != row.contender)
+            .map(|(name, r)| format!("{r:.2}x {name}"))
+            .collect();
+        table.row([
+            row.workload.to_owned(),
+            size_name(row.size),
+            row.contender.clone(),
+            format!("{:.2}", row.unit.show(row.nanos, row.size)),
+            row.unit.name().to_owned(),
+            if ratios.is_empty() {
+                "baseline".into()
+            } else {
+                ratios.join(", ")
+            },
+        ]);
+    }
+    table.row([
+        "SIGKILL-to-unlink".into(),
+        "-".into(),
+        "shmrc manager".into(),
+        "pending".into(),
+        "-".into(),
+        "measured once the manager lands".into(),
+    ]);
+    table.print();
+}
+
+fn json_string(s: &str) -> String {
+    let escaped: String = s
+        .chars()
+        .flat_map(|c| match c {
+            '"' => vec!['\\', '"'],
+            '\\' => vec!['\\', '\\'],
+            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
+            c => vec![c],
+        })
+        .collect();
+    format!("\"{escaped}\"")
+}
+
+fn print_json(rows: &[Row], quick: bool, took: Duration) {
+    let results: Vec<String> = rows
+        .iter()
+        .map(|row| {
+            let ratios: Vec<String> = row
+                .ratios
+                .iter()
+                .map(|(name, r)| format!("{{\"baseline\": {}, \"ratio\": {r:.4}}}", json_string(name)))
+                .collect();
+            format!(
+                "    {{\"workload\": {}, \"size\": {}, \"contender\": {}, \"nanos_per_op\": {:.1}, \"value\": {:.4}, \"unit\": {}, \"ratios\": [{}]}}",
+                json_string(row.workload),
+                row.size.map_or("null".into(), |s| s.to_string()),
+                json_string(&row.contender),
+                row.nanos,
+                row.unit.show(row.nanos, row.size),
+                json_string(row.unit.name()),
+                ratios.join(", ")
+            )
+        })
+        .collect();
+    println!("{{");
+    println!("  \"quick\": {quick},");
+    println!("  \"seconds\": {:.1},", took.as_secs_f64());
+    println!("  \"manager_sigkill_to_unlink\": null,");
+    println!("  \"results\": [\n{}\n  ]", results.join(",\n"));
+    println!("}}");
+}

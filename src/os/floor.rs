@@ -1,0 +1,316 @@
+//! The raw-syscall floor that the benchmarks (`benches/`, `shmrc bench`) measure shmrc
+//! against: sharing memory with the bare system calls and no protocol at all — no
+//! header, no holder slots, no validation, no refcount. A floor buffer is `memfd_create`
+//! (or `shm_open` of a name) + `ftruncate` (+ `posix_fallocate` when asked) + `mmap`;
+//! the descriptor travels with one `sendmsg` (`SCM_RIGHTS`), a name as plain bytes.
+//!
+//! Nothing here is used by shmrc itself: it is the yardstick. Who unlinks a named floor
+//! object and when is the caller's business, exactly as with the raw calls.
+//!
+//! # Safety
+//! This backend file owns the `unsafe` of the floor: `mmap`/`munmap` of a descriptor
+//! it was handed, and one-byte volatile accesses inside such a mapping. A [`FloorMap`]
+//! is created only from a successful `mmap` of exactly its length, is unmapped once (on
+//! drop), and every access is bounds-checked against that length first; the bytes may
+//! be written concurrently by another process, so they are only touched with volatile
+//! one-byte accesses (torn values are possible, undefined behaviour is not), as in
+//! [`super::posix`].
+#![allow(unsafe_code)]
+
+use std::ffi::c_void;
+use std::io::{IoSlice, IoSliceMut};
+use std::num::NonZeroUsize;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::net::UnixStream;
+use std::ptr::NonNull;
+
+use nix::errno::Errno;
+use nix::fcntl::{OFlag, posix_fallocate};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap, shm_open, shm_unlink};
+use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
+use nix::sys::stat::Mode;
+use nix::unistd::ftruncate;
+
+use super::MAX_FDS_PER_SEND;
+use crate::error::{Error, Result};
+
+/// Sizes a fresh object: `ftruncate`, then `posix_fallocate` when `reserve` (what
+/// shmrc does, so that a full `/dev/shm` is an error and never a SIGBUS).
+fn size(fd: &OwnedFd, len: usize, reserve: bool) -> Result<()> {
+    let off = libc::off_t::try_from(len)
+        .map_err(|_| Error::InvalidArgument(format!("length {len} does not fit a file offset")))?;
+    ftruncate(fd, off).map_err(|e| Error::os("ftruncate", e))?;
+    if reserve && off > 0 {
+        posix_fallocate(fd, 0, off).map_err(|e| Error::os("posix_fallocate", e))?;
+    }
+    Ok(())
+}
+
+/// An anonymous object of `len` bytes (`memfd_create` + sizing).
+pub fn memfd(len: usize, reserve: bool) -> Result<OwnedFd> {
+    let fd = memfd_create("shmrc-floor", MFdFlags::MFD_CLOEXEC)
+        .map_err(|e| Error::os("memfd_create", e))?;
+    size(&fd, len, reserve)?;
+    Ok(fd)
+}
+
+/// Creates the named object `/name` of `len` bytes, exclusively, mode 0600.
+pub fn create_named(name: &str, len: usize, reserve: bool) -> Result<OwnedFd> {
+    let fd = shm_open(
+        format!("/{name}").as_str(),
+        OFlag::O_CREAT | OFlag::O_EXCL | OFlag::O_RDWR | OFlag::O_CLOEXEC,
+        Mode::S_IRUSR | Mode::S_IWUSR,
+    )
+    .map_err(|e| Error::os("shm_open", e))?;
+    if let Err(e) = size(&fd, len, reserve) {
+        let _ = unlink_named(name);
+        return Err(e);
+    }
+    Ok(fd)
+}
+
+/// Opens the existing named object `/name` read-write; [`Error::Gone`] if there is none.
+pub fn open_named(name: &str) -> Result<OwnedFd> {
+    match shm_open(
+        format!("/{name}").as_str(),
+        OFlag::O_RDWR | OFlag::O_CLOEXEC,
+        Mode::empty(),
+    ) {
+        Ok(fd) => Ok(fd),
+        Err(Errno::ENOENT) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(e) => Err(Error::os("shm_open", e)),
+    }
+}
+
+/// Removes the name `/name`; [`Error::Gone`] if there is none.
+pub fn unlink_named(name: &str) -> Result<()> {
+    match shm_unlink(format!("/{name}").as_str()) {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOENT) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(e) => Err(Error::os("shm_unlink", e)),
+    }
+}
+
+/// A shared read-write mapping; dropping it unmaps it.
+#[derive(Debug)]
+pub struct FloorMap {
+    ptr: NonNull<c_void>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; it is only accessed
+// with volatile one-byte operations (see the module's Safety header), from any thread.
+unsafe impl Send for FloorMap {}
+// SAFETY: as for Send: no access through `&FloorMap` can cause a data race that is UB.
+unsafe impl Sync for FloorMap {}
+
+impl FloorMap {
+    /// Maps the first `len` bytes of `fd` shared, read-write. The caller sized `fd` to
+    /// at least `len` (pages past its end would fault on first touch).
+    pub fn new(fd: BorrowedFd<'_>, len: usize) -> Result<FloorMap> {
+        let length = NonZeroUsize::new(len).ok_or_else(|| {
+            Error::InvalidArgument("cannot map zero bytes of a floor object".into())
+        })?;
+        // SAFETY: a fresh mapping chosen by the kernel (no address given) cannot alias
+        // any Rust object; `fd` is a valid open descriptor for the call's duration.
+        let ptr = unsafe {
+            mmap(
+                None,
+                length,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_SHARED,
+                fd,
+                0,
+            )
+        }
+        .map_err(|e| Error::os("mmap", e))?;
+        Ok(FloorMap { ptr, len })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the mapping is empty (never: a zero-length map is refused).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn byte(&self, offset: usize) -> Result<*mut u8> {
+        if offset >= self.len {
+            return Err(Error::InvalidArgument(format!(
+                "offset {offset} outside a {}-byte mapping",
+                self.len
+            )));
+        }
+        Ok(self.ptr.as_ptr().cast::<u8>().wrapping_add(offset))
+    }
+
+    /// Writes one byte at `offset`.
+    pub fn write_byte(&self, offset: usize, value: u8) -> Result<()> {
+        let p = self.byte(offset)?;
+        // SAFETY: `p` lies inside the live mapping (checked by `byte`); volatile, so a
+        // concurrent writer in another process tears nothing we rely on.
+        unsafe { p.write_volatile(value) };
+        Ok(())
+    }
+
+    /// Reads one byte at `offset`.
+    pub fn read_byte(&self, offset: usize) -> Result<u8> {
+        let p = self.byte(offset)?;
+        // SAFETY: as in `write_byte`.
+        Ok(unsafe { p.read_volatile() })
+    }
+}
+
+impl Drop for FloorMap {
+    fn drop(&mut self) {
+        // SAFETY: `ptr`/`len` are exactly what `mmap` returned, unmapped only here, and
+        // no reference into the mapping outlives `self` (accesses copy single bytes).
+        let _ = unsafe { munmap(self.ptr, self.len) };
+    }
+}
+
+/// Sends all of `bytes` (at least one) with `fds` attached (`SCM_RIGHTS`, at most
+/// [`MAX_FDS_PER_SEND`]) in one `sendmsg`; a short send is an error (the floor's
+/// messages are small enough never to be split on a Unix stream).
+pub fn send(stream: &UnixStream, bytes: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    if bytes.is_empty() || fds.len() > MAX_FDS_PER_SEND {
+        return Err(Error::InvalidArgument(format!(
+            "a floor message needs 1+ bytes and at most {MAX_FDS_PER_SEND} fds ({} bytes, {} fds given)",
+            bytes.len(),
+            fds.len()
+        )));
+    }
+    let raw: Vec<RawFd> = fds.iter().map(|f| f.as_raw_fd()).collect();
+    let rights = [ControlMessage::ScmRights(&raw)];
+    let cmsgs: &[ControlMessage<'_>] = if raw.is_empty() { &[] } else { &rights };
+    let iov = [IoSlice::new(bytes)];
+    let sent = sendmsg::<()>(
+        stream.as_raw_fd(),
+        &iov,
+        cmsgs,
+        MsgFlags::MSG_NOSIGNAL,
+        None,
+    )
+    .map_err(|e| Error::os("sendmsg", e))?;
+    if sent != bytes.len() {
+        return Err(Error::os("sendmsg", std::io::ErrorKind::WriteZero));
+    }
+    Ok(())
+}
+
+/// Receives up to `buf.len()` bytes with one `recvmsg`, appending the descriptors that
+/// came with them to `fds`. `Ok(0)`: the peer closed the stream.
+pub fn recv(stream: &UnixStream, buf: &mut [u8], fds: &mut Vec<OwnedFd>) -> Result<usize> {
+    let mut space = nix::cmsg_space!([RawFd; MAX_FDS_PER_SEND]);
+    let mut iov = [IoSliceMut::new(buf)];
+    let msg = recvmsg::<()>(
+        stream.as_fd().as_raw_fd(),
+        &mut iov,
+        Some(&mut space),
+        MsgFlags::MSG_CMSG_CLOEXEC,
+    )
+    .map_err(|e| Error::os("recvmsg", e))?;
+    let truncated = msg.flags.contains(MsgFlags::MSG_CTRUNC);
+    let mut arrived = Vec::new();
+    for cmsg in msg.cmsgs().map_err(|e| Error::os("recvmsg", e))? {
+        if let ControlMessageOwned::ScmRights(raw) = cmsg {
+            // SAFETY: descriptors that arrive with SCM_RIGHTS are fresh in this process
+            // and owned by nobody else.
+            arrived.extend(raw.into_iter().map(|r| unsafe { OwnedFd::from_raw_fd(r) }));
+        }
+    }
+    if truncated {
+        return Err(Error::os("recvmsg", Errno::EMFILE));
+    }
+    fds.extend(arrived);
+    Ok(msg.bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_memfd_byte_written_through_one_mapping_is_read_through_another() {
+        let fd = memfd(4096, true).unwrap();
+        let (a, b) = UnixStream::pair().unwrap();
+        send(&a, b"x", &[fd.as_fd()]).unwrap();
+        let mut got = Vec::new();
+        let mut byte = [0u8; 1];
+        assert_eq!(recv(&b, &mut byte, &mut got).unwrap(), 1);
+        let theirs = FloorMap::new(got[0].as_fd(), 4096).unwrap();
+        let ours = FloorMap::new(fd.as_fd(), 4096).unwrap();
+        ours.write_byte(4095, 7).unwrap();
+        assert_eq!(theirs.read_byte(4095).unwrap(), 7);
+    }
+
+    #[test]
+    fn named_floor_objects_open_while_named_and_are_gone_after_unlink() {
+        let name = format!("shmrc-t-floor-{}", std::process::id());
+        let fd = create_named(&name, 8192, false).unwrap();
+        let again = open_named(&name).unwrap();
+        let map = FloorMap::new(again.as_fd(), 8192).unwrap();
+        map.write_byte(0, 3).unwrap();
+        assert_eq!(
+            FloorMap::new(fd.as_fd(), 1).unwrap().read_byte(0).unwrap(),
+            3
+        );
+        unlink_named(&name).unwrap();
+        assert!(open_named(&name).unwrap_err().is_gone());
+        assert!(unlink_named(&name).unwrap_err().is_gone());
+        assert!(matches!(
+            create_named("no/slash-allowed", 1, false),
+            Err(Error::Os {
+                call: "shm_open",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn out_of_range_accesses_and_empty_maps_and_messages_are_refused() {
+        let fd = memfd(4096, false).unwrap();
+        assert!(matches!(
+            FloorMap::new(fd.as_fd(), 0),
+            Err(Error::InvalidArgument(_))
+        ));
+        let map = FloorMap::new(fd.as_fd(), 4096).unwrap();
+        assert!(matches!(
+            map.read_byte(4096),
+            Err(Error::InvalidArgument(_))
+        ));
+        assert!(matches!(
+            map.write_byte(usize::MAX, 1),
+            Err(Error::InvalidArgument(_))
+        ));
+        let (a, _b) = UnixStream::pair().unwrap();
+        assert!(matches!(send(&a, b"", &[]), Err(Error::InvalidArgument(_))));
+        assert!(matches!(
+            memfd(usize::MAX, false),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+
+    #[test]
+    fn a_closed_peer_reads_as_zero_bytes_and_a_send_to_it_fails() {
+        let (a, b) = UnixStream::pair().unwrap();
+        drop(b);
+        let mut buf = [0u8; 4];
+        assert_eq!(recv(&a, &mut buf, &mut Vec::new()).unwrap(), 0);
+        assert!(matches!(
+            send(&a, b"x", &[]),
+            Err(Error::Os {
+                call: "sendmsg",
+                ..
+            })
+        ));
+    }
+}

@@ -1,0 +1,73 @@
+//! `shmrc bench`: a real (short) run prints one JSON document with each result's ratio
+//! to its baseline and the manager's pending place; bad arguments and a peer started
+//! without its configuration fail with errors that say why. No timing is asserted.
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use std::process::{Command, Output};
+
+fn shmrc(args: &[&str], env: &[(&str, &str)]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        .args(args)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run shmrc")
+}
+
+#[test]
+fn a_quick_json_run_reports_each_contender_with_its_ratio_to_the_baseline() {
+    let out = shmrc(&["bench", "--quick", "--json", "--only", "clone/drop"], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.trim_start().starts_with('{') && stdout.trim_end().ends_with('}'));
+    assert!(stdout.contains("\"manager_sigkill_to_unlink\": null"));
+    for contender in ["shmrc ShmBuf", "floor Arc<mapping>"] {
+        assert!(
+            stdout.contains(&format!("\"contender\": \"{contender}\"")),
+            "{stdout}"
+        );
+    }
+    assert!(stdout.contains("\"baseline\": \"floor Arc<mapping>\", \"ratio\": 1.0000"));
+}
+
+#[test]
+fn an_unknown_workload_is_refused_with_the_list_of_known_ones() {
+    let out = shmrc(&["bench", "--only", "ping"], &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("unknown workload \"ping\"") && stderr.contains("ping-pong"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_peer_without_a_known_contender_or_mode_says_so() {
+    let out = shmrc(&["bench-peer"], &[]);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender"));
+
+    let out = shmrc(
+        &["bench-peer"],
+        &[
+            ("SHMRC_BENCH_CONTENDER", "floor memfd"),
+            ("SHMRC_BENCH_MODE", "pong"),
+            ("SHMRC_BENCH_SOCKET", "/nonexistent/peer.sock"),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown peer mode \"pong\""));
+
+    let out = shmrc(
+        &["bench-peer"],
+        &[
+            ("SHMRC_BENCH_CONTENDER", "floor memfd"),
+            ("SHMRC_BENCH_MODE", "ping"),
+        ],
+    );
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("SHMRC_BENCH_SOCKET is not set"));
+}
