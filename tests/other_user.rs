@@ -75,7 +75,7 @@ fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
     let open = tempfile::tempdir().unwrap();
     std::fs::set_permissions(open.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
     let runtime = open.path().join("runtime");
-    let mut manager = Manager::start(&runtime);
+    let manager = Manager::start(&runtime);
     let socket = manager.socket();
     let mode = std::fs::metadata(&runtime).unwrap().permissions().mode() & 0o777;
     assert_eq!(mode, 0o700, "the manager's runtime directory");

@@ -323,6 +323,8 @@ pub fn main() {
         }
         return;
     }
+    // As in `shmrc bench`: the floor has no manager, nor does shmrc here.
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     let mut crit = Criterion::default().configure_from_args();
     buffer_group(&mut crit, "ping_pong", Workload::PingPong, Mode::Ping);
     buffer_group(&mut crit, "stream", Workload::Stream, Mode::Ping);

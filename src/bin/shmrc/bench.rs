@@ -14,6 +14,7 @@ use shmrc::os::Os;
 use shmrc::os::floor::{self, FloorMap};
 use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy};
 
+use crate::kill_latency;
 use crate::table::{Table, bytes};
 use crate::workloads::{
     Contender, FloorFd, FloorNamed, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc, attach_release,
@@ -427,6 +428,9 @@ pub fn run(args: &BenchArgs) -> Result<()> {
             batch: Duration::from_millis(100),
         }
     };
+    // The floor has no manager: the workloads run without one, except sigkill-to-unlink,
+    // whose victims join a manager of their own.
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     let pid = std::process::id();
     let ns = Namespace::new(format!("shmrc-bench-{pid}"))?;
     let started = Instant::now();
@@ -443,7 +447,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-const WORKLOADS: [&str; 7] = [
+const WORKLOADS: [&str; 8] = [
     "ping-pong",
     "stream",
     "attach/release",
@@ -451,6 +455,7 @@ const WORKLOADS: [&str; 7] = [
     "finalize",
     "sweep",
     "creation",
+    "sigkill-to-unlink",
 ];
 
 fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> Result<Vec<Row>> {
@@ -485,6 +490,53 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
     if wanted("creation") {
         let creation_len = if quick { 64 << 20 } else { 256 << 20 };
         rows.extend(creation(creation_len, effort)?);
+    }
+    if wanted("sigkill-to-unlink") {
+        let (rounds, others): (usize, &[usize]) = if quick {
+            (20, &[0, 1000])
+        } else {
+            (200, &[0, 1000, 10_000])
+        };
+        let ns = Namespace::new(format!("{}-kill", ns.prefix()))?;
+        rows.extend(sigkill_to_unlink(&ns, rounds, others)?);
+    }
+    Ok(rows)
+}
+
+/// SIGKILL of a segment's last holder to its unlink by the manager, p50 and p99,
+/// against the kernel's SIGKILL to `waitpid` in the same rounds.
+fn sigkill_to_unlink(ns: &Namespace, rounds: usize, others: &[usize]) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for latency in kill_latency::measure(ns, rounds, others)? {
+        if latency.failed > 0 {
+            return Err(Error::InvalidArgument(format!(
+                "sigkill-to-unlink: {} of {rounds} segments were not unlinked within 5 s \
+                 ({:?} killed, {} other segments)",
+                latency.failed, latency.victim, latency.others
+            )));
+        }
+        let what = format!("{:?}, {} others", latency.victim, latency.others).to_lowercase();
+        for p in [50.0, 99.0] {
+            let base = kill_latency::percentile(&latency.baseline, p).as_nanos() as f64;
+            let unlink = kill_latency::percentile(&latency.unlink, p).as_nanos() as f64;
+            let baseline = format!("kill->waitpid p{p}, {what}");
+            rows.push(Row {
+                workload: "sigkill-to-unlink",
+                size: None,
+                contender: baseline.clone(),
+                nanos: base,
+                unit: Unit::Millis,
+                ratios: Vec::new(),
+            });
+            rows.push(Row {
+                workload: "sigkill-to-unlink",
+                size: None,
+                contender: format!("manager unlink p{p}, {what}"),
+                nanos: unlink,
+                unit: Unit::Millis,
+                ratios: vec![(baseline, unlink / base)],
+            });
+        }
     }
     Ok(rows)
 }
@@ -551,14 +603,6 @@ fn print_tables(rows: &[Row]) {
             },
         ]);
     }
-    table.row([
-        "SIGKILL-to-unlink".into(),
-        "-".into(),
-        "shmrc manager".into(),
-        "pending".into(),
-        "-".into(),
-        "measured once the manager lands".into(),
-    ]);
     table.print();
 }
 
@@ -599,7 +643,6 @@ fn print_json(rows: &[Row], quick: bool, took: Duration) {
     println!("{{");
     println!("  \"quick\": {quick},");
     println!("  \"seconds\": {:.1},", took.as_secs_f64());
-    println!("  \"manager_sigkill_to_unlink\": null,");
     println!("  \"results\": [\n{}\n  ]", results.join(",\n"));
     println!("}}");
 }

@@ -55,6 +55,9 @@ enum Command {
     /// A benchmark peer process (started by `bench`; configured by its environment).
     #[command(hide = true)]
     BenchPeer,
+    /// A process `bench` SIGKILLs to time the manager's unlink (commands on stdin).
+    #[command(hide = true)]
+    BenchVictim,
     /// A worker process (started by `demo` and the tests).
     #[command(hide = true)]
     Worker {
@@ -78,6 +81,7 @@ pub fn main() -> ExitCode {
         Command::Status { json } => crate::status::run(json),
         Command::Worker { socket, id } => crate::worker::run(&socket, id),
         Command::Bench(args) => crate::bench::run(&args),
+        Command::BenchVictim => crate::kill_latency::serve_victim(),
         Command::BenchPeer => crate::workloads::serve_builtin().unwrap_or_else(|| {
             Err(shmrc::Error::InvalidArgument(
                 "bench-peer: unknown contender in the environment".into(),

@@ -12,6 +12,8 @@ mod cli;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod demo;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod kill_latency;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod manager;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod status;

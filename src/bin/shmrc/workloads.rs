@@ -427,7 +427,9 @@ impl Peer {
         std::fs::create_dir_all(&dir).map_err(|e| Error::os("mkdir", e))?;
         let socket = dir.join("peer.sock");
         let listener = UnixListener::bind(&socket).map_err(|e| Error::os("bind", e))?;
+        // The floor has no manager: neither side of a measurement talks to one.
         let mut child = command
+            .env("SHMRC_MANAGER", "off")
             .env(PEER_CONTENDER, contender)
             .env(PEER_MODE, mode.name())
             .env(PEER_SOCKET, &socket)
