@@ -9,7 +9,11 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
+mod common;
+
+use common::{fnv1a, hex, unhex};
 use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
+use shmrc::manager::{ManagerMode, set_manager_mode};
 use shmrc::os::cuda::RealDriver;
 use shmrc::{CreateOptions, Error, Namespace, PosixOs};
 
@@ -42,34 +46,18 @@ impl Backend {
     }
 }
 
-fn fnv1a(data: &[u8]) -> u64 {
-    data.iter().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(*b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
 fn pattern(len: usize) -> Vec<u8> {
     (0..len).map(|i| (i * 31 % 251) as u8).collect()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
-}
-
-/// The consumer process: reads commands on stdin, answers `cuda-child: ...` lines.
-/// In an ordinary test run (no role in the environment) it has nothing to do.
+/// The consumer process: reads commands on stdin, answers `cuda-child: ...` lines. Run
+/// only as a child of the tests below (`--ignored`, with its role in the environment).
 #[test]
+#[ignore = "the consumer process of the tests below, started by them"]
 fn child_consumer_role() {
-    let (Ok(role), Ok(ns)) = (std::env::var(ROLE), std::env::var(NAMESPACE)) else {
-        return;
-    };
+    let role = std::env::var(ROLE).expect("started by a test, with a role");
+    let ns = std::env::var(NAMESPACE).expect("started by a test, with a namespace");
+    set_manager_mode(ManagerMode::Off);
     let backend = match role.strip_prefix("fake:") {
         Some(prefix) => Backend::Fake(prefix.to_owned()),
         None => Backend::Real,
@@ -117,9 +105,11 @@ impl Consumer {
             .args([
                 "--exact",
                 "child_consumer_role",
+                "--ignored",
                 "--nocapture",
                 "--test-threads=1",
             ])
+            .env("SHMRC_MANAGER", "off")
             .env(ROLE, backend.env())
             .env(NAMESPACE, ns.prefix())
             .stdin(Stdio::piped())
@@ -184,7 +174,10 @@ fn shm_names(starts: &[&str]) -> Vec<String> {
         .collect()
 }
 
+/// The fake driver's backend and a namespace for `test`; this process stays off the
+/// manager (these tests sweep by themselves and must leave no manager behind).
 fn fake(test: &str) -> (Backend, Namespace) {
+    set_manager_mode(ManagerMode::Off);
     let backend = Backend::Fake(format!("shmrc-t-cuda{test}-dev"));
     (
         backend,
@@ -267,6 +260,7 @@ fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
 
 #[test]
 fn without_a_driver_every_real_call_is_cuda_unavailable() {
+    set_manager_mode(ManagerMode::Off);
     match RealDriver::load(0) {
         Ok(_) => println!("skipped: a CUDA driver is present (see the --ignored tests)"),
         Err(e) => assert!(matches!(e, Error::CudaUnavailable { .. }), "{e}"),
@@ -280,6 +274,7 @@ fn without_a_driver_every_real_call_is_cuda_unavailable() {
 #[test]
 #[ignore = "needs an NVIDIA GPU and driver"]
 fn real_gpu_two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
+    set_manager_mode(ManagerMode::Off);
     let ns = Namespace::new("shmrc-t-cudareal").unwrap();
     share_both_ways_then_free_after_a_kill(&Backend::Real, &ns);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());

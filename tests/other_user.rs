@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, fnv1a, pattern};
+use common::{TestNamespace, fnv1a, hex, pattern, unhex};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 
 /// The variables that carry the probe's orders.
@@ -227,15 +227,4 @@ fn copy_of_this_test(dir: &Path) -> PathBuf {
     std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
     copy
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Vec<u8> {
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
-        .collect()
 }

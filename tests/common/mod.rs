@@ -160,3 +160,16 @@ pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
         .map(|i| (i as u8).wrapping_mul(13).wrapping_add(seed))
         .collect()
 }
+
+/// Lowercase hex of `bytes` (handles travel as text to child processes).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The bytes of `text` made by [`hex`].
+pub fn unhex(text: &str) -> Vec<u8> {
+    (0..text.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
+        .collect()
+}
