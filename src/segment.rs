@@ -449,6 +449,15 @@ pub fn open_named<O: Os>(os: &O, ns: &Namespace, name: &str) -> Result<Opened<O>
 /// Maps and validates an open segment file (named or anonymous).
 pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<O>> {
     let info = os.stat(file)?;
+    // Another user's file is theirs whatever it holds: an empty one is not "half-created"
+    // by us (a sweep would try to remove it), it is planted.
+    if info.uid != os.uid() {
+        return Err(Error::OtherUser {
+            segment: segment.to_owned(),
+            owner: info.uid,
+            me: os.uid(),
+        });
+    }
     if info.len == 0 {
         return Err(Error::HalfCreated {
             segment: segment.to_owned(),

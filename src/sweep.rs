@@ -113,7 +113,21 @@ fn sweep_pass<O: Os>(
         .collect();
     ours.sort_by_key(|(_, parts)| !creators_first.contains(&parts.creator));
     for (name, parts) in ours {
-        let seg = sweep_one(os, ns, name, parts, &pass)?;
+        // One segment that cannot be swept (a name planted by another user that cannot
+        // be removed, an unlink the kernel refuses) is reported, and the pass goes on.
+        let seg = match sweep_one(os, ns, name.clone(), parts, &pass) {
+            Ok(seg) => seg,
+            Err(Error::Killed) => return Err(Error::Killed),
+            Err(e) => SegmentReport {
+                name,
+                parts,
+                creator_alive: true,
+                fields: None,
+                census: None,
+                reclaimed: 0,
+                action: Action::Skipped(e),
+            },
+        };
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
             report.unlinked += 1;

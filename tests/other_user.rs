@@ -6,7 +6,9 @@
 //!   another user's namespace);
 //! - unlink it (`/dev/shm` is sticky);
 //! - connect to the manager's socket (its directory is 0700);
-//! - get a sweep of the namespace to touch it.
+//! - get a sweep of the namespace to touch it;
+//! - stop the owner's sweeps by planting an empty file under one of the owner's names
+//!   (it is reported as another user's and the sweep goes on).
 //!
 //! Afterwards the segment is still there with its bytes unchanged and the manager still
 //! runs, having refused nothing because nothing reached it.
@@ -19,7 +21,7 @@
 mod common;
 
 use std::io::ErrorKind;
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -110,6 +112,22 @@ fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
 
     // Nothing changed: the segment is there, its bytes intact, the manager alive.
     assert!(t.names().contains(&name));
+    // The planted file stops no sweep: it is reported as another user's and left.
+    let planted = said
+        .lines()
+        .find_map(|l| l.strip_prefix("probe: planted "))
+        .expect("the probe planted a file")
+        .to_owned();
+    let report = shmrc::sweep(&t.ns).unwrap();
+    let seen = report.segments.iter().find(|s| s.name == planted).unwrap();
+    assert!(
+        matches!(
+            seen.action,
+            shmrc::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == user.uid.as_raw()
+        ),
+        "{seen:?}"
+    );
+    std::fs::remove_file(Path::new("/dev/shm").join(&planted)).unwrap();
     let mut now = vec![0u8; buf.len()];
     buf.read_at(0, &mut now).unwrap();
     assert_eq!(fnv1a(&now), fnv1a(&data));
@@ -162,6 +180,17 @@ fn probe_as_another_user() {
         "a sweep as another user sees and touches nothing"
     );
     println!("probe: sweep: saw 0 segments, unlinked 0");
+    // Last, an attack on the owner's sweeps: an empty file, writable by all, under a
+    // name of the owner's namespace with a dead "creator", where a sweep would look for
+    // a half-created segment it may remove.
+    let pid_namespace = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    // Root's (uid 0) namespace; pid 1 with start time 1 is nobody alive.
+    let nonce = "0".repeat(32);
+    let planted = format!("{}.0.{pid_namespace}.1.1.{nonce}", var(PROBE_NAMESPACE));
+    let file = std::fs::File::create(Path::new("/dev/shm").join(&planted)).unwrap();
+    file.set_permissions(std::fs::Permissions::from_mode(0o666))
+        .unwrap();
+    println!("probe: planted {planted}");
     println!("probe: locked out 6 ways");
 }
 

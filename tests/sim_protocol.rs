@@ -7,6 +7,7 @@
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 use shmrc::holders::Outcome;
+use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::segment::HEADER_BYTES;
 use shmrc::sweep::{sweep_after_deaths, sweep_with};
@@ -440,4 +441,33 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
         };
         assert_eq!(kernel.names(), vec![expected_left], "{creators_first}");
     }
+}
+
+/// Another user plants an empty file under one of our segment names, with a dead
+/// "creator", where a sweep would take it for our half-created segment: the sweep
+/// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
+/// another user's to stop).
+#[test]
+fn a_name_planted_by_another_user_stops_no_sweep() {
+    let kernel = SimKernel::new(13);
+    let (dead, intruder) = (kernel.spawn(UID), kernel.spawn(UID + 1));
+    let held = create(&dead, 2).unwrap();
+    let ours = held.name().unwrap().to_owned();
+    let planted = ns().segment_name(UID, dead.pid_namespace(), dead.token(), 0);
+    assert!(planted < ours, "the planted name comes first");
+    drop(intruder.shm_create(&planted).unwrap());
+    kernel.kill(dead.pid());
+    let sweeper = kernel.spawn(UID);
+    let report = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!(report.unlinked, 1, "{report:?}");
+    let planted_report = report.segments.iter().find(|s| s.name == planted).unwrap();
+    assert!(
+        matches!(
+            planted_report.action,
+            shmrc::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == UID + 1
+        ),
+        "{planted_report:?}"
+    );
+    assert_eq!(kernel.names(), vec![planted]);
+    drop(held);
 }
