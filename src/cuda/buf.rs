@@ -26,8 +26,8 @@ use crate::os::Os;
 use crate::strategy::Strategy;
 
 /// A range of device memory, bounds-checked; what [`DeviceBuf`] and [`DeviceView`]
-/// dereference to.
-#[derive(Clone)]
+/// dereference to. Not `Clone`: a copy could outlive the buffer or view it came from
+/// and reach memory already unmapped or freed.
 pub struct DeviceSpan {
     driver: Arc<dyn Driver>,
     ptr: DevicePtr,

@@ -35,6 +35,12 @@ impl<O: Os> Drop for DeviceInner<O> {
         // allocated until this process exits (the driver frees it then).
         let limbo = self.limbo.get_mut().unwrap_or_else(|e| e.into_inner());
         limbo::drain(&self.os, limbo, Drain::Finalize);
+        if !limbo.is_empty() {
+            // Dropping the last reference to the driver would release its context, and
+            // the device memory consumers still hold with it: keep the driver (and so
+            // the memory) until the process exits, as promised.
+            std::mem::forget(Arc::clone(&self.driver));
+        }
     }
 }
 
