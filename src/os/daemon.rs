@@ -5,8 +5,9 @@
 //!
 //! # Safety
 //! Two `unsafe` blocks, each with its reason beside it: the raw `pidfd_open` system
-//! call (no safe wrapper in std or nix), and the `pre_exec` hook that calls `setsid`
-//! between `fork` and `exec` (async-signal-safe, touches no memory of the parent).
+//! call (no safe wrapper in std or nix), and the `pre_exec` hook that calls `setsid` and
+//! `close_range` between `fork` and `exec` (async-signal-safe, touches no memory of the
+//! parent).
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -146,13 +147,24 @@ pub fn try_lock_exclusive(file: File) -> Result<Option<FileLock>> {
 /// `exec`): it has no controlling terminal and is not in the caller's process group, so
 /// signals sent to that group (a job killed with its group) do not reach it.
 pub fn spawn_in_new_session(command: &mut Command) -> std::io::Result<Child> {
-    // SAFETY: the hook runs in the forked child before exec and only calls setsid, which
-    // is async-signal-safe and allocates nothing.
+    // SAFETY: the hook runs in the forked child before exec and only makes two system
+    // calls (setsid, close_range), which are async-signal-safe and allocate nothing.
     unsafe {
         command.pre_exec(|| {
             nix::unistd::setsid()
                 .map(drop)
-                .map_err(std::io::Error::from)
+                .map_err(std::io::Error::from)?;
+            // A long-lived daemon must not keep the caller's other descriptors open (a
+            // pipe someone waits on for end-of-file): every descriptor from 3 up closes
+            // at exec. A kernel without close_range (before 5.11) leaves them as they
+            // are, as before.
+            libc::syscall(
+                libc::SYS_close_range,
+                3 as libc::c_uint,
+                libc::c_uint::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            );
+            Ok(())
         });
     }
     command.spawn()
@@ -220,5 +232,20 @@ mod tests {
         assert_eq!(nix::unistd::getsid(Some(pid)).unwrap(), pid);
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn a_spawned_session_leader_keeps_none_of_the_callers_other_descriptors() {
+        // A pipe without close-on-exec: a plain spawn would hand its write end over.
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let mut child = spawn_in_new_session(Command::new("sleep").arg("30")).unwrap();
+        drop(write_end);
+        // `spawn` returned after the exec: if the child kept the write end, the read end
+        // would not see end-of-file.
+        let mut fds = [PollFd::new(read_end.as_fd(), PollFlags::POLLIN)];
+        let ready = poll(&mut fds, PollTimeout::ZERO).unwrap();
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(ready, 1, "the child holds the caller's pipe");
     }
 }
