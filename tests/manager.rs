@@ -372,3 +372,52 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
     });
     assert_eq!(field(&rt.status(), "refused"), 1);
 }
+
+/// The variable that makes `a_client_registering_too_many_namespaces_is_refused`'s
+/// child process connect to this socket.
+const RAW_CLIENT_SOCKET: &str = "SHMRC_T_RAW_CLIENT_SOCKET";
+
+/// A client (this test binary, started again) that says Hello, then asks the manager to
+/// watch one namespace too many; it prints the refusal it gets.
+#[test]
+#[ignore = "the child process of a_client_registering_too_many_namespaces_is_refused"]
+fn raw_client_role() {
+    let socket = std::env::var(RAW_CLIENT_SOCKET).expect("started by the test, with a socket");
+    let me = PosixOs.current();
+    let namespace = |i: usize| Namespace::new(format!("shmrc-t-mgr-many{i}")).unwrap();
+    let mut bytes = wire::encode_request(&Request::Hello {
+        token: me,
+        pid: me.pid(),
+        namespaces: vec![namespace(0)],
+    });
+    for i in 1..=shmrc::manager::server::MAX_NAMESPACES {
+        bytes.extend(wire::encode_request(&Request::Watch {
+            namespace: namespace(i),
+        }));
+    }
+    let mut stream = UnixStream::connect(socket).unwrap();
+    stream.write_all(&bytes).unwrap();
+    let mut replies = Vec::new();
+    stream.read_to_end(&mut replies).unwrap();
+    println!("raw client: {}", String::from_utf8_lossy(&replies));
+}
+
+#[test]
+fn a_client_registering_too_many_namespaces_is_refused() {
+    let rt = Runtime::new();
+    assert!(rt.shmrc(&["manager"]).status.success());
+    let out = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "raw_client_role", "--ignored", "--nocapture"])
+        .env(RAW_CLIENT_SOCKET, rt.socket())
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{said}");
+    let limit = shmrc::manager::server::MAX_NAMESPACES;
+    assert!(
+        said.contains(&format!("more than {limit} namespaces for one client")),
+        "{said}"
+    );
+    let status = rt.status();
+    assert_eq!(field(&status, "refused"), 1, "{status}");
+}

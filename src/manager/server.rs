@@ -36,6 +36,12 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// The most connections open at once; more are refused as they arrive (each costs a
 /// descriptor, and the listener must not stay readable with nothing accepted).
 pub const MAX_CONNECTIONS: usize = 1024;
+/// The most namespaces one client may register: each costs a sweep at its death, and
+/// a real process uses a few.
+pub const MAX_NAMESPACES: usize = 64;
+/// How long the manager stops accepting after `accept` failed for want of resources
+/// (descriptors, buffers): the listener stays readable, and retrying at once would spin.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How long a reply may take to write before the connection is dropped.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -265,7 +271,8 @@ impl<'a> Manager<'a> {
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    warn!("accept failed: {e}");
+                    warn!("accept failed: {e}; not accepting for {ACCEPT_BACKOFF:?}");
+                    std::thread::sleep(ACCEPT_BACKOFF);
                     return;
                 }
             }
@@ -340,6 +347,13 @@ impl<'a> Manager<'a> {
 
     /// Carries out one request; `Err` is the reason to refuse it.
     fn obey(&mut self, i: usize, request: Request) -> Result<Reply, String> {
+        let peer = self.connections[i].peer;
+        if peer.uid != self.uid {
+            return Err(format!(
+                "uid {} is not this manager's uid {}",
+                peer.uid, self.uid
+            ));
+        }
         match request {
             Request::Hello {
                 token,
@@ -358,6 +372,12 @@ impl<'a> Manager<'a> {
                     namespaces: BTreeSet::new(),
                 });
                 client.namespaces.extend(namespaces);
+                if client.namespaces.len() > MAX_NAMESPACES {
+                    self.clients.remove(&token);
+                    return Err(format!(
+                        "more than {MAX_NAMESPACES} namespaces for one client"
+                    ));
+                }
                 self.connections[i].client = Some(token);
                 info!(
                     "client {token} watched for {:?}",
@@ -377,6 +397,13 @@ impl<'a> Manager<'a> {
                     .clients
                     .get_mut(&token)
                     .ok_or("the client of this connection has died")?;
+                if !client.namespaces.contains(&namespace)
+                    && client.namespaces.len() >= MAX_NAMESPACES
+                {
+                    return Err(format!(
+                        "more than {MAX_NAMESPACES} namespaces for one client"
+                    ));
+                }
                 info!("client {token} also uses {namespace}");
                 client.namespaces.insert(namespace);
                 Ok(self.welcome())
