@@ -7,7 +7,8 @@
 //! first connection) sleeps in `poll` on it: a manager that died is replaced by a new
 //! one at once, so a process stays watched even if it never creates or attaches again.
 //! A forked child does not reuse its parent's connection: it is another process and
-//! says its own Hello (and gets its own watcher thread).
+//! says its own Hello (and gets its own watcher thread), on connection state of its own,
+//! so that a lock some thread of the parent held at the fork cannot block it.
 
 use std::collections::BTreeSet;
 use std::io::Read;
@@ -67,8 +68,30 @@ impl ManagerMode {
 static MODE: Mutex<Option<ManagerMode>> = Mutex::new(None);
 /// The program set by [`set_manager_program`].
 static PROGRAM: Mutex<Option<PathBuf>> = Mutex::new(None);
-/// This process's connection.
-static CONNECTION: Mutex<Option<Connection>> = Mutex::new(None);
+/// The connection state of the process that last asked for it, by pid. The outer lock
+/// is held only to look the state up, never across I/O; the state's own lock may be
+/// held for a connect or a manager start (seconds). A forked child gets a fresh state:
+/// its copy of the parent's may be locked by a thread that does not exist in the child.
+static CONNECTIONS: Mutex<Option<(u32, &'static Mutex<Option<Connection>>)>> = Mutex::new(None);
+
+/// This process's connection state (see [`CONNECTIONS`]).
+fn connection() -> &'static Mutex<Option<Connection>> {
+    connection_for(std::process::id())
+}
+
+fn connection_for(pid: u32) -> &'static Mutex<Option<Connection>> {
+    let mut current = lock(&CONNECTIONS);
+    match *current {
+        Some((owner, state)) if owner == pid => state,
+        _ => {
+            // The parent's state stays behind, leaked: one small allocation per fork
+            // that uses the manager.
+            let state: &'static Mutex<Option<Connection>> = Box::leak(Box::default());
+            *current = Some((pid, state));
+            state
+        }
+    }
+}
 
 /// Locks `m`, ignoring poisoning (the state stays consistent: each field is replaced
 /// whole).
@@ -133,7 +156,7 @@ pub fn watch(ns: &Namespace) -> Result<()> {
         return Ok(());
     }
     let pid = std::process::id();
-    let mut guard = lock(&CONNECTION);
+    let mut guard = lock(connection());
     let conn = match &mut *guard {
         Some(c) if c.pid == pid => c,
         other => other.insert(Connection {
@@ -181,7 +204,7 @@ pub fn watch(ns: &Namespace) -> Result<()> {
 fn watch_manager(pid: u32) {
     loop {
         let (generation, stream) = {
-            let mut guard = lock(&CONNECTION);
+            let mut guard = lock(connection());
             let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
                 return;
             };
@@ -197,7 +220,7 @@ fn watch_manager(pid: u32) {
         // health check below tells them apart once that request is done.
         let _ = daemon::poll_readable(&[stream.as_fd()], None);
         drop(stream);
-        let mut guard = lock(&CONNECTION);
+        let mut guard = lock(connection());
         let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
             return;
         };
@@ -414,6 +437,20 @@ fn disconnected_or(call: &'static str) -> impl Fn(std::io::Error) -> Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn another_process_gets_connection_state_of_its_own_even_while_ours_is_locked() {
+        let parent = u32::MAX - 1;
+        let ours = connection_for(parent);
+        let _held_across_the_fork = lock(ours);
+        let child = connection_for(u32::MAX);
+        assert!(!std::ptr::eq(ours, child));
+        assert!(child.try_lock().is_ok(), "the child's state is not locked");
+        assert!(
+            std::ptr::eq(connection_for(u32::MAX), child),
+            "and it stays"
+        );
+    }
 
     #[test]
     fn modes_parse_and_a_bad_one_is_named() {
