@@ -387,3 +387,38 @@ proptest! {
         storm.finish();
     }
 }
+
+/// A fixed storm that must exercise the per-death sweep: a worker that alone holds one
+/// of its segments and shares another is killed while the manager watches everyone; its
+/// own segment goes, the shared one stays with the receiver.
+#[test]
+fn a_dead_workers_own_segments_go_while_the_others_keep_theirs() {
+    let mut storm = Storm::new("storm-fixed", 3);
+    let script = [
+        Act::Create {
+            w: 0,
+            len: 4096,
+            seed: 1,
+        },
+        Act::Create {
+            w: 0,
+            len: 4096,
+            seed: 2,
+        },
+        Act::Share {
+            from: 0,
+            pick: 0,
+            to: 1,
+        },
+        Act::Kill { w: 0 },
+    ];
+    for act in &script {
+        storm.run(act);
+    }
+    assert_eq!(
+        storm.tally.reclaims_seen_while_running, 1,
+        "the manager watched the death"
+    );
+    assert_eq!(storm.t.names().len(), 1, "only the shared segment is left");
+    storm.finish();
+}

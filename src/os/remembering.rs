@@ -8,7 +8,10 @@
 //! - "alive" may go stale while the pass runs, which only keeps a slot a moment longer
 //!   (never P1's premature destruction): the pass then treats that holder as if it had
 //!   died just after the pass, and whoever learns of the death later (the manager, on
-//!   the dead process's pidfd, or the next sweep or release) reclaims it.
+//!   the dead process's pidfd, or the next sweep or release) reclaims it;
+//! - the same holds for a finalizer word: a finalizer remembered as alive that died
+//!   makes the pass defer to it and leave its tombstones to the next finalize (which
+//!   takes over from the dead one), as it would have had it died just after the check.
 //!
 //! Everything else is passed through unchanged.
 

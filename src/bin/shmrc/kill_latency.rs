@@ -49,8 +49,11 @@ pub struct Latency {
     pub failed: usize,
 }
 
-/// The `p`-th percentile of sorted `samples` (nearest rank).
+/// The `p`-th percentile of sorted `samples` (nearest rank); zero for no samples.
 pub fn percentile(samples: &[Duration], p: f64) -> Duration {
+    if samples.is_empty() {
+        return Duration::ZERO;
+    }
     let rank = ((p / 100.0) * samples.len() as f64).ceil() as usize;
     samples[rank.clamp(1, samples.len()) - 1]
 }
@@ -311,5 +314,6 @@ mod tests {
         assert_eq!(percentile(&ms, 50.0), Duration::from_millis(50));
         assert_eq!(percentile(&ms, 99.0), Duration::from_millis(99));
         assert_eq!(percentile(&ms[..1], 99.0), Duration::from_millis(1));
+        assert_eq!(percentile(&[], 50.0), Duration::ZERO);
     }
 }
