@@ -72,21 +72,24 @@ static PROGRAM: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// is held only to look the state up, never across I/O; the state's own lock may be
 /// held for a connect or a manager start (seconds). A forked child gets a fresh state:
 /// its copy of the parent's may be locked by a thread that does not exist in the child.
-static CONNECTIONS: Mutex<Option<(u32, &'static Mutex<Option<Connection>>)>> = Mutex::new(None);
+static CONNECTIONS: Mutex<Option<(u32, &'static State)>> = Mutex::new(None);
+
+/// One process's connection state.
+type State = Mutex<Option<Connection>>;
 
 /// This process's connection state (see [`CONNECTIONS`]).
-fn connection() -> &'static Mutex<Option<Connection>> {
+fn connection() -> &'static State {
     connection_for(std::process::id())
 }
 
-fn connection_for(pid: u32) -> &'static Mutex<Option<Connection>> {
+fn connection_for(pid: u32) -> &'static State {
     let mut current = lock(&CONNECTIONS);
     match *current {
         Some((owner, state)) if owner == pid => state,
         _ => {
             // The parent's state stays behind, leaked: one small allocation per fork
             // that uses the manager.
-            let state: &'static Mutex<Option<Connection>> = Box::leak(Box::default());
+            let state: &'static State = Box::leak(Box::default());
             *current = Some((pid, state));
             state
         }
