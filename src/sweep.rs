@@ -118,15 +118,7 @@ fn sweep_pass<O: Os>(
         let seg = match sweep_one(os, ns, name.clone(), parts, &pass) {
             Ok(seg) => seg,
             Err(Error::Killed) => return Err(Error::Killed),
-            Err(e) => SegmentReport {
-                name,
-                parts,
-                creator_alive: true,
-                fields: None,
-                census: None,
-                reclaimed: 0,
-                action: Action::Skipped(e),
-            },
+            Err(e) => SegmentReport::skipped(name, parts, e),
         };
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
@@ -136,6 +128,22 @@ fn sweep_pass<O: Os>(
     }
     report.segments.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(report)
+}
+
+impl SegmentReport {
+    /// A segment left in place, unopened, for the reason `why` (its creator's liveness
+    /// cannot be judged: counted as alive).
+    fn skipped(name: String, parts: NameParts, why: Error) -> SegmentReport {
+        SegmentReport {
+            name,
+            parts,
+            creator_alive: true,
+            fields: None,
+            census: None,
+            reclaimed: 0,
+            action: Action::Skipped(why),
+        }
+    }
 }
 
 /// What stays the same for every segment of one sweep.
@@ -157,20 +165,12 @@ fn sweep_one<O: Os>(
         // Its creator's (and holders') pids mean other processes here: nothing about
         // their liveness can be judged from this namespace, not even for a segment
         // whose header is unpublished.
-        let action = Action::Skipped(Error::OtherPidNamespace {
+        let why = Error::OtherPidNamespace {
             segment: name.clone(),
             theirs: parts.pid_namespace,
             ours,
-        });
-        return Ok(SegmentReport {
-            name,
-            parts,
-            creator_alive: true,
-            fields: None,
-            census: None,
-            reclaimed: 0,
-            action,
-        });
+        };
+        return Ok(SegmentReport::skipped(name, parts, why));
     }
     let creator_alive = parts.creator == me || os.is_alive(parts.creator);
     let mut seg = SegmentReport {
