@@ -347,13 +347,7 @@ impl<'a> Manager<'a> {
 
     /// Carries out one request; `Err` is the reason to refuse it.
     fn obey(&mut self, i: usize, request: Request) -> Result<Reply, String> {
-        let peer = self.connections[i].peer;
-        if peer.uid != self.uid {
-            return Err(format!(
-                "uid {} is not this manager's uid {}",
-                peer.uid, self.uid
-            ));
-        }
+        same_user(self.connections[i].peer, self.uid)?;
         match request {
             Request::Hello {
                 token,
@@ -363,7 +357,7 @@ impl<'a> Manager<'a> {
                 if let Some(known) = self.connections[i].client {
                     return Err(format!("this connection already said hello as {known}"));
                 }
-                let pidfd = vet_hello(self.connections[i].peer, self.uid, token, pid)?;
+                let pidfd = vet_hello(self.connections[i].peer, token, pid)?;
                 if !self.clients.contains_key(&token) {
                     self.counters.clients_ever += 1;
                 }
@@ -531,8 +525,8 @@ fn discard_input(stream: &mut UnixStream) {
 
 /// Checks a Hello's claims against the kernel's word and returns a pidfd on the very
 /// process it names, or the reason to refuse it.
-fn vet_hello(peer: Peer, uid: u32, token: Token, pid: u32) -> Result<PidFd, String> {
-    check_claims(peer, uid, token, pid)?;
+fn vet_hello(peer: Peer, token: Token, pid: u32) -> Result<PidFd, String> {
+    check_claims(peer, token, pid)?;
     let pidfd = daemon::pidfd_open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;
     // Opened first, checked second: if the pid was reused in between, the start time
     // differs and the token is dead.
@@ -542,15 +536,20 @@ fn vet_hello(peer: Peer, uid: u32, token: Token, pid: u32) -> Result<PidFd, Stri
     Ok(pidfd)
 }
 
-/// The claims of a Hello that need no system call: the peer is this user, and the
-/// Hello's pid is the peer's and the token's.
-fn check_claims(peer: Peer, uid: u32, token: Token, pid: u32) -> Result<(), String> {
+/// Every request, Hello or not, must come from this user.
+fn same_user(peer: Peer, uid: u32) -> Result<(), String> {
     if peer.uid != uid {
         return Err(format!(
             "peer uid {} is not this manager's uid {uid}",
             peer.uid
         ));
     }
+    Ok(())
+}
+
+/// The claims of a Hello that need no system call (its peer is this user already,
+/// [`same_user`]): the Hello's pid is the peer's and the token's.
+fn check_claims(peer: Peer, token: Token, pid: u32) -> Result<(), String> {
     if peer.pid != pid {
         return Err(format!(
             "hello names pid {pid} but the connecting process is pid {}",
@@ -579,7 +578,8 @@ mod tests {
     #[test]
     fn a_truthful_hello_is_accepted() {
         let (peer, uid, token) = me();
-        assert!(vet_hello(peer, uid, token, peer.pid).is_ok());
+        assert!(same_user(peer, uid).is_ok());
+        assert!(vet_hello(peer, token, peer.pid).is_ok());
     }
 
     #[test]
@@ -587,23 +587,19 @@ mod tests {
         let (peer, uid, token) = me();
         let other_pid = Token::new(peer.pid + 1, token.start_ticks()).unwrap();
         assert!(
-            check_claims(peer, uid, other_pid, peer.pid + 1)
+            check_claims(peer, other_pid, peer.pid + 1)
                 .unwrap_err()
                 .contains("connecting process")
         );
         assert!(
-            check_claims(peer, uid, other_pid, peer.pid)
+            check_claims(peer, other_pid, peer.pid)
                 .unwrap_err()
                 .contains("is not pid")
         );
-        assert!(
-            check_claims(peer, uid + 1, token, peer.pid)
-                .unwrap_err()
-                .contains("uid")
-        );
+        assert!(same_user(peer, uid + 1).unwrap_err().contains("uid"));
         let stale = Token::new(peer.pid, token.start_ticks() + 1).unwrap();
         assert!(
-            vet_hello(peer, uid, stale, peer.pid)
+            vet_hello(peer, stale, peer.pid)
                 .unwrap_err()
                 .contains("live process")
         );
