@@ -14,7 +14,7 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, Worker, fnv1a, pattern, start_workers_with};
+use common::{TestNamespace, Worker, field, fnv1a, pattern, start_workers_with};
 use shmrc::manager::wire::{self, Reply, Request};
 use shmrc::os::{Os, daemon};
 use shmrc::token::Token;
@@ -92,21 +92,6 @@ impl Drop for Runtime {
             wait_for_exit(pid as u32);
         }
     }
-}
-
-/// The number after `"name":` in a flat JSON object.
-fn field(json: &str, name: &str) -> u64 {
-    let key = format!("\"{name}\":");
-    let at = json
-        .find(&key)
-        .unwrap_or_else(|| panic!("no {name} in {json}"))
-        + key.len();
-    json[at..]
-        .chars()
-        .take_while(char::is_ascii_digit)
-        .collect::<String>()
-        .parse()
-        .unwrap_or_else(|_| panic!("{name} is not a number in {json}"))
 }
 
 /// Waits until process `pid` (not our child) has exited.

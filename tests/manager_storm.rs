@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, Worker, start_workers_with};
+use common::{TestNamespace, Worker, field, start_workers_with};
 use proptest::prelude::*;
 use shmrc::{PosixOs, transport};
 
@@ -97,7 +97,6 @@ struct Storm {
     _scratch: tempfile::TempDir,
     runtime: PathBuf,
     workers: Vec<Option<Live>>,
-    manager_killed: bool,
     tally: Tally,
 }
 
@@ -132,7 +131,6 @@ impl Storm {
             _scratch: scratch,
             runtime,
             workers,
-            manager_killed: false,
             tally: Tally::default(),
         }
     }
@@ -228,7 +226,6 @@ impl Storm {
             Act::KillManager => {
                 if let Some(pid) = manager_pid(&self.runtime) {
                     kill_by_pid(pid);
-                    self.manager_killed = true;
                     self.tally.managers_killed += 1;
                 }
             }
@@ -252,7 +249,7 @@ impl Storm {
     /// After a death, while the manager that watches every worker lives: the namespace
     /// shrinks to what live workers hold, while the storm goes on.
     fn check_reclaimed_while_running(&mut self) {
-        if self.manager_killed || manager_pid(&self.runtime).is_none() {
+        if self.tally.managers_killed > 0 || manager_pid(&self.runtime).is_none() {
             return;
         }
         self.tally.reclaims_seen_while_running += 1;
@@ -340,13 +337,7 @@ fn manager_pid(runtime: &Path) -> Option<u32> {
         return None;
     }
     let json = String::from_utf8(out.stdout).expect("utf-8 status");
-    let after = &json[json.find("\"pid\"").expect("a pid in the status")..];
-    let digits: String = after
-        .chars()
-        .skip_while(|c| !c.is_ascii_digit())
-        .take_while(char::is_ascii_digit)
-        .collect();
-    Some(digits.parse().expect("a numeric pid"))
+    Some(u32::try_from(field(&json, "pid")).expect("a pid"))
 }
 
 /// SIGKILLs the manager of this test's own runtime directory, by pid.

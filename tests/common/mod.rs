@@ -173,3 +173,18 @@ pub fn unhex(text: &str) -> Vec<u8> {
         .map(|i| u8::from_str_radix(&text[i..i + 2], 16).expect("hex"))
         .collect()
 }
+
+/// The number after `"name":` in a flat JSON object.
+pub fn field(json: &str, name: &str) -> u64 {
+    let key = format!("\"{name}\":");
+    let at = json
+        .find(&key)
+        .unwrap_or_else(|| panic!("no {name} in {json}"))
+        + key.len();
+    json[at..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|_| panic!("{name} is not a number in {json}"))
+}
