@@ -136,7 +136,7 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct ShmBuf<O: Os> {
+pub struct ShmBuf<O: Os = crate::DefaultOs> {
     inner: Arc<Inner<O>>,
 }
 
@@ -153,7 +153,7 @@ impl<O: Os> ShmBuf<O> {
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
         if strategy == Strategy::FileSystem {
-            os.before_named_use(&options.namespace)?;
+            os.before_named_use(options.namespace.prefix())?;
         }
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
         Ok(ShmBuf {
@@ -405,7 +405,7 @@ fn hold_named<O: Os>(
     expect: Option<&HandleMeta>,
 ) -> Result<(O::Map, Fields, Backing<O>)> {
     let (ns, _) = Namespace::of_segment(name, os.uid())?;
-    os.before_named_use(&ns)?;
+    os.before_named_use(ns.prefix())?;
     let opened = segment::open_named(os, &ns, name)?;
     if let Some(meta) = expect {
         check_matches(meta, &opened.fields, name)?;

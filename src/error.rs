@@ -214,8 +214,10 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// The simulated process making the call was killed (sim backend only): it takes no
-    /// further step, as a SIGKILLed process would not.
+    /// The simulated process making the call was killed. Only the simulated kernel the
+    /// checkers use returns it (a SIGKILLed real process makes no further call); no
+    /// production path produces or handles it.
+    #[doc(hidden)]
     #[error("the simulated process was killed")]
     Killed,
 
@@ -254,19 +256,8 @@ pub enum Error {
         source: io::Error,
     },
 
-    /// The `shmrc` program that runs the manager was not found (mode `Auto`).
-    #[error(
-        "cannot start the shmrc manager: no `shmrc` program found (looked at: {}); \
-         set SHMRC_MANAGER_PROGRAM, call shmrc::manager::set_manager_program, or opt out \
-         with SHMRC_MANAGER=off",
-        looked.join(", ")
-    )]
-    ManagerProgramNotFound {
-        /// Every place looked, in order.
-        looked: Vec<String>,
-    },
-
-    /// The manager program was started but no manager came up.
+    /// A manager was started (from this program's own image, or the program named by
+    /// `SHMRC_MANAGER_PROGRAM`) but none came up; the reason names its log.
     #[error("starting the shmrc manager with {program} failed: {why}")]
     ManagerStart {
         /// The program run.
@@ -282,7 +273,8 @@ pub enum Error {
         reason: String,
     },
 
-    // cuda
+    // --- CUDA (feature `cuda`, `crate::cuda`). ---
+    #[cfg(feature = "cuda")]
     /// No CUDA driver could be used (no `libcuda.so.1`, a missing entry point, no
     /// device, or `cuInit` failed). Every device call returns this on a machine without
     /// a GPU; nothing else is wrong.
@@ -292,6 +284,7 @@ pub enum Error {
         reason: String,
     },
 
+    #[cfg(feature = "cuda")]
     /// A CUDA driver call returned an error code.
     #[error("{call} failed with CUDA error {code} ({name})")]
     Cuda {
@@ -303,6 +296,7 @@ pub enum Error {
         name: String,
     },
 
+    #[cfg(feature = "cuda")]
     /// A device handle was attached in the process that exported it: CUDA refuses to
     /// open an IPC handle there, so shmrc refuses first. Use the producer's own buffer.
     #[error("device buffer {segment} was exported by this process: attach it in another process")]
@@ -311,6 +305,7 @@ pub enum Error {
         segment: String,
     },
 
+    #[cfg(feature = "cuda")]
     /// The data part of a device buffer's keep-alive segment does not describe a device
     /// allocation (another kind of segment, another layout version, or damaged).
     #[error("{segment} does not describe a device allocation: {what}")]
@@ -321,6 +316,7 @@ pub enum Error {
         what: String,
     },
 
+    #[cfg(feature = "cuda")]
     /// The device allocator does not implement an optional operation (EMM's
     /// `get_memory_info` may be unsupported).
     #[error("the device allocator does not support {op}")]

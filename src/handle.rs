@@ -224,7 +224,7 @@ pub(crate) enum Target<O: Os> {
 /// process with [`crate::ShmBuf::attach`]; move it with [`crate::transport`] or, for
 /// file_system handles, as bytes ([`ShareHandle::into_bytes`],
 /// [`ShareHandle::from_bytes`]).
-pub struct ShareHandle<O: Os> {
+pub struct ShareHandle<O: Os = crate::DefaultOs> {
     pub(crate) os: O,
     pub(crate) meta: HandleMeta,
     pub(crate) target: Target<O>,

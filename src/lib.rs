@@ -22,9 +22,9 @@
 //! let (a, b) = UnixStream::pair().unwrap();
 //! let buf = ShmBuf::with_options(1 << 20, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
 //! buf.write_at(0, b"tensor bytes")?;
-//! transport::send(&shmrc::PosixOs, &a, b"meta", vec![buf.share()?])?;
+//! transport::send(&a, b"meta", vec![buf.share()?])?;
 //! // ... in the receiving process:
-//! let msg = transport::recv(&shmrc::PosixOs, &b)?;
+//! let msg = transport::recv(&b)?;
 //! let received = ShmBuf::attach(msg.handles.into_iter().next().unwrap())?;
 //! let mut out = [0u8; 12];
 //! received.read_at(0, &mut out)?;
@@ -34,21 +34,26 @@
 //! ```
 //!
 //! # Index
-//! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: the user API ([`buf`], [`handle`]).
-//! - [`transport::send`], [`transport::recv`]: handles over a Unix stream.
+//! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: create, share, attach, read and
+//!   write; [`DataRegion`]: zero-copy access.
+//! - [`transport::send`], [`transport::recv`]: a payload and handles over a Unix stream.
 //! - [`Strategy`], [`all_sharing_strategies`], [`sharing_strategy`],
-//!   [`set_sharing_strategy`]: the process-wide switch ([`strategy`]).
+//!   [`set_sharing_strategy`]: the process-wide switch.
 //! - [`sweep()`], [`inspect()`]: reclaim dead holders and unlink what nobody holds
-//!   ([`mod@sweep`]).
-//! - [`Namespace`]: which names shmrc owns ([`namespace`]).
+//!   ([`SweepReport`]).
+//! - [`Namespace`]: which names shmrc owns.
 //! - [`manager`]: the per-user daemon that sweeps within milliseconds of a holder's
-//!   death, started on first need ([`manager::ManagerMode`], [`manager::status`]).
-//! - [`Error`]: every failure, by cause ([`error`]).
+//!   death. It needs no program installed: the library starts it on first need from
+//!   the program's own image ([`manager::ManagerMode`], [`manager::status`]).
+//! - [`Error`]: every failure, by cause.
 //! - `cuda` (feature `cuda`): device buffers shared on the same protocol.
-//! - The protocol and its substrate, public so the checkers in `tests/`, `fuzz/` and
-//!   `proofs/` run the very code production runs: [`os`] (the abstract OS, [`os::posix`]
-//!   and [`os::sim`]), [`segment`] (layout and validation), [`holders`] (the refcount
-//!   protocol), [`token`], [`local`], [`sync`] (the atomics facade).
+//!
+//! User code never names an OS: [`ShmBuf`], [`ShareHandle`] and [`transport::Message`]
+//! have a type parameter that defaults to [`DefaultOs`], the real kernel. The protocol
+//! is generic over an abstract OS so that the checkers in `tests/`, `fuzz/` and
+//! `proofs/` run the very code production runs on a simulated kernel; that machinery
+//! (the `os`, `segment`, `holders`, `token`, `local` and `sync` modules, the `*_with`
+//! functions) is public for them and left out of these docs.
 //!
 //! # What shmrc does not do
 //! - It does not synchronize your reads and writes of the data: that is your protocol
@@ -63,20 +68,32 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[doc(hidden)]
 pub mod buf;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+#[doc(hidden)]
 pub mod error;
+#[doc(hidden)]
 pub mod handle;
+#[doc(hidden)]
 pub mod holders;
+#[doc(hidden)]
 pub mod local;
+pub mod manager;
+#[doc(hidden)]
 pub mod namespace;
+#[doc(hidden)]
 pub mod os;
+#[doc(hidden)]
 pub mod segment;
+#[doc(hidden)]
 pub mod strategy;
+#[doc(hidden)]
 pub mod sweep;
-
+#[doc(hidden)]
 pub mod sync;
+#[doc(hidden)]
 pub mod token;
 pub mod transport;
 
@@ -85,12 +102,21 @@ pub use error::{Error, Result};
 pub use handle::ShareHandle;
 pub use namespace::Namespace;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
+pub use sweep::{Action, SegmentReport, SweepReport};
 
+/// The OS that [`ShmBuf`], [`ShareHandle`] and [`transport`] run on when none is named:
+/// the real kernel, with the user's manager watching each file_system use
+/// ([`manager::Watched`]).
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub mod manager;
+pub type DefaultOs = manager::Watched;
+/// The OS the user API runs on when none is named: in a loom or shuttle build there is
+/// no real kernel, only the simulated one.
+#[cfg(any(feature = "loom", feature = "shuttle"))]
+pub type DefaultOs = os::sim::SimOs;
+
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use os::posix::{DataRegion, PosixOs};
+pub use os::posix::DataRegion;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use production::{inspect, sweep};

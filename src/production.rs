@@ -1,14 +1,16 @@
-//! The production conveniences: the user API bound to the real kernel ([`PosixOs`]),
-//! so that most code never names an `Os` at all.
+//! The production conveniences: the user API bound to the real kernel
+//! ([`DefaultOs`]), so that user code never names an `Os` at all.
 
+use crate::DefaultOs;
 use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::Result;
 use crate::handle::ShareHandle;
 use crate::namespace::Namespace;
-use crate::os::posix::{DataRegion, PosixOs};
+use crate::os::Os;
+use crate::os::posix::{DataRegion, PosixMap};
 use crate::sweep::{SweepReport, sweep_with};
 
-impl ShmBuf<PosixOs> {
+impl ShmBuf {
     /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy.
     ///
     /// ```
@@ -16,15 +18,17 @@ impl ShmBuf<PosixOs> {
     /// assert_eq!(buf.len(), 4096);
     /// # Ok::<(), shmrc::Error>(())
     /// ```
-    pub fn new(len: usize) -> Result<ShmBuf<PosixOs>> {
-        ShmBuf::create_with(&PosixOs, len, &CreateOptions::default())
+    pub fn new(len: usize) -> Result<ShmBuf> {
+        ShmBuf::create_with(&DefaultOs::default(), len, &CreateOptions::default())
     }
 
     /// Creates a zero-filled buffer of `len` bytes as `options` say.
-    pub fn with_options(len: usize, options: &CreateOptions) -> Result<ShmBuf<PosixOs>> {
-        ShmBuf::create_with(&PosixOs, len, options)
+    pub fn with_options(len: usize, options: &CreateOptions) -> Result<ShmBuf> {
+        ShmBuf::create_with(&DefaultOs::default(), len, options)
     }
+}
 
+impl<O: Os<Map = PosixMap>> ShmBuf<O> {
     /// The data as a raw region, for zero-copy access (`unsafe` slices with a stated
     /// contract, or a raw pointer).
     pub fn region(&self) -> DataRegion<'_> {
@@ -35,10 +39,10 @@ impl ShmBuf<PosixOs> {
     }
 }
 
-impl ShareHandle<PosixOs> {
+impl ShareHandle {
     /// Decodes a handle made by [`ShareHandle::into_bytes`] in another process.
-    pub fn from_bytes(bytes: &[u8]) -> Result<ShareHandle<PosixOs>> {
-        ShareHandle::from_bytes_with(&PosixOs, bytes)
+    pub fn from_bytes(bytes: &[u8]) -> Result<ShareHandle> {
+        ShareHandle::from_bytes_with(&DefaultOs::default(), bytes)
     }
 }
 
@@ -51,10 +55,10 @@ impl ShareHandle<PosixOs> {
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub fn sweep(ns: &Namespace) -> Result<SweepReport> {
-    sweep_with(&PosixOs, ns, false)
+    sweep_with(&DefaultOs::default(), ns, false)
 }
 
 /// What [`sweep`] would do, changing nothing (the data behind `shmrc ls`).
 pub fn inspect(ns: &Namespace) -> Result<SweepReport> {
-    sweep_with(&PosixOs, ns, true)
+    sweep_with(&DefaultOs::default(), ns, true)
 }

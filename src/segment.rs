@@ -396,7 +396,6 @@ pub fn create<O: Os>(
                     fields,
                     backing: Backing::Named { name, slot: 0 },
                 }),
-                Err(Error::Killed) => Err(Error::Killed),
                 Err(e) => {
                     // Best effort: the name is ours, fresh and unpublished.
                     let _ = os.shm_unlink(&name);

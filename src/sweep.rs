@@ -117,7 +117,6 @@ fn sweep_pass<O: Os>(
         // be removed, an unlink the kernel refuses) is reported, and the pass goes on.
         let seg = match sweep_one(os, ns, name.clone(), parts, &pass) {
             Ok(seg) => seg,
-            Err(Error::Killed) => return Err(Error::Killed),
             Err(e) => SegmentReport::skipped(name, parts, e),
         };
         report.reclaimed += seg.reclaimed;
@@ -192,7 +191,6 @@ fn sweep_one<O: Os>(
             seg.action = remove_half_created(os, ns, &seg.name, parts, dry_run)?;
             return Ok(seg);
         }
-        Err(Error::Killed) => return Err(Error::Killed),
         Err(e) => {
             seg.action = Action::Skipped(e);
             return Ok(seg);
@@ -246,7 +244,6 @@ fn remove_half_created<O: Os>(
     match segment::open_named(os, ns, name) {
         Err(Error::HalfCreated { .. }) => {}
         Err(Error::Gone { .. }) => return Ok(Action::Vanished),
-        Err(Error::Killed) => return Err(Error::Killed),
         Err(e) => return Ok(Action::Skipped(e)),
         Ok(_) => return Ok(Action::Kept),
     }

@@ -13,6 +13,11 @@
 //! gets [`crate::Error::TooManyFds`] (never "received 0 items of ancdata" in silence);
 //! the connection is then out of step and should be closed.
 
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+use std::os::unix::net::UnixStream;
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+use crate::DefaultOs;
 use crate::error::{Error, Result};
 use crate::handle::{self, ShareHandle, Target};
 use crate::os::{MAX_FDS_PER_SEND, Os};
@@ -29,7 +34,7 @@ const MAX_HANDLES_PER_FRAME: usize = 4096;
 
 /// What [`recv`] returns: your payload and the handles that came with it.
 #[derive(Debug)]
-pub struct Message<O: Os> {
+pub struct Message<O: Os = crate::DefaultOs> {
     /// The bytes passed to [`send`].
     pub payload: Vec<u8>,
     /// The handles, in the order they were sent; each owns its reference until
@@ -37,10 +42,26 @@ pub struct Message<O: Os> {
     pub handles: Vec<ShareHandle<O>>,
 }
 
-/// Sends `payload` and `handles` as one message. On success the handles' in-flight
+/// Sends `payload` and `handles` over `stream` as one message : on success the handles' in-flight references
+/// belong to the receiver; on failure they are given back when the handles you passed
+/// are dropped.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> Result<()> {
+    send_with(&DefaultOs::default(), stream, payload, handles)
+}
+
+/// Receives one message sent with [`send`] from `stream`.
+/// [`Error::Disconnected`](crate::Error::Disconnected) if the peer closed the socket
+/// before a message began.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub fn recv(stream: &UnixStream) -> Result<Message> {
+    recv_with(&DefaultOs::default(), stream)
+}
+
+/// [`send`] as process `os` (any backend). On success the handles' in-flight
 /// references belong to the receiver; on failure they are given back when the handles
 /// you passed are dropped.
-pub fn send<O: Os>(
+pub fn send_with<O: Os>(
     os: &O,
     stream: &O::Stream,
     payload: &[u8],
@@ -103,9 +124,9 @@ fn split_into_frames<O: Os>(handles: &[ShareHandle<O>]) -> Vec<std::ops::Range<u
     frames
 }
 
-/// Receives one message sent with [`send`]. [`Error::Disconnected`] if the peer closed
+/// [`recv`] as process `os` (any backend). [`Error::Disconnected`] if the peer closed
 /// the socket before a message began.
-pub fn recv<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
+pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
     let mut handles = Vec::new();
     let mut first = true;
     loop {
@@ -271,8 +292,8 @@ mod tests {
             .collect();
         let handles: Vec<_> = bufs.iter().map(|b| b.share().unwrap()).collect();
         assert_eq!(split_into_frames(&handles).len(), 3, "253 + 253 + 94");
-        send(&a, &to_b, b"six hundred", handles).unwrap();
-        let msg = recv(&b, &at_b).unwrap();
+        send_with(&a, &to_b, b"six hundred", handles).unwrap();
+        let msg = recv_with(&b, &at_b).unwrap();
         assert_eq!(msg.payload, b"six hundred");
         for (i, handle) in msg.handles.into_iter().enumerate() {
             let buf = ShmBuf::attach(handle).unwrap();
@@ -285,17 +306,17 @@ mod tests {
     #[test]
     fn a_closed_peer_is_disconnected_between_messages_and_malformed_inside_one() {
         let (k, a, b, to_b, at_b) = pair();
-        send(&a, &to_b, b"one", vec![]).unwrap();
+        send_with(&a, &to_b, b"one", vec![]).unwrap();
         a.send(&to_b, &header(0, 10, 0, 0, 0), &[]).unwrap();
         drop(to_b);
-        assert_eq!(recv(&b, &at_b).unwrap().payload, b"one");
+        assert_eq!(recv_with(&b, &at_b).unwrap().payload, b"one");
         assert!(
-            matches!(recv(&b, &at_b), Err(Error::Malformed { .. })),
+            matches!(recv_with(&b, &at_b), Err(Error::Malformed { .. })),
             "cut inside a frame"
         );
         let (to_b, at_b) = k.stream_pair(&a, &b);
         drop(to_b);
-        assert!(matches!(recv(&b, &at_b), Err(Error::Disconnected)));
+        assert!(matches!(recv_with(&b, &at_b), Err(Error::Disconnected)));
     }
 
     #[test]
@@ -329,7 +350,7 @@ mod tests {
         for (frame, what) in cases {
             let (_k, a, b, to_b, at_b) = pair();
             a.send(&to_b, &frame, &[]).unwrap();
-            let got = recv(&b, &at_b);
+            let got = recv_with(&b, &at_b);
             if what.starts_with("ok") {
                 assert!(got.unwrap().handles.is_empty());
             } else {
@@ -344,7 +365,7 @@ mod tests {
         old[4] = 9;
         a.send(&to_b, &old, &[]).unwrap();
         assert!(matches!(
-            recv(&b, &at_b),
+            recv_with(&b, &at_b),
             Err(Error::WrongVersion { found: 9, .. })
         ));
     }

@@ -14,7 +14,7 @@ mod common;
 use common::{fnv1a, hex, unhex};
 use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
 use shmrc::manager::{ManagerMode, set_manager_mode};
-use shmrc::os::cuda::RealDriver;
+use shmrc::cuda::real::RealDriver;
 use shmrc::{CreateOptions, Error, Namespace, PosixOs};
 
 const ROLE: &str = "SHMRC_T_CUDA_ROLE";

@@ -87,7 +87,7 @@ impl fmt::Debug for DeviceSpan {
 }
 
 /// A device allocation made in this process; see the module docs.
-pub struct DeviceBuf<O: Os> {
+pub struct DeviceBuf<O: Os = crate::DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
     span: DeviceSpan,
@@ -198,7 +198,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// reference). Over a Unix socket use [`DeviceHandle::into_share_handle`] with
 /// [`crate::transport::send`]; as bytes, [`DeviceHandle::into_bytes`].
 #[derive(Debug)]
-pub struct DeviceHandle<O: Os> {
+pub struct DeviceHandle<O: Os = crate::DefaultOs> {
     keepalive: ShareHandle<O>,
 }
 
@@ -241,7 +241,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// mapping (when it was this process's last view of that allocation) and then
 /// releases the keep-alive slot: in that order, so the producer never frees memory
 /// still mapped here.
-pub struct DeviceView<O: Os> {
+pub struct DeviceView<O: Os = crate::DefaultOs> {
     // Field order is drop order: unmap first, then release the reference.
     lease: IpcLease<O>,
     keepalive: ShmBuf<O>,

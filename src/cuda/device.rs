@@ -45,7 +45,7 @@ impl<O: Os> Drop for DeviceInner<O> {
 }
 
 /// One process's view of one device; see the module docs.
-pub struct CudaDevice<O: Os> {
+pub struct CudaDevice<O: Os = crate::DefaultOs> {
     pub(crate) inner: Arc<DeviceInner<O>>,
 }
 

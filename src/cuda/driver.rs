@@ -1,6 +1,6 @@
 //! The CUDA driver as shmrc uses it: the few entry points a shared device allocation
 //! needs, as the [`Driver`] trait, with the value types that cross it. Two
-//! implementations: the real driver loaded at run time (`shmrc::os::cuda`) and the
+//! implementations: the real driver loaded at run time (`shmrc::cuda::real`) and the
 //! fake one ([`super::fake::FakeDriver`]) whose device memory is shared memory, so the
 //! whole flow runs across real processes without a GPU.
 

@@ -9,7 +9,7 @@
 //!
 //! - [`driver`]: the [`Driver`] trait (the driver calls used) and its value types;
 //!   [`fake`]: a driver whose device memory is shared memory; the real driver, loaded
-//!   at run time from `libcuda.so.1`, is [`crate::os::cuda::RealDriver`].
+//!   at run time from `libcuda.so.1`, is [`real::RealDriver`].
 //! - [`allocator`]: [`DeviceAllocator`], modelled on Numba's EMM plugin interface, and
 //!   the default [`DriverAllocator`].
 //! - [`device`]: [`CudaDevice`], one process's entry point (limbo list, per-process
@@ -61,6 +61,8 @@ pub mod driver;
 pub mod fake;
 pub mod identity;
 pub mod limbo;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod real;
 
 pub use allocator::{
     CleanupDeferral, DeferGuard, DeviceAllocator, DriverAllocator, EMM_INTERFACE_VERSION, IpcExport,
@@ -84,16 +86,16 @@ mod production {
     use super::{CudaDevice, FakeDriver};
     use crate::buf::CreateOptions;
     use crate::error::Result;
-    use crate::os::cuda::RealDriver;
-    use crate::os::posix::PosixOs;
+    use super::real::RealDriver;
+    use crate::DefaultOs;
 
-    impl CudaDevice<PosixOs> {
+    impl CudaDevice<DefaultOs> {
         /// Device `ordinal` through the real driver (`libcuda.so.1`, loaded now).
         /// Without a usable driver: [`crate::Error::CudaUnavailable`].
-        pub fn real(ordinal: u32, keepalive: &CreateOptions) -> Result<CudaDevice<PosixOs>> {
+        pub fn real(ordinal: u32, keepalive: &CreateOptions) -> Result<CudaDevice> {
             let driver = RealDriver::load(ordinal)?;
             Ok(CudaDevice::with_driver(
-                PosixOs,
+                DefaultOs::default(),
                 Arc::new(driver),
                 keepalive,
             ))
@@ -105,10 +107,10 @@ mod production {
             prefix: &str,
             total: u64,
             keepalive: &CreateOptions,
-        ) -> Result<CudaDevice<PosixOs>> {
-            let driver = FakeDriver::new(PosixOs, prefix, total)?;
+        ) -> Result<CudaDevice> {
+            let driver = FakeDriver::new(DefaultOs::default(), prefix, total)?;
             Ok(CudaDevice::with_driver(
-                PosixOs,
+                DefaultOs::default(),
                 Arc::new(driver),
                 keepalive,
             ))

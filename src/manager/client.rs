@@ -1,6 +1,6 @@
-//! The library's side of the manager: the process-wide mode, finding and starting the
-//! `shmrc` program, and the one connection per process over which this process says
-//! Hello (and Watch for each further namespace).
+//! The library's side of the manager: starting it when none runs (through a named
+//! program, or this program's own image: [`super::serve`]), and the one connection per
+//! process over which this process says Hello (and Watch for each further namespace).
 //!
 //! The connection is checked cheaply (a zero-timeout `poll` for hang-up) at each
 //! file_system create/attach, and a watcher thread (one per process, started with the
@@ -13,24 +13,24 @@
 use std::collections::BTreeSet;
 use std::io::Read;
 use std::os::fd::AsFd;
-use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, MutexGuard};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use super::mode::{ManagerMode, lock, mode};
+use super::serve;
 use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
 use super::wire::{self, ManagerStatus, Reply, Request};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::os::daemon;
+use super::sys;
 use crate::os::posix::PosixOs;
 
-/// Environment variable: `auto`, `connect` or `off` (see [`ManagerMode`]).
-pub const MODE_ENV: &str = "SHMRC_MANAGER";
-/// Environment variable: the `shmrc` program that runs the manager.
+/// Environment variable: a program that runs the manager as `PROGRAM manager` (the
+/// `shmrc` CLI does), instead of this program's own image.
 pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
 /// How long a client waits for a manager to start, or to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -38,34 +38,6 @@ const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// manager that is exiting at the very moment closes the new connection).
 const ATTEMPTS: u32 = 3;
 
-/// Whether file_system buffers make the user's manager watch this process.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum ManagerMode {
-    /// Connect to the user's manager, starting it if none runs (the default).
-    Auto,
-    /// Connect to a running manager; an [`Error::NoManager`] if none runs.
-    Connect,
-    /// Never talk to a manager: a dead holder's slots wait for the next sweep or
-    /// release.
-    Off,
-}
-
-impl ManagerMode {
-    /// Parses `auto`, `connect` or `off`.
-    pub fn parse(s: &str) -> Result<ManagerMode> {
-        match s {
-            "auto" => Ok(ManagerMode::Auto),
-            "connect" => Ok(ManagerMode::Connect),
-            "off" => Ok(ManagerMode::Off),
-            other => Err(Error::InvalidArgument(format!(
-                "{MODE_ENV}={other:?}: expected auto, connect or off"
-            ))),
-        }
-    }
-}
-
-/// The mode set by [`set_manager_mode`] (`None`: read `$SHMRC_MANAGER`).
-static MODE: Mutex<Option<ManagerMode>> = Mutex::new(None);
 /// The program set by [`set_manager_program`].
 static PROGRAM: Mutex<Option<PathBuf>> = Mutex::new(None);
 /// The connection state of the process that last asked for it, by pid. The outer lock
@@ -93,42 +65,6 @@ fn connection_for(pid: u32) -> &'static State {
             *current = Some((pid, state));
             state
         }
-    }
-}
-
-/// Locks `m`, ignoring poisoning (the state stays consistent: each field is replaced
-/// whole).
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Sets the mode for this process, overriding `$SHMRC_MANAGER`.
-///
-/// ```
-/// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};
-/// set_manager_mode(ManagerMode::Off);
-/// assert_eq!(manager_mode(), ManagerMode::Off);
-/// ```
-pub fn set_manager_mode(mode: ManagerMode) {
-    *lock(&MODE) = Some(mode);
-}
-
-/// The mode in force: the one set by [`set_manager_mode`], else `$SHMRC_MANAGER`, else
-/// [`ManagerMode::Auto`] (an unreadable `$SHMRC_MANAGER` also reads as `Auto`; the
-/// first file_system create/attach then reports it).
-pub fn manager_mode() -> ManagerMode {
-    mode().unwrap_or(ManagerMode::Auto)
-}
-
-fn mode() -> Result<ManagerMode> {
-    if let Some(mode) = *lock(&MODE) {
-        return Ok(mode);
-    }
-    match std::env::var(MODE_ENV) {
-        Ok(v) => ManagerMode::parse(&v),
-        // This crate's own unit tests never start a manager unless told to.
-        Err(_) if cfg!(test) => Ok(ManagerMode::Off),
-        Err(_) => Ok(ManagerMode::Auto),
     }
 }
 
@@ -221,7 +157,7 @@ fn watch_manager(pid: u32) {
         };
         // Wakes on a hang-up, and also on a reply to this process's own request: the
         // health check below tells them apart once that request is done.
-        let _ = daemon::poll_readable(&[stream.as_fd()], None);
+        let _ = sys::poll_readable(&[stream.as_fd()], None);
         drop(stream);
         let mut guard = lock(connection());
         let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
@@ -251,7 +187,7 @@ fn watch_manager(pid: u32) {
 /// Whether the manager is still at the other end: it never sends unasked, so anything
 /// readable is its end of stream.
 fn is_healthy(stream: &UnixStream) -> bool {
-    daemon::poll_readable(&[stream.as_fd()], Some(Duration::ZERO))
+    sys::poll_readable(&[stream.as_fd()], Some(Duration::ZERO))
         .is_ok_and(|r| !r[0].readable && !r[0].hung_up)
 }
 
@@ -316,89 +252,80 @@ fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
         Err(Error::NoManager { .. }) => {}
         other => return other,
     }
-    let program = find_program()?;
-    start(&program, runtime)?;
+    let program = start(runtime)?;
     connect(runtime).map_err(|e| Error::ManagerStart {
         program,
         why: format!("it reported a manager running, but connecting failed: {e}"),
     })
 }
 
-/// Runs `program manager`, which starts a detached manager (or finds one running) and
-/// exits once it accepts connections.
-fn start(program: &Path, runtime: &RuntimeDir) -> Result<()> {
-    let output = Command::new(program)
-        .arg("manager")
-        .env(RUNTIME_DIR_ENV, runtime.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
+/// Starts a detached manager for `runtime` (or finds one running) and returns once it
+/// accepts connections: through `program manager` when [`manager_program`] names one,
+/// else by running this program's own image in the `start` role (see [`super::serve`]).
+/// Returns the program it ran.
+fn start(runtime: &RuntimeDir) -> Result<PathBuf> {
+    let (program, mut command) = match manager_program() {
+        Some(program) => {
+            let mut command = Command::new(&program);
+            command
+                .arg("manager")
+                .env(RUNTIME_DIR_ENV, runtime.path())
+                .stdin(Stdio::null())
+                .stdout(Stdio::null());
+            (program, command)
+        }
+        None => (
+            PathBuf::from(serve::OWN_IMAGE),
+            serve::own_image(serve::START, runtime),
+        ),
+    };
+    let output = command
         .stderr(Stdio::piped())
         .output()
         .map_err(|e| Error::ManagerStart {
-            program: program.to_owned(),
+            program: program.clone(),
             why: format!("cannot run it: {e}"),
         })?;
     if output.status.success() {
-        return Ok(());
+        return Ok(program);
     }
     Err(Error::ManagerStart {
-        program: program.to_owned(),
         why: format!(
             "it exited with {}: {}",
             output.status,
             String::from_utf8_lossy(&output.stderr).trim()
         ),
+        program,
     })
 }
 
-/// The `shmrc` program to start: [`set_manager_program`], `$SHMRC_MANAGER_PROGRAM`, a
-/// `shmrc` beside the current executable or in its parent directory (cargo puts test
-/// binaries in `target/<profile>/deps/`), then each directory of `$PATH`.
-pub fn find_program() -> Result<PathBuf> {
+/// The program named to run the manager ([`set_manager_program`], else
+/// `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the library serves the manager from
+/// this program's own image.
+pub fn manager_program() -> Option<PathBuf> {
     let explicit = lock(&PROGRAM).clone();
-    let from_env = std::env::var_os(PROGRAM_ENV).filter(|p| !p.is_empty());
-    let exe = std::env::current_exe().ok();
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    find_program_in(explicit, from_env.map(PathBuf::from), exe.as_deref(), &path)
-}
-
-/// [`find_program`] over explicit inputs.
-fn find_program_in(
-    explicit: Option<PathBuf>,
-    from_env: Option<PathBuf>,
-    exe: Option<&Path>,
-    path: &std::ffi::OsStr,
-) -> Result<PathBuf> {
-    if let Some(program) = explicit.or(from_env) {
-        return Ok(program);
-    }
-    let mut looked = vec![
-        "set_manager_program (not set)".to_owned(),
-        format!("${PROGRAM_ENV} (not set)"),
-    ];
-    let beside_exe = exe.and_then(Path::parent);
-    let dirs = beside_exe
-        .into_iter()
-        .chain(beside_exe.and_then(Path::parent))
-        .map(Path::to_owned)
-        .chain(std::env::split_paths(path));
-    for dir in dirs {
-        let candidate = dir.join("shmrc");
-        if is_executable(&candidate) {
-            return Ok(candidate);
-        }
-        looked.push(candidate.display().to_string());
-    }
-    Err(Error::ManagerProgramNotFound { looked })
-}
-
-fn is_executable(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    explicit.or_else(|| {
+        std::env::var_os(PROGRAM_ENV)
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+    })
 }
 
 /// Asks the user's running manager for its counters and clients; never starts one.
+///
+/// ```
+/// // With no manager running (as here), the error names the socket it tried.
+/// if let Err(e) = shmrc::manager::status() {
+///     assert!(matches!(e, shmrc::Error::NoManager { .. }), "{e}");
+/// }
+/// ```
 pub fn status() -> Result<ManagerStatus> {
-    let stream = connect(&RuntimeDir::for_user(PosixOs.uid()))?;
+    status_at(&RuntimeDir::for_user(PosixOs.uid()))
+}
+
+/// [`status`] of the manager of `runtime`.
+pub fn status_at(runtime: &RuntimeDir) -> Result<ManagerStatus> {
+    let stream = connect(runtime)?;
     match exchange(&stream, &Request::Status)? {
         Reply::Status(status) => Ok(status),
         Reply::Refused { reason } => Err(Error::ManagerRefused { reason }),
@@ -411,7 +338,7 @@ pub fn status() -> Result<ManagerStatus> {
 
 /// Sends `request` and reads one reply frame.
 fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
-    daemon::send_all(stream, &wire::encode_request(request))
+    sys::send_all(stream, &wire::encode_request(request))
         .map_err(disconnected_or("write to manager"))?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
@@ -456,61 +383,11 @@ mod tests {
     }
 
     #[test]
-    fn modes_parse_and_a_bad_one_is_named() {
-        assert_eq!(ManagerMode::parse("auto").unwrap(), ManagerMode::Auto);
-        assert_eq!(ManagerMode::parse("connect").unwrap(), ManagerMode::Connect);
-        assert_eq!(ManagerMode::parse("off").unwrap(), ManagerMode::Off);
-        let why = ManagerMode::parse("yes").unwrap_err().to_string();
-        assert!(why.contains("SHMRC_MANAGER=\"yes\""), "{why}");
-    }
-
-    #[test]
-    fn an_explicit_program_wins_the_lookup() {
+    fn an_explicit_program_wins_over_the_own_image() {
         set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
         assert_eq!(
-            find_program().unwrap(),
-            PathBuf::from("/opt/shmrc/bin/shmrc")
-        );
-    }
-
-    #[test]
-    fn the_lookup_tries_beside_the_executable_then_path_and_names_every_place() {
-        let root = tempfile::tempdir().unwrap();
-        let deps = root.path().join("target/debug/deps");
-        let bin = root.path().join("bin");
-        std::fs::create_dir_all(&deps).unwrap();
-        std::fs::create_dir_all(&bin).unwrap();
-        let exe = deps.join("test-binary");
-        let path = std::env::join_paths([&bin]).unwrap();
-
-        let why = find_program_in(None, None, Some(&exe), &path).unwrap_err();
-        let message = why.to_string();
-        assert!(matches!(why, Error::ManagerProgramNotFound { .. }));
-        for place in [&deps, &deps.parent().unwrap().to_owned(), &bin] {
-            assert!(
-                message.contains(&place.join("shmrc").display().to_string()),
-                "{message}"
-            );
-        }
-        assert!(message.contains("SHMRC_MANAGER=off"), "{message}");
-
-        let on_path = bin.join("shmrc");
-        std::fs::write(&on_path, b"#!/bin/sh\n").unwrap();
-        std::fs::set_permissions(&on_path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        assert_eq!(
-            find_program_in(None, None, Some(&exe), &path).unwrap(),
-            on_path
-        );
-        let beside = deps.parent().unwrap().join("shmrc");
-        std::fs::copy(&on_path, &beside).unwrap();
-        assert_eq!(
-            find_program_in(None, None, Some(&exe), &path).unwrap(),
-            beside
-        );
-        let env = PathBuf::from("/from/env/shmrc");
-        assert_eq!(
-            find_program_in(None, Some(env.clone()), Some(&exe), &path).unwrap(),
-            env
+            manager_program(),
+            Some(PathBuf::from("/opt/shmrc/bin/shmrc"))
         );
     }
 

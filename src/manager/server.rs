@@ -15,14 +15,13 @@ use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
-use tracing::{info, warn};
-
+use super::log::{info, warning};
 use super::runtime::RuntimeDir;
+use super::sys::{self, Peer, PidFd};
 use super::wire::{self, ClientRow, ManagerStatus, Reply, Request};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::os::daemon::{self, Peer, PidFd};
 use crate::os::posix::PosixOs;
 use crate::sweep::sweep_after_deaths;
 use crate::token::Token;
@@ -116,7 +115,7 @@ pub fn run(config: &Config) -> Result<Ended> {
         config.grace.as_millis()
     );
     if let Err(e) = crate::os::posix::raise_fd_limit() {
-        warn!("cannot raise the open-file limit: {e}");
+        warning!("cannot raise the open-file limit: {e}");
     }
     let mut manager = Manager::new(uid, config);
     manager.sweep_everything("start");
@@ -132,11 +131,11 @@ pub fn run(config: &Config) -> Result<Ended> {
 /// Takes the single-instance lock; `None` when a live manager answers at `socket`. A
 /// manager that is exiting holds the lock for a moment after removing its socket: wait
 /// for it (bounded).
-fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<daemon::FileLock>> {
+fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<sys::FileLock>> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         let file = runtime.open_lock()?;
-        if let Some(lock) = daemon::try_lock_exclusive(file)? {
+        if let Some(lock) = sys::try_lock_exclusive(file)? {
             return Ok(Some(lock));
         }
         if UnixStream::connect(socket).is_ok() || Instant::now() >= deadline {
@@ -216,7 +215,7 @@ impl<'a> Manager<'a> {
                 (true, None) => idle_since = Some(Instant::now()),
                 (true, Some(t)) if t.elapsed() >= self.config.grace => {
                     self.sweep_everything("grace period over");
-                    let waiting = daemon::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
+                    let waiting = sys::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
                     if !waiting[0].readable {
                         return Ok(());
                     }
@@ -239,7 +238,7 @@ impl<'a> Manager<'a> {
         let mut fds: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
         fds.extend(self.connections.iter().map(|c| c.stream.as_fd()));
         fds.extend(tokens.iter().map(|t| self.clients[t].pidfd.as_fd()));
-        let ready = daemon::poll_readable(&fds, timeout)?;
+        let ready = sys::poll_readable(&fds, timeout)?;
         let conns = &ready[1..1 + self.connections.len()];
         let pidfds = &ready[1 + self.connections.len()..];
         let conns_ready = (0..conns.len())
@@ -266,12 +265,12 @@ impl<'a> Manager<'a> {
                             self.connections.pop();
                         }
                     }
-                    Err(e) => warn!("dropped a connection: {e}"),
+                    Err(e) => warning!("dropped a connection: {e}"),
                 },
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => {
-                    warn!("accept failed: {e}; not accepting for {ACCEPT_BACKOFF:?}");
+                    warning!("accept failed: {e}; not accepting for {ACCEPT_BACKOFF:?}");
                     std::thread::sleep(ACCEPT_BACKOFF);
                     return;
                 }
@@ -286,7 +285,7 @@ impl<'a> Manager<'a> {
         stream
             .set_write_timeout(Some(WRITE_TIMEOUT))
             .map_err(|e| Error::os("set_write_timeout", e))?;
-        let peer = daemon::peer_credentials(&stream)?;
+        let peer = sys::peer_credentials(&stream)?;
         Ok(Connection {
             stream,
             peer,
@@ -413,14 +412,14 @@ impl<'a> Manager<'a> {
     }
 
     fn send(&mut self, i: usize, reply: &Reply) -> io::Result<()> {
-        daemon::send_all(&self.connections[i].stream, &wire::encode_reply(reply))
+        sys::send_all(&self.connections[i].stream, &wire::encode_reply(reply))
     }
 
     /// Refuses the request on connection `i`: counted, logged, answered, closed.
     fn refuse(&mut self, i: usize, reason: &str) -> AfterRead {
         self.counters.refused += 1;
         let peer = self.connections[i].peer;
-        warn!("refused peer pid {} uid {}: {reason}", peer.pid, peer.uid);
+        warning!("refused peer pid {} uid {}: {reason}", peer.pid, peer.uid);
         let _ = self.send(
             i,
             &Reply::Refused {
@@ -458,7 +457,7 @@ impl<'a> Manager<'a> {
                     self.sweep(ns, why, &[]);
                 }
             }
-            Err(e) => warn!("cannot list /dev/shm for the {why} sweep: {e}"),
+            Err(e) => warning!("cannot list /dev/shm for the {why} sweep: {e}"),
         }
     }
 
@@ -474,7 +473,7 @@ impl<'a> Manager<'a> {
                     report.reclaimed, report.unlinked
                 );
             }
-            Err(e) => warn!("{why}: sweeping {ns} failed: {e}"),
+            Err(e) => warning!("{why}: sweeping {ns} failed: {e}"),
         }
     }
 
@@ -527,7 +526,7 @@ fn discard_input(stream: &mut UnixStream) {
 /// process it names, or the reason to refuse it.
 fn vet_hello(peer: Peer, token: Token, pid: u32) -> Result<PidFd, String> {
     check_claims(peer, token, pid)?;
-    let pidfd = daemon::pidfd_open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;
+    let pidfd = sys::pidfd_open(pid).map_err(|e| format!("cannot watch pid {pid}: {e}"))?;
     // Opened first, checked second: if the pid was reused in between, the start time
     // differs and the token is dead.
     if !PosixOs.is_alive(token) {

@@ -1,6 +1,9 @@
-//! The abstract OS: every effect shmrc's protocol has on the world goes through
-//! [`Os`], so the same protocol code runs on the real kernel ([`posix`]) and on a
-//! simulated one ([`sim`]) that loom, shuttle, proptest and cargo-fuzz drive.
+//! The abstract OS, and the syscall layer under it: every effect shmrc's protocol has on
+//! the world goes through [`Os`], so the same protocol code runs on the real kernel
+//! ([`posix`]) and on a simulated one ([`sim`]) that loom, shuttle, proptest and
+//! cargo-fuzz drive. This layer points only down (to `error`, `token`, `local`, `sync`):
+//! a policy such as "the manager watches this process" wraps an `Os` from above
+//! (`crate::manager::Watched`), as the sweep's liveness memo does ([`remembering`]).
 //!
 //! The trait is deliberately small: named shared-memory objects, memfds, sizing,
 //! mapping, fd passing over a stream socket, and process identity. A mapping hands the
@@ -31,16 +34,9 @@ use std::fmt;
 
 use crate::error::Result;
 use crate::local::ProcessLocal;
-use crate::namespace::Namespace;
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
-#[cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
-pub mod cuda;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub mod daemon;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub mod floor;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod remembering;
@@ -157,12 +153,115 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// on. The real kernel never fails here.
     fn crash_point(&self) -> Result<()>;
 
-    /// Called before this process creates or attaches a file_system segment of `ns`.
-    /// The real backend makes the user's manager watch this process (see
-    /// `crate::manager`); the default does nothing.
-    fn before_named_use(&self, ns: &Namespace) -> Result<()> {
-        let _ = ns;
+    /// Called before this process creates or attaches a file_system segment of the
+    /// namespace whose prefix is `namespace`. A hook for wrappers (the production OS,
+    /// `crate::DefaultOs`, makes the user's manager watch this process there); the
+    /// backends themselves do nothing.
+    fn before_named_use(&self, namespace: &str) -> Result<()> {
+        let _ = namespace;
         Ok(())
+    }
+}
+
+/// A policy wrapped around an [`Os`]: every call goes to [`Layer::inner`] except the
+/// two hooks a layer may answer itself ([`Layer::answer_is_alive`],
+/// [`Layer::on_named_use`]).
+/// Each layer is an `Os` (the blanket impl below), so the protocol runs over it
+/// unchanged: the sweep's liveness memo ([`remembering::Remembering`]) and the
+/// production OS that makes the manager watch this process (`crate::DefaultOs`) are
+/// layers.
+pub trait Layer: Clone + Send + Sync + fmt::Debug + 'static {
+    /// The OS underneath.
+    type Inner: Os;
+
+    /// The OS underneath.
+    fn inner(&self) -> &Self::Inner;
+
+    /// [`Os::is_alive`], by default the inner OS's answer.
+    fn answer_is_alive(&self, token: Token) -> bool {
+        self.inner().is_alive(token)
+    }
+
+    /// [`Os::before_named_use`], by default the inner OS's.
+    fn on_named_use(&self, namespace: &str) -> Result<()> {
+        self.inner().before_named_use(namespace)
+    }
+}
+
+type Inner<L> = <L as Layer>::Inner;
+
+impl<L: Layer> Os for L {
+    type File = <Inner<L> as Os>::File;
+    type Map = <Inner<L> as Os>::Map;
+    type Stream = <Inner<L> as Os>::Stream;
+
+    fn shm_create(&self, name: &str) -> Result<Self::File> {
+        self.inner().shm_create(name)
+    }
+    fn shm_open(&self, name: &str) -> Result<Self::File> {
+        self.inner().shm_open(name)
+    }
+    fn shm_unlink(&self, name: &str) -> Result<()> {
+        self.inner().shm_unlink(name)
+    }
+    fn shm_list(&self, start: &str) -> Result<Vec<String>> {
+        self.inner().shm_list(start)
+    }
+    fn memfd_create(&self, debug_name: &str) -> Result<Self::File> {
+        self.inner().memfd_create(debug_name)
+    }
+    fn seal_size(&self, file: &Self::File) -> Result<()> {
+        self.inner().seal_size(file)
+    }
+    fn dup(&self, file: &Self::File) -> Result<Self::File> {
+        self.inner().dup(file)
+    }
+    fn allocate(&self, file: &Self::File, len: u64) -> Result<()> {
+        self.inner().allocate(file, len)
+    }
+    fn stat(&self, file: &Self::File) -> Result<FileInfo> {
+        self.inner().stat(file)
+    }
+    fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map> {
+        self.inner().map(file, len)
+    }
+    fn send(&self, stream: &Self::Stream, bytes: &[u8], files: &[&Self::File]) -> Result<()> {
+        self.inner().send(stream, bytes, files)
+    }
+    fn recv(
+        &self,
+        stream: &Self::Stream,
+        buf: &mut [u8],
+        files: &mut Vec<Self::File>,
+    ) -> Result<usize> {
+        self.inner().recv(stream, buf, files)
+    }
+    fn current(&self) -> Token {
+        self.inner().current()
+    }
+    fn is_alive(&self, token: Token) -> bool {
+        self.answer_is_alive(token)
+    }
+    fn uid(&self) -> u32 {
+        self.inner().uid()
+    }
+    fn pid_namespace(&self) -> u64 {
+        self.inner().pid_namespace()
+    }
+    fn now_unix_nanos(&self) -> u64 {
+        self.inner().now_unix_nanos()
+    }
+    fn random_u128(&self) -> Result<u128> {
+        self.inner().random_u128()
+    }
+    fn local(&self) -> &ProcessLocal {
+        self.inner().local()
+    }
+    fn crash_point(&self) -> Result<()> {
+        self.inner().crash_point()
+    }
+    fn before_named_use(&self, namespace: &str) -> Result<()> {
+        self.on_named_use(namespace)
     }
 }
 

@@ -545,10 +545,6 @@ impl Os for PosixOs {
     fn crash_point(&self) -> Result<()> {
         Ok(())
     }
-
-    fn before_named_use(&self, ns: &crate::namespace::Namespace) -> Result<()> {
-        crate::manager::client::watch(ns)
-    }
 }
 
 /// Room for the control messages of one receive: `MAX_FDS_PER_SEND` descriptors, and

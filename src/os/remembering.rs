@@ -18,10 +18,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::error::Result;
-use crate::local::ProcessLocal;
-use crate::namespace::Namespace;
-use crate::os::{FileInfo, Os};
+use crate::os::{Layer, Os};
 use crate::token::Token;
 
 /// `O`, with [`Os::is_alive`] answered once per token (see the module docs). Make a new
@@ -42,56 +39,14 @@ impl<O: Os> Remembering<O> {
     }
 }
 
-impl<O: Os> Os for Remembering<O> {
-    type File = O::File;
-    type Map = O::Map;
-    type Stream = O::Stream;
+impl<O: Os> Layer for Remembering<O> {
+    type Inner = O;
 
-    fn shm_create(&self, name: &str) -> Result<Self::File> {
-        self.os.shm_create(name)
+    fn inner(&self) -> &O {
+        &self.os
     }
-    fn shm_open(&self, name: &str) -> Result<Self::File> {
-        self.os.shm_open(name)
-    }
-    fn shm_unlink(&self, name: &str) -> Result<()> {
-        self.os.shm_unlink(name)
-    }
-    fn shm_list(&self, start: &str) -> Result<Vec<String>> {
-        self.os.shm_list(start)
-    }
-    fn memfd_create(&self, debug_name: &str) -> Result<Self::File> {
-        self.os.memfd_create(debug_name)
-    }
-    fn seal_size(&self, file: &Self::File) -> Result<()> {
-        self.os.seal_size(file)
-    }
-    fn dup(&self, file: &Self::File) -> Result<Self::File> {
-        self.os.dup(file)
-    }
-    fn allocate(&self, file: &Self::File, len: u64) -> Result<()> {
-        self.os.allocate(file, len)
-    }
-    fn stat(&self, file: &Self::File) -> Result<FileInfo> {
-        self.os.stat(file)
-    }
-    fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map> {
-        self.os.map(file, len)
-    }
-    fn send(&self, stream: &Self::Stream, bytes: &[u8], files: &[&Self::File]) -> Result<()> {
-        self.os.send(stream, bytes, files)
-    }
-    fn recv(
-        &self,
-        stream: &Self::Stream,
-        buf: &mut [u8],
-        files: &mut Vec<Self::File>,
-    ) -> Result<usize> {
-        self.os.recv(stream, buf, files)
-    }
-    fn current(&self) -> Token {
-        self.os.current()
-    }
-    fn is_alive(&self, token: Token) -> bool {
+
+    fn answer_is_alive(&self, token: Token) -> bool {
         let known = self
             .answers
             .lock()
@@ -107,27 +62,6 @@ impl<O: Os> Os for Remembering<O> {
                 .insert(token, alive);
             alive
         })
-    }
-    fn uid(&self) -> u32 {
-        self.os.uid()
-    }
-    fn pid_namespace(&self) -> u64 {
-        self.os.pid_namespace()
-    }
-    fn now_unix_nanos(&self) -> u64 {
-        self.os.now_unix_nanos()
-    }
-    fn random_u128(&self) -> Result<u128> {
-        self.os.random_u128()
-    }
-    fn local(&self) -> &ProcessLocal {
-        self.os.local()
-    }
-    fn crash_point(&self) -> Result<()> {
-        self.os.crash_point()
-    }
-    fn before_named_use(&self, ns: &Namespace) -> Result<()> {
-        self.os.before_named_use(ns)
     }
 }
 

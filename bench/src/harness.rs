@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use shmrc::os::Os;
-use shmrc::os::floor::{self, FloorMap};
+use crate::floor::{self, FloorMap};
 use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy};
 
 use crate::kill_latency;

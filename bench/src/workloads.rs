@@ -2,7 +2,7 @@
 //! criterion benches (which include this file by path, so both time the very same code).
 //!
 //! A [`Contender`] is one way of sharing memory: shmrc with a strategy, or the
-//! raw-syscall floor ([`shmrc::os::floor`]) with the matching mechanism. Its producer side
+//! raw-syscall floor ([`crate::floor`]) with the matching mechanism. Its producer side
 //! runs in the measuring process; its consumer side ([`serve`]) in a peer process that
 //! the measuring process starts (re-executing itself) and talks to over a Unix socket.
 //!
@@ -23,7 +23,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shmrc::os::floor::{self, FloorMap};
+use crate::floor::{self, FloorMap};
 use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy, transport};
 
 /// Environment variable naming the contender a peer process serves.

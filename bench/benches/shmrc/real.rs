@@ -11,7 +11,7 @@ use crate::workloads::{
     attach_release, ping_pong, stream, window_for,
 };
 use criterion::{BenchmarkId, Criterion};
-use shmrc::os::floor::{self, FloorMap};
+use shmrc_bench::floor::{self, FloorMap};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
 
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];

@@ -1,4 +1,4 @@
-//! The OS pieces of the manager daemon (`crate::manager`) and nothing else: process
+//! The system calls of the manager (server and client) and nothing else: process
 //! descriptors (`pidfd_open`), `poll`, the credentials of a Unix socket's peer
 //! (`SO_PEERCRED`), the single-instance lock (`flock`) and starting a process in a
 //! session of its own (`setsid`).

@@ -1,0 +1,28 @@
+//! [`Watched`]: the production OS. It is the real kernel ([`PosixOs`]) with one policy
+//! on top: before this process creates or attaches a file_system segment of a
+//! namespace, the user's manager is told to watch it there ([`client::watch`], as the
+//! [`ManagerMode`](super::ManagerMode) says), so that its death is swept within
+//! milliseconds. The backend itself knows nothing of the manager.
+
+use super::client;
+use crate::error::Result;
+use crate::namespace::Namespace;
+use crate::os::Layer;
+use crate::os::posix::PosixOs;
+
+/// The real kernel, with the user's manager watching each file_system use. This is
+/// [`crate::DefaultOs`]: what [`crate::ShmBuf`] and the rest run on when no OS is named.
+#[derive(Copy, Clone, Debug, Default)]
+pub struct Watched(PosixOs);
+
+impl Layer for Watched {
+    type Inner = PosixOs;
+
+    fn inner(&self) -> &PosixOs {
+        &self.0
+    }
+
+    fn on_named_use(&self, namespace: &str) -> Result<()> {
+        client::watch(&Namespace::new(namespace)?)
+    }
+}
