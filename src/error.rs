@@ -179,8 +179,8 @@ pub enum Error {
     InvalidArgument(String),
 
     /// A strategy name that is not one of [`crate::all_sharing_strategies`].
-    #[error("unknown sharing strategy {0:?} (known: file_descriptor, file_system)")]
-    UnknownStrategy(String),
+    #[error(transparent)]
+    UnknownStrategy(#[from] crate::strategy::UnknownStrategy),
 
     /// An operation that needs a different strategy (e.g. turning a file_descriptor
     /// handle into bytes: its fd must travel over a socket).

@@ -10,7 +10,6 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
 use crate::sync::process::{AtomicU8, Ordering};
 
 /// How a buffer is shared between processes.
@@ -56,15 +55,38 @@ impl fmt::Display for Strategy {
     }
 }
 
+/// A name that is not one of [`all_sharing_strategies`] (it becomes
+/// [`Error::UnknownStrategy`](crate::Error::UnknownStrategy) through `?`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnknownStrategy(pub String);
+
+impl fmt::Display for UnknownStrategy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "unknown sharing strategy {:?} (known: file_descriptor, file_system)",
+            self.0
+        )
+    }
+}
+
+impl std::error::Error for UnknownStrategy {}
+
 impl FromStr for Strategy {
-    type Err = Error;
+    type Err = UnknownStrategy;
 
     /// Parses `file_descriptor` or `file_system`.
-    fn from_str(s: &str) -> Result<Strategy, Error> {
+    ///
+    /// ```
+    /// use shmrc::Strategy;
+    /// assert_eq!("file_system".parse::<Strategy>(), Ok(Strategy::FileSystem));
+    /// assert!("shm".parse::<Strategy>().is_err());
+    /// ```
+    fn from_str(s: &str) -> Result<Strategy, UnknownStrategy> {
         Strategy::ALL
             .into_iter()
             .find(|strategy| strategy.name() == s)
-            .ok_or_else(|| Error::UnknownStrategy(s.to_owned()))
+            .ok_or_else(|| UnknownStrategy(s.to_owned()))
     }
 }
 
@@ -120,7 +142,7 @@ mod tests {
         }
         assert!(matches!(
             "fd".parse::<Strategy>(),
-            Err(Error::UnknownStrategy(name)) if name == "fd"
+            Err(UnknownStrategy(name)) if name == "fd"
         ));
     }
 }

@@ -12,7 +12,6 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use shmrc::cuda::real::RealDriver;
 use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
 use shmrc::manager::{ManagerMode, set_manager_mode};
-use shmrc::os::posix::PosixOs;
 use shmrc::{CreateOptions, Error, Namespace};
 use shmrc_testkit::data::{fnv1a, hex, unhex};
 
@@ -36,7 +35,7 @@ impl Backend {
         }
     }
 
-    fn device(&self, ns: &Namespace) -> shmrc::Result<CudaDevice<PosixOs>> {
+    fn device(&self, ns: &Namespace) -> shmrc::Result<CudaDevice> {
         let keepalive = CreateOptions::new().namespace(ns.clone());
         match self {
             Backend::Fake(prefix) => CudaDevice::fake(prefix, FAKE_DEVICE_BYTES, &keepalive),
@@ -62,14 +61,14 @@ fn child_consumer_role() {
         None => Backend::Real,
     };
     let device = backend.device(&Namespace::new(ns).unwrap()).unwrap();
-    let mut views: Vec<DeviceView<PosixOs>> = Vec::new();
+    let mut views: Vec<DeviceView> = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
         let mut words = line.split_whitespace();
         let reply = match words.next() {
             Some("attach") => {
                 let bytes = unhex(words.next().unwrap());
-                let handle = DeviceHandle::from_bytes_with(&PosixOs, &bytes).unwrap();
+                let handle = DeviceHandle::from_bytes(&bytes).unwrap();
                 let view = device.attach(handle).unwrap();
                 let mut data = vec![0u8; view.len()];
                 view.read_at(0, &mut data).unwrap();
@@ -140,7 +139,7 @@ impl Consumer {
         }
     }
 
-    fn attach(&mut self, handle: DeviceHandle<PosixOs>) -> String {
+    fn attach(&mut self, handle: DeviceHandle) -> String {
         self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
     }
 

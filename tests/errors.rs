@@ -298,8 +298,9 @@ fn file_descriptor_handles_cannot_become_bytes() {
 
 #[test]
 fn unknown_strategy_names_are_refused() {
-    assert!(matches!(
-        "shared".parse::<Strategy>(),
-        Err(Error::UnknownStrategy(_))
-    ));
+    let unknown = "shared".parse::<Strategy>().unwrap_err();
+    assert_eq!(unknown.0, "shared");
+    let error = Error::from(unknown);
+    assert!(matches!(error, Error::UnknownStrategy(_)));
+    assert!(error.to_string().contains("\"shared\""), "{error}");
 }

@@ -84,7 +84,7 @@ mod production {
     use std::sync::Arc;
 
     use super::real::RealDriver;
-    use super::{CudaDevice, FakeDriver};
+    use super::{CudaDevice, DeviceHandle, FakeDriver};
     use crate::DefaultOs;
     use crate::buf::CreateOptions;
     use crate::error::Result;
@@ -110,6 +110,13 @@ mod production {
                 Arc::new(driver),
                 keepalive,
             ))
+        }
+    }
+
+    impl DeviceHandle {
+        /// Decodes a handle made by [`DeviceHandle::into_bytes`] in another process.
+        pub fn from_bytes(bytes: &[u8]) -> Result<DeviceHandle> {
+            DeviceHandle::from_bytes_with(&DefaultOs::default(), bytes)
         }
     }
 }

@@ -1,0 +1,182 @@
+//! The library's layering, checked from its source: the syscall layer `src/os/` imports
+//! nothing above it (only `error`, `token`, `local`, `sync` and itself), and the
+//! top-level modules import each other without a cycle. Unit-test modules are left
+//! out (a test may reach anything); doc comments and comments are too. The checker
+//! is shown to fail on a planted upward import and a planted cycle.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+
+/// What `src/os/` may import besides itself.
+const BELOW_OS: [&str; 4] = ["error", "token", "local", "sync"];
+
+/// Module name → the top-level modules it imports, with one place each.
+type Graph = BTreeMap<String, BTreeMap<String, String>>;
+
+/// The `crate::` imports of one file's non-test code, as top-level module names.
+fn imports(source: &str, modules: &BTreeSet<String>) -> Vec<(String, usize)> {
+    let code = match source.find("#[cfg(test)]\nmod tests") {
+        Some(at) => &source[..at],
+        None => match source.find("\nmod tests {") {
+            Some(at) if source[..at].ends_with(")]") => &source[..at],
+            _ => source,
+        },
+    };
+    let mut found = Vec::new();
+    for (number, line) in code.lines().enumerate() {
+        if line.trim_start().starts_with("//") {
+            continue;
+        }
+        let mut rest = line;
+        while let Some(at) = rest.find("crate::") {
+            rest = &rest[at + "crate::".len()..];
+            let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+                let end = group.find('}').unwrap_or(group.len());
+                group[..end].split(',').collect()
+            } else {
+                vec![rest]
+            };
+            for name in names {
+                let ident: String = name
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if modules.contains(&ident) {
+                    found.push((ident, number + 1));
+                }
+            }
+        }
+    }
+    found
+}
+
+/// The import graph of the top-level modules of `src`.
+fn graph(src: &Path) -> Graph {
+    let modules: BTreeSet<String> = std::fs::read_dir(src)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.trim_end_matches(".rs").to_owned())
+        })
+        .filter(|name| name != "lib" && name != "main")
+        .collect();
+    let mut graph = Graph::new();
+    let mut stack = vec![src.to_owned()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(src).unwrap();
+            let top = rel.iter().next().unwrap().to_string_lossy();
+            let top = top.trim_end_matches(".rs").to_owned();
+            if top == "lib" || path.extension().is_none_or(|e| e != "rs") {
+                continue;
+            }
+            let source = std::fs::read_to_string(&path).unwrap();
+            for (module, line) in imports(&source, &modules) {
+                if module != top {
+                    graph
+                        .entry(top.clone())
+                        .or_default()
+                        .entry(module)
+                        .or_insert_with(|| format!("{}:{line}", rel.display()));
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// Every import of `os` that is not below it.
+fn upward_from_os(graph: &Graph) -> Vec<String> {
+    graph
+        .get("os")
+        .into_iter()
+        .flatten()
+        .filter(|(module, _)| !BELOW_OS.contains(&module.as_str()))
+        .map(|(module, at)| format!("os imports {module} at {at}"))
+        .collect()
+}
+
+/// A cycle of imports, as the modules along it, if there is one.
+fn cycle(graph: &Graph) -> Option<Vec<String>> {
+    fn visit(
+        graph: &Graph,
+        node: &str,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(at) = path.iter().position(|n| n == node) {
+            let mut found = path[at..].to_vec();
+            found.push(node.to_owned());
+            return Some(found);
+        }
+        if done.contains(node) {
+            return None;
+        }
+        path.push(node.to_owned());
+        for next in graph.get(node).into_iter().flat_map(|m| m.keys()) {
+            if let Some(found) = visit(graph, next, path, done) {
+                return Some(found);
+            }
+        }
+        path.pop();
+        done.insert(node.to_owned());
+        None
+    }
+    let mut done = BTreeSet::new();
+    graph
+        .keys()
+        .find_map(|node| visit(graph, node, &mut Vec::new(), &mut done))
+}
+
+#[test]
+fn the_syscall_layer_imports_only_what_is_below_it_and_modules_form_no_cycle() {
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(graph.contains_key("buf"), "the graph was read: {graph:?}");
+    assert_eq!(upward_from_os(&graph), Vec::<String>::new());
+    if let Some(found) = cycle(&graph) {
+        let places: Vec<_> = found
+            .windows(2)
+            .map(|w| format!("{} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]]))
+            .collect();
+        panic!("import cycle: {}", places.join(", "));
+    }
+}
+
+#[test]
+fn the_checker_catches_an_upward_import_and_a_cycle() {
+    let modules: BTreeSet<String> = ["os", "buf", "manager", "error", "sync"]
+        .map(String::from)
+        .into();
+    let planted = "use crate::error::Result;\n// crate::buf in a comment\nuse crate::{sync::X, manager::client};\n#[cfg(test)]\nmod tests { use crate::buf; }\n";
+    let found: Vec<String> = imports(planted, &modules)
+        .into_iter()
+        .map(|(m, _)| m)
+        .collect();
+    assert_eq!(found, ["error", "sync", "manager"]);
+
+    let mut graph = Graph::new();
+    for (from, to) in [
+        ("os", "error"),
+        ("os", "manager"),
+        ("manager", "buf"),
+        ("buf", "os"),
+    ] {
+        graph
+            .entry(from.into())
+            .or_default()
+            .insert(to.into(), "x.rs:1".into());
+    }
+    assert_eq!(upward_from_os(&graph), ["os imports manager at x.rs:1"]);
+    assert_eq!(
+        cycle(&graph).unwrap(),
+        ["buf", "os", "manager", "buf"].map(String::from)
+    );
+    graph.get_mut("buf").unwrap().clear();
+    assert_eq!(cycle(&graph), None);
+}
