@@ -1,0 +1,266 @@
+//! This process and the others: its token (pid and start time, from `/proc`), whether
+//! another token's process still runs (`/proc/<pid>/stat`, `kill(pid, 0)`), its uid and
+//! pid namespace, the clock, random numbers, and its process-local protocol state.
+
+use std::fs;
+use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::sync::LazyLock;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use nix::errno::Errno;
+use nix::unistd::geteuid;
+
+use crate::error::{Error, Result};
+use crate::local::ProcessLocal;
+use crate::token::Token;
+
+/// What shmrc reads of `/proc/<pid>/stat`.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+struct ProcStat {
+    /// Field 1: the pid.
+    pid: u32,
+    /// Field 3: the state letter (`R`, `S`, `Z`, ...).
+    state: u8,
+    /// Field 22: the start time in clock ticks since boot.
+    start_ticks: u64,
+}
+
+/// Parses the content of `/proc/<pid>/stat`. The command name (field 2) is in
+/// parentheses and may itself contain spaces, parentheses and non-UTF-8 bytes, so the
+/// fields after it are found after the *last* `)`.
+fn parse_proc_stat(content: &[u8]) -> Option<ProcStat> {
+    let open = content.iter().position(|&b| b == b'(')?;
+    let close = content.iter().rposition(|&b| b == b')')?;
+    if close < open {
+        return None;
+    }
+    let pid = std::str::from_utf8(&content[..open])
+        .ok()?
+        .trim()
+        .parse()
+        .ok()?;
+    let rest = std::str::from_utf8(&content[close + 1..]).ok()?;
+    let mut fields = rest.split_ascii_whitespace();
+    let state = match fields.next()?.as_bytes() {
+        &[state] => state,
+        _ => return None,
+    };
+    // Fields 4..=21 come between the state and the start time.
+    let start_ticks = fields.nth(18)?.parse().ok()?;
+    Some(ProcStat {
+        pid,
+        state,
+        start_ticks,
+    })
+}
+
+/// This process's token, read from `/proc/self/stat`.
+///
+/// # Panics
+/// When `/proc` cannot tell this process's start time, or is the `/proc` of another
+/// pid namespace: liveness checks could then only lie, and a lying liveness check
+/// unlinks segments that are in use.
+fn read_own_token(pid: u32) -> Token {
+    let content = fs::read("/proc/self/stat")
+        .unwrap_or_else(|e| panic!("shmrc needs /proc: reading /proc/self/stat failed: {e}"));
+    let stat = parse_proc_stat(&content)
+        .unwrap_or_else(|| panic!("shmrc cannot parse /proc/self/stat: {content:?}"));
+    assert_eq!(
+        stat.pid, pid,
+        "/proc/self/stat names pid {} but getpid() is {pid}: /proc belongs to another pid \
+         namespace, so shmrc cannot check holder liveness",
+        stat.pid
+    );
+    Token::new(pid, stat.start_ticks)
+        .unwrap_or_else(|| panic!("pid {pid} does not fit a shmrc token"))
+}
+
+/// The token of this process as last computed (0: none yet). A forked child sees its
+/// parent's token here, with another pid, and recomputes.
+static CURRENT: crate::sync::process::AtomicU64 = crate::sync::process::AtomicU64::new(0);
+
+/// The process-local protocol state of this process.
+static LOCAL: LazyLock<ProcessLocal> = LazyLock::new(ProcessLocal::new);
+
+/// [`Os::current`](crate::os::Os::current): read from `/proc/self/stat` once, and
+/// again after a `fork`.
+pub(super) fn current() -> Token {
+    let pid = std::process::id();
+    if let Some(token) = Token::from_word(CURRENT.load(crate::sync::process::Ordering::Relaxed)) {
+        if token.pid() == pid {
+            return token;
+        }
+    }
+    let token = read_own_token(pid);
+    CURRENT.store(token.word(), crate::sync::process::Ordering::Relaxed);
+    token
+}
+
+/// [`Os::is_alive`](crate::os::Os::is_alive), from `/proc/<pid>/stat`: the start time
+/// and the state.
+pub(super) fn is_alive(token: Token) -> bool {
+    let pid = token.pid();
+    match fs::read(format!("/proc/{pid}/stat")) {
+        // No entry: dead, unless `/proc` hides it (`hidepid`, a non-dumpable
+        // process): ask the kernel whether the pid exists at all.
+        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
+            pid_exists(pid)
+        }
+        // Unreadable: assume alive (a possible leak, never a premature unlink).
+        Err(_) => true,
+        Ok(content) => match parse_proc_stat(&content) {
+            Some(st) if st.pid == pid => {
+                if !token.matches_start(st.start_ticks) || st.state == b'X' {
+                    false
+                } else if st.state == b'Z' {
+                    // A zombie takes no further step, except a thread-group leader
+                    // whose main thread exited while other threads still run.
+                    other_threads_run(pid)
+                } else {
+                    true
+                }
+            }
+            _ => true,
+        },
+    }
+}
+
+/// [`Os::uid`](crate::os::Os::uid): the effective uid.
+pub(super) fn uid() -> u32 {
+    geteuid().as_raw()
+}
+
+/// [`Os::pid_namespace`](crate::os::Os::pid_namespace): the inode of
+/// `/proc/self/ns/pid` (0 if unreadable).
+pub(super) fn pid_namespace() -> u64 {
+    fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+}
+
+/// [`Os::now_unix_nanos`](crate::os::Os::now_unix_nanos).
+pub(super) fn now_unix_nanos() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+/// [`Os::random_u128`](crate::os::Os::random_u128), from `getrandom`.
+pub(super) fn random_u128() -> Result<u128> {
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes).map_err(|e| {
+        let source = match e.raw_os_error() {
+            Some(errno) => io::Error::from_raw_os_error(errno),
+            None => io::Error::other(e.to_string()),
+        };
+        Error::Os {
+            call: "getrandom",
+            source,
+        }
+    })?;
+    Ok(u128::from_ne_bytes(bytes))
+}
+
+/// [`Os::local`](crate::os::Os::local): the process-local protocol state of this process.
+pub(super) fn local() -> &'static ProcessLocal {
+    &LOCAL
+}
+
+/// Whether a process with this pid exists (`kill(pid, 0)`: only ESRCH says no).
+fn pid_exists(pid: u32) -> bool {
+    let Ok(raw) = i32::try_from(pid) else {
+        return false;
+    };
+    !matches!(
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
+        Err(Errno::ESRCH)
+    )
+}
+
+/// Whether the zombie leader `pid` still has running threads (more than its own entry
+/// in `/proc/<pid>/task`). Unreadable: assume it has (never a premature unlink).
+fn other_threads_run(pid: u32) -> bool {
+    fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |tasks| tasks.count() > 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::os::Os;
+    use crate::os::posix::PosixOs;
+
+    fn stat_line(comm: &[u8], state: &str, start: u64) -> Vec<u8> {
+        let mut line = b"4242 (".to_vec();
+        line.extend_from_slice(comm);
+        line.extend_from_slice(
+            format!(
+                ") {state} 1 4242 4242 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 {start} \
+                 1000 200 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n"
+            )
+            .as_bytes(),
+        );
+        line
+    }
+
+    #[test]
+    fn proc_stat_fields_are_found_after_the_command_name() {
+        let st = parse_proc_stat(&stat_line(b"cat", "S", 987_654)).unwrap();
+        assert_eq!(
+            st,
+            ProcStat {
+                pid: 4242,
+                state: b'S',
+                start_ticks: 987_654
+            }
+        );
+    }
+
+    #[test]
+    fn a_command_name_with_spaces_and_parens_does_not_shift_the_fields() {
+        let st = parse_proc_stat(&stat_line(b"a) b (c", "Z", 77)).unwrap();
+        assert_eq!((st.pid, st.state, st.start_ticks), (4242, b'Z', 77));
+        let st = parse_proc_stat(&stat_line(b") ) 1 2 3 (", "R", 5)).unwrap();
+        assert_eq!((st.state, st.start_ticks), (b'R', 5));
+    }
+
+    #[test]
+    fn a_command_name_that_is_not_utf8_is_fine() {
+        let st = parse_proc_stat(&stat_line(b"\xff\xfe)x", "S", 9)).unwrap();
+        assert_eq!(st.start_ticks, 9);
+    }
+
+    #[test]
+    fn malformed_stat_lines_are_refused() {
+        for bad in [
+            &b""[..],
+            b"4242 cat S 1",
+            b"4242 (cat) S 1 2 3",
+            b") 4242 (cat",
+            b"x (cat) S 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20",
+        ] {
+            assert_eq!(parse_proc_stat(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_proc_stat(&stat_line(b"cat", "SS", 1)), None);
+        assert_eq!(parse_proc_stat(&stat_line(b"cat", "S", 1)[..60]), None);
+    }
+
+    #[test]
+    fn own_stat_parses_and_names_this_process() {
+        let st = parse_proc_stat(&fs::read("/proc/self/stat").unwrap()).unwrap();
+        assert_eq!(st.pid, std::process::id());
+        assert!(matches!(st.state, b'R' | b'S'));
+        let os = PosixOs::new();
+        assert!(os.current().matches_start(st.start_ticks));
+    }
+
+    #[test]
+    fn a_token_of_another_start_time_or_an_unused_pid_is_dead() {
+        let os = PosixOs::new();
+        let me = os.current();
+        assert!(os.is_alive(me));
+        let other = Token::new(me.pid(), me.start_ticks() + 1).unwrap();
+        assert!(!os.is_alive(other));
+        // pid_max is at most 2^22: this pid never exists.
+        let never = Token::new((1 << 22) - 1, 1).unwrap();
+        assert!(!os.is_alive(never) || fs::metadata("/proc/4194303").is_ok());
+    }
+}

@@ -1,0 +1,240 @@
+//! The kernel's tables and their lock: [`SimKernel`] (a handle on them), the [`State`]
+//! behind one `std::sync::Mutex`, and the bookkeeping every call shares: ids, the
+//! logical clock, the seeded random generator, the calling process, open files and the
+//! references that keep an object alive. Also the observers tests read (names, objects
+//! and bytes alive, open files).
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use super::map::Storage;
+use super::objects::Object;
+use super::process::Proc;
+use super::stream::Pair;
+use super::{FIRST_PID, os_error};
+use crate::error::{Error, Result};
+
+/// The simulated kernel, shared by every simulated process; cloning is cheap.
+#[derive(Clone)]
+pub struct SimKernel(Arc<Inner>);
+
+struct Inner {
+    state: Mutex<State>,
+}
+
+/// The kernel tables.
+pub(super) struct State {
+    rng: u64,
+    clock: u64,
+    pub(super) next_pid: u32,
+    next_id: u64,
+    pub(super) procs: BTreeMap<u32, Proc>,
+    pub(super) names: BTreeMap<String, u64>,
+    pub(super) objects: BTreeMap<u64, Object>,
+    pub(super) streams: BTreeMap<u64, Pair>,
+    pub(super) space_limit: Option<u64>,
+    pub(super) reserved: u64,
+}
+
+/// Storages taken out of the tables under the lock, dropped after it is released.
+pub(super) type Garbage = Vec<Storage>;
+
+/// The kinds of reference that keep an object alive (besides its name).
+#[derive(Copy, Clone)]
+pub(super) enum Ref {
+    File,
+    InFlight,
+    Map,
+}
+
+impl State {
+    pub(super) fn fresh_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    pub(super) fn tick(&mut self) -> u64 {
+        self.clock += 1;
+        self.clock
+    }
+
+    /// splitmix64.
+    pub(super) fn next_random(&mut self) -> u64 {
+        self.rng = self.rng.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.rng;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+
+    /// The calling process, or [`Error::Killed`] if it is dead.
+    pub(super) fn caller(&mut self, pid: u32) -> Result<&mut Proc> {
+        match self.procs.get_mut(&pid) {
+            Some(p) if !p.killed => Ok(p),
+            _ => Err(Error::Killed),
+        }
+    }
+
+    /// Checks that `pid` may open one more file.
+    pub(super) fn fd_available(&mut self, pid: u32, call: &'static str) -> Result<()> {
+        let p = self.caller(pid)?;
+        if p.fds >= p.fd_limit {
+            return Err(Error::TooManyFds {
+                call,
+                limit: p.fd_limit as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// The calling process, alive, using a file or stream end of process `owner`:
+    /// [`Error::Killed`] if the caller is dead, `EBADF` from `call` if the descriptor is
+    /// another process's (its number means nothing, or another file, in the caller's
+    /// table).
+    pub(super) fn owned(&mut self, pid: u32, owner: u32, call: &'static str) -> Result<&mut Proc> {
+        let p = self.caller(pid)?;
+        if owner != pid {
+            return Err(os_error(call, libc::EBADF));
+        }
+        Ok(p)
+    }
+
+    /// Opens a file of `object` for `pid` (limit already checked); returns its id.
+    pub(super) fn open_file(&mut self, pid: u32, object: u64) -> u64 {
+        if let Some(p) = self.procs.get_mut(&pid) {
+            p.fds += 1;
+        }
+        if let Some(o) = self.objects.get_mut(&object) {
+            o.files += 1;
+        }
+        self.fresh_id()
+    }
+
+    /// The object of an open file, for `call`: an open file keeps its object, so the
+    /// `EBADF` this answers for a missing one is for a file that is not open.
+    pub(super) fn object(&mut self, id: u64, call: &'static str) -> Result<&mut Object> {
+        self.objects
+            .get_mut(&id)
+            .ok_or_else(|| os_error(call, libc::EBADF))
+    }
+
+    /// Frees `id` if nothing references it any more.
+    pub(super) fn collect(&mut self, id: u64, garbage: &mut Garbage) {
+        if self.objects.get(&id).is_some_and(|o| !o.referenced()) {
+            if let Some(o) = self.objects.remove(&id) {
+                self.reserved -= o.reserved;
+                garbage.push(o.storage);
+            }
+        }
+    }
+
+    /// Takes one reference of kind `kind` off object `id`, and frees the object if
+    /// nothing references it any more.
+    pub(super) fn unref(&mut self, id: u64, kind: Ref, garbage: &mut Garbage) {
+        if let Some(o) = self.objects.get_mut(&id) {
+            let count = match kind {
+                Ref::File => &mut o.files,
+                Ref::InFlight => &mut o.in_flight,
+                Ref::Map => &mut o.maps,
+            };
+            debug_assert!(*count > 0, "an object lost more references than it had");
+            *count -= 1;
+        }
+        self.collect(id, garbage);
+    }
+
+    /// Drops files in flight (a purged queue, files refused by a receiver).
+    pub(super) fn drop_in_flight(&mut self, objects: &[u64], garbage: &mut Garbage) {
+        for &id in objects {
+            self.unref(id, Ref::InFlight, garbage);
+        }
+    }
+}
+
+impl SimKernel {
+    /// A kernel with no process and no object; `seed` drives
+    /// [`Os::random_u128`](crate::os::Os::random_u128).
+    pub fn new(seed: u64) -> SimKernel {
+        SimKernel(Arc::new(Inner {
+            state: Mutex::new(State {
+                rng: seed,
+                clock: 0,
+                next_pid: FIRST_PID,
+                next_id: 0,
+                procs: BTreeMap::new(),
+                names: BTreeMap::new(),
+                objects: BTreeMap::new(),
+                streams: BTreeMap::new(),
+                space_limit: None,
+                reserved: 0,
+            }),
+        }))
+    }
+
+    /// Runs `f` on the tables under the lock; storages it frees are dropped after the
+    /// lock is released (they hold model-checker atomics).
+    pub(super) fn with<R>(&self, f: impl FnOnce(&mut State, &mut Garbage) -> R) -> R {
+        let mut garbage = Garbage::new();
+        let result = {
+            let mut state = self.0.state.lock().unwrap_or_else(PoisonError::into_inner);
+            f(&mut state, &mut garbage)
+        };
+        drop(garbage);
+        result
+    }
+
+    pub(super) fn same(&self, other: &SimKernel) -> Result<()> {
+        if Arc::ptr_eq(&self.0, &other.0) {
+            Ok(())
+        } else {
+            Err(Error::InvalidArgument(
+                "a file or stream of another simulated kernel".into(),
+            ))
+        }
+    }
+
+    /// The names of the named objects, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.with(|st, _| st.names.keys().cloned().collect())
+    }
+
+    /// How many objects still have memory: named, or referenced by an open file, a
+    /// mapping or a file in flight in a stream.
+    pub fn objects_alive(&self) -> usize {
+        self.with(|st, _| st.objects.len())
+    }
+
+    /// Bytes reserved by `allocate` in objects still alive.
+    pub fn bytes_allocated(&self) -> u64 {
+        self.with(|st, _| st.reserved)
+    }
+
+    /// How many files process `pid` has open.
+    pub fn open_files(&self, pid: u32) -> usize {
+        self.with(|st, _| st.procs.get(&pid).map_or(0, |p| p.fds))
+    }
+}
+
+impl fmt::Debug for SimKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // Counted under the lock, formatted after it (the formatter's sink is arbitrary
+        // code, which may well look at this kernel).
+        let (processes, names, objects, streams, reserved) = self.with(|st, _| {
+            (
+                st.procs.len(),
+                st.names.len(),
+                st.objects.len(),
+                st.streams.len(),
+                st.reserved,
+            )
+        });
+        f.debug_struct("SimKernel")
+            .field("processes", &processes)
+            .field("names", &names)
+            .field("objects", &objects)
+            .field("streams", &streams)
+            .field("reserved", &reserved)
+            .finish()
+    }
+}
