@@ -231,6 +231,20 @@ unsafe fn copy_to_shared(dst: *mut u8, data: &[u8]) {
 /// The window lives no longer than the mapping. The safe methods hand out only its
 /// address and length; turning it into a slice is `unsafe`, because another process
 /// may write the same bytes at any time.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// let buf = shmrc::ShmBuf::new(4096)?;
+/// let region = buf.region();
+/// // SAFETY: nobody else holds this buffer yet, so nothing else touches its bytes.
+/// let bytes = unsafe { region.as_mut_slice() };
+/// bytes[..5].copy_from_slice(b"hello");
+/// let mut out = [0u8; 5];
+/// buf.read_at(0, &mut out)?;
+/// assert_eq!(&out, b"hello");
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct DataRegion<'a> {
     ptr: *mut u8,
@@ -247,16 +261,40 @@ unsafe impl Sync for DataRegion<'_> {}
 
 impl<'a> DataRegion<'a> {
     /// Length of the window in bytes.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// assert_eq!(buf.region().len(), 4096);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.len
     }
 
-    /// Whether the window is empty.
+    /// Whether the window is empty (never, for a buffer's region).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// assert!(!buf.region().is_empty());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
 
-    /// The first byte of the window.
+    /// The first byte of the window (aligned to 64 bytes for a buffer's region).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// assert_eq!(buf.region().as_ptr() as usize % 64, 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }
@@ -268,6 +306,17 @@ impl<'a> DataRegion<'a> {
     /// (through [`Mapping::write`], another slice, or another process's mapping of the
     /// same segment); the caller guarantees it, typically by a protocol of its own
     /// ("the producer finished before it sent the handle").
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// buf.write_at(0, b"tensor")?;
+    /// // SAFETY: this process is the only holder and writes nothing while `bytes` lives.
+    /// let bytes = unsafe { buf.region().as_slice() };
+    /// assert_eq!(&bytes[..6], b"tensor");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub unsafe fn as_slice(&self) -> &'a [u8] {
         // SAFETY: the window is inside a mapping that outlives 'a, `len` bytes long and
         // at most isize::MAX (mmap cannot map more); the caller promises no writes while
@@ -282,6 +331,19 @@ impl<'a> DataRegion<'a> {
     /// other slice of them (shared or mutable, from this or another region), no
     /// [`Mapping::read`] or [`Mapping::write`] of them, and no other process reading or
     /// writing them through its own mapping.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// // SAFETY: not shared yet: no other slice, copy or process touches the bytes.
+    /// let bytes = unsafe { buf.region().as_mut_slice() };
+    /// bytes.fill(7);
+    /// let mut out = [0u8; 2];
+    /// buf.read_at(4094, &mut out)?;
+    /// assert_eq!(out, [7, 7]);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     #[allow(clippy::mut_from_ref)] // shared memory: exclusivity is the caller's promise
     pub unsafe fn as_mut_slice(&self) -> &'a mut [u8] {
         // SAFETY: the window is inside a writable mapping that outlives 'a, `len` bytes
