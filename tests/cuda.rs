@@ -9,13 +9,12 @@
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 
-mod common;
-
-use common::{fnv1a, hex, unhex};
+use shmrc::cuda::real::RealDriver;
 use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
 use shmrc::manager::{ManagerMode, set_manager_mode};
-use shmrc::cuda::real::RealDriver;
-use shmrc::{CreateOptions, Error, Namespace, PosixOs};
+use shmrc::os::posix::PosixOs;
+use shmrc::{CreateOptions, Error, Namespace};
+use shmrc_testkit::data::{fnv1a, hex, unhex};
 
 const ROLE: &str = "SHMRC_T_CUDA_ROLE";
 const NAMESPACE: &str = "SHMRC_T_CUDA_NS";

@@ -6,17 +6,16 @@
 //! the simulated kernel in `sim_protocol.rs`.)
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-mod common;
-
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
-use common::TestNamespace;
 use shmrc::os::Os;
+use shmrc::os::posix::PosixOs;
 use shmrc::segment::{self, MAGIC};
-use shmrc::{CreateOptions, Error, Namespace, PosixOs, ShareHandle, ShmBuf, Strategy};
+use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+use shmrc_testkit::names::TestNamespace;
 
-fn named(t: &TestNamespace, len: usize, capacity: usize) -> ShmBuf<PosixOs> {
+fn named(t: &TestNamespace, len: usize, capacity: usize) -> ShmBuf {
     ShmBuf::with_options(
         len,
         &CreateOptions::new()

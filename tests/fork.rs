@@ -7,16 +7,14 @@
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 #![allow(unsafe_code)]
 
-mod common;
-
-use common::TestNamespace;
 use nix::sys::wait::{WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork};
 use shmrc::holders::Outcome;
 use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
+use shmrc_testkit::names::TestNamespace;
 
 /// The child's checks; its exit code says which failed (0: none).
-fn in_child(buf: ShmBuf<shmrc::PosixOs>) -> i32 {
+fn in_child(buf: ShmBuf) -> i32 {
     if buf.is_held() {
         return 10;
     }

@@ -5,8 +5,7 @@
 //! after a format change.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-#[path = "../fuzz/src/attacks.rs"]
-mod attacks;
+use shmrc_testkit::attacks;
 
 use std::path::PathBuf;
 

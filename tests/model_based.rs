@@ -14,15 +14,13 @@
 //! compiled out (the sim itself runs there; its loom and shuttle tests are elsewhere).
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-mod model_harness;
-
-use model_harness::Harness;
 use proptest::prelude::*;
 use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use shmrc_model::oracle::{Op, Oracle, PROCESSES, Strategy as Sharing};
+use shmrc_testkit::model_harness::{self, Harness};
 
 /// Cases per run unless `PROPTEST_CASES` says otherwise.
 const DEFAULT_CASES: u32 = 3000;

@@ -123,7 +123,8 @@ impl Process {
             6..=7 if !self.held.is_empty() => {
                 let buf = &self.held[rng.gen_range(0..self.held.len())];
                 match buf.share() {
-                    Ok(handle) => match transport::send(os, &self.to_next, b"h", vec![handle]) {
+                    Ok(handle) => match transport::send_with(os, &self.to_next, b"h", vec![handle])
+                    {
                         Ok(()) | Err(Error::Disconnected) => {}
                         Err(e) => return Err(e),
                     },
@@ -143,7 +144,7 @@ impl Process {
                     }
                 }
             }
-            11..=12 => match transport::recv(os, &self.from_prev.0) {
+            11..=12 => match transport::recv_with(os, &self.from_prev.0) {
                 Ok(message) => {
                     for handle in message.handles {
                         if let Some(buf) = w.attach_handle(handle, self.from_prev.1)? {

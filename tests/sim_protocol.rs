@@ -310,9 +310,9 @@ fn a_receiver_at_its_fd_limit_gets_too_many_fds() {
         .map(|_| ShmBuf::create_with(&a, 64, &opts).unwrap())
         .collect();
     let handles = bufs.iter().map(|b| b.share().unwrap()).collect();
-    shmrc::transport::send(&a, &to_b, b"three", handles).unwrap();
+    shmrc::transport::send_with(&a, &to_b, b"three", handles).unwrap();
     kernel.set_fd_limit(b.pid(), kernel.open_files(b.pid()) + 2);
-    let err = shmrc::transport::recv(&b, &at_b).unwrap_err();
+    let err = shmrc::transport::recv_with(&b, &at_b).unwrap_err();
     assert!(matches!(err, Error::TooManyFds { .. }), "{err}");
     drop(bufs);
     assert_eq!(
@@ -349,14 +349,14 @@ fn handles_and_fds_travel_over_the_sim_transport() {
     )
     .unwrap();
     anon.write_at(0, PAYLOAD).unwrap();
-    shmrc::transport::send(
+    shmrc::transport::send_with(
         &a,
         &to_b,
         b"two",
         vec![named.share().unwrap(), anon.share().unwrap()],
     )
     .unwrap();
-    let msg = shmrc::transport::recv(&b, &at_b).unwrap();
+    let msg = shmrc::transport::recv_with(&b, &at_b).unwrap();
     assert_eq!(msg.payload, b"two");
     let got: Vec<_> = msg
         .handles
@@ -433,7 +433,9 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
         } else {
             sweep_with(&sweeper, &ns(), false)
         };
-        assert!(matches!(swept, Err(Error::Killed)), "{swept:?}");
+        // Killed part-way: the pass goes on, but every call it makes fails without
+        // effect (as a SIGKILLed process makes none).
+        assert!(kernel.is_killed(sweeper.pid()), "{swept:?}");
         let expected_left = if creators_first {
             first_name
         } else {

@@ -1,6 +1,6 @@
 #![no_main]
-//! Fuzz target `handle`: see `shmrc_fuzz::attacks::handle` for what the bytes are and what
+//! Fuzz target `handle`: see `shmrc_testkit::attacks::handle` for what the bytes are and what
 //! is checked. Seeds: `fuzz/seeds/handle/`.
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
-    shmrc_fuzz::attacks::handle(data);
+    shmrc_testkit::attacks::handle(data);
 });

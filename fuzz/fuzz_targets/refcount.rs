@@ -4,15 +4,14 @@
 //! sweep, switch strategy, each possibly with its process killed inside; see
 //! `Op::decode` in `shmrc-model`), run on the real protocol over the simulated kernel
 //! and on the oracle through the same harness as the model-based tests
-//! (`tests/model_harness`). Any disagreement, or P1–P5 broken after any step or after
+//! (`shmrc_testkit::model_harness`). Any disagreement, or P1–P5 broken after any step or after
 //! the final kill-all and sweep, panics with the property and the operation list.
 //!
 //! Input: one byte of initial strategy settings (bit p: process p starts with
 //! file_system), then the operations (`harness::decode_input`).
 //! Seeds: `fuzz/seeds/refcount/` (written by `tests/model_based.rs`).
 
-#[path = "../../tests/model_harness/mod.rs"]
-mod harness;
+use shmrc_testkit::model_harness as harness;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let (strategies, ops) = harness::decode_input(data);

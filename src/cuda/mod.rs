@@ -83,11 +83,11 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod production {
     use std::sync::Arc;
 
+    use super::real::RealDriver;
     use super::{CudaDevice, FakeDriver};
+    use crate::DefaultOs;
     use crate::buf::CreateOptions;
     use crate::error::Result;
-    use super::real::RealDriver;
-    use crate::DefaultOs;
 
     impl CudaDevice<DefaultOs> {
         /// Device `ordinal` through the real driver (`libcuda.so.1`, loaded now).
@@ -103,11 +103,7 @@ mod production {
 
         /// A fake device of `total` bytes whose memory is shared memory named
         /// `<prefix>-...` in `/dev/shm` (see [`FakeDriver`]).
-        pub fn fake(
-            prefix: &str,
-            total: u64,
-            keepalive: &CreateOptions,
-        ) -> Result<CudaDevice> {
+        pub fn fake(prefix: &str, total: u64, keepalive: &CreateOptions) -> Result<CudaDevice> {
             let driver = FakeDriver::new(DefaultOs::default(), prefix, total)?;
             Ok(CudaDevice::with_driver(
                 DefaultOs::default(),

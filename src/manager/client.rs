@@ -20,13 +20,13 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::mode::{ManagerMode, lock, mode};
-use super::serve;
 use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
+use super::serve;
+use super::sys;
 use super::wire::{self, ManagerStatus, Reply, Request};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
-use super::sys;
 use crate::os::posix::PosixOs;
 
 /// Environment variable: a program that runs the manager as `PROGRAM manager` (the

@@ -101,7 +101,11 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Command {
     let mut command = Command::new(OWN_IMAGE);
     command
         .arg0("shmrc manager")
-        .arg(if role == SERVE { "--foreground" } else { "--start" })
+        .arg(if role == SERVE {
+            "--foreground"
+        } else {
+            "--start"
+        })
         .env(ROLE_ENV, role)
         .env(RUNTIME_DIR_ENV, runtime.path())
         .stdin(Stdio::null())

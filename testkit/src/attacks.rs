@@ -295,7 +295,7 @@ pub fn wire(bytes: &[u8]) -> usize {
     }
     drop(to_receiver);
     loop {
-        match transport::recv(&receiver, &at_receiver) {
+        match transport::recv_with(&receiver, &at_receiver) {
             Ok(message) => {
                 for handle in message.handles {
                     match ShmBuf::attach(handle) {
@@ -333,7 +333,7 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let listener = world.kernel.spawn(UID);
     let (tx, rx) = world.kernel.stream_pair(&sender, &listener);
     let forwarded = ShareHandle::from_bytes_with(&sender, &bare).expect("decode");
-    transport::send(&sender, &tx, b"tensor 7", vec![forwarded]).expect("send");
+    transport::send_with(&sender, &tx, b"tensor 7", vec![forwarded]).expect("send");
     drop(tx);
     let mut frames = vec![0u8];
     let mut chunk = [0u8; 4096];
