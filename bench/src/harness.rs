@@ -6,11 +6,12 @@
 //! A ratio is always cost over cost (time per buffer, per attach, per sweep): 1.10
 //! means 10% slower than the floor, whatever unit the value column uses.
 
+use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use serde_json::json;
+use serde::Serialize;
 use shmrc::os::Os;
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
@@ -436,7 +437,7 @@ pub fn run(args: &BenchOptions) -> Result<()> {
     let rows = result?;
     leftovers?;
     if args.json {
-        print_json(&rows, args.quick, started.elapsed());
+        print_json(&rows, args.quick, started.elapsed())?;
     } else {
         print_tables(&rows);
         println!("measured in {:.1} s", started.elapsed().as_secs_f64());
@@ -547,10 +548,9 @@ fn cleanup(ns: &Namespace) -> Result<()> {
         let _ = floor::unlink_named(&name);
     }
     for name in os.shm_list("")? {
-        if let Ok((found, _)) = Namespace::of_segment(&name, os.uid()) {
-            if found.prefix().starts_with(ns.prefix()) {
-                shmrc::sweep(&found)?;
-            }
+        let found = Namespace::of_segment(&name, os.uid()).map(|(found, _)| found);
+        if let Some(found) = found.ok().filter(|f| f.prefix().starts_with(ns.prefix())) {
+            shmrc::sweep(&found)?;
         }
     }
     let left: Vec<String> = os
@@ -604,31 +604,58 @@ fn print_tables(rows: &[Row]) {
     table.print();
 }
 
-fn print_json(rows: &[Row], quick: bool, took: Duration) {
-    let results: Vec<serde_json::Value> = rows
-        .iter()
-        .map(|row| {
-            let ratios: Vec<serde_json::Value> = row
-                .ratios
-                .iter()
-                .map(|(name, r)| json!({"baseline": name, "ratio": r}))
-                .collect();
-            json!({
-                "workload": row.workload,
-                "size": row.size,
-                "contender": row.contender,
-                "nanos_per_op": row.nanos,
-                "value": row.unit.show(row.nanos, row.size),
-                "unit": row.unit.name(),
-                "ratios": ratios,
+/// The `--json` document.
+#[derive(Serialize)]
+struct Document<'a> {
+    quick: bool,
+    seconds: f64,
+    results: Vec<JsonRow<'a>>,
+}
+
+/// One result in the `--json` document.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    workload: &'a str,
+    size: Option<usize>,
+    contender: &'a str,
+    nanos_per_op: f64,
+    value: f64,
+    unit: &'a str,
+    ratios: Vec<JsonRatio<'a>>,
+}
+
+/// A cost over a baseline's cost.
+#[derive(Serialize)]
+struct JsonRatio<'a> {
+    baseline: &'a str,
+    ratio: f64,
+}
+
+fn print_json(rows: &[Row], quick: bool, took: Duration) -> Result<()> {
+    let document = Document {
+        quick,
+        seconds: took.as_secs_f64(),
+        results: rows
+            .iter()
+            .map(|row| JsonRow {
+                workload: row.workload,
+                size: row.size,
+                contender: &row.contender,
+                nanos_per_op: row.nanos,
+                value: row.unit.show(row.nanos, row.size),
+                unit: row.unit.name(),
+                ratios: row
+                    .ratios
+                    .iter()
+                    .map(|(name, ratio)| JsonRatio {
+                        baseline: name,
+                        ratio: *ratio,
+                    })
+                    .collect(),
             })
-        })
-        .collect();
-    let document = json!({
-        "quick": quick,
-        "seconds": took.as_secs_f64(),
-        "results": results,
-    });
-    // A `Value` always serializes.
-    println!("{document:#}");
+            .collect(),
+    };
+    let text = serde_json::to_string_pretty(&document)
+        .map_err(|e| Error::InvalidArgument(format!("the bench's JSON document: {e}")))?;
+    writeln!(std::io::stdout().lock(), "{text}").map_err(|e| Error::os("write stdout", e))
 }
