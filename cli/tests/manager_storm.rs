@@ -18,8 +18,8 @@
 //! temporary directory). The bounds are generous failure thresholds, not measurements:
 //! the latency is measured by the benchmarks (`docs/PERFORMANCE.md`).
 //!
-//! Run: `cargo test --test manager_storm -- --nocapture` (`SHMRC_STORM_CASES`, default
-//! 16, runs more cases).
+//! Run: `cargo test -p shmrc-cli --test manager_storm -- --nocapture`
+//! (`SHMRC_STORM_CASES`, default 16, runs more cases).
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod common;

@@ -4,8 +4,8 @@
 //!
 //! Consumers run in peer processes: this bench binary re-executes itself, and a process
 //! started with `SHMRC_BENCH_CONTENDER` in its environment serves as the peer
-//! instead of benchmarking. `cargo bench` runs everything; `cargo bench -- ping_pong`
-//! one group.
+//! instead of benchmarking. `cargo bench -p shmrc-bench` runs everything;
+//! `cargo bench -p shmrc-bench -- ping_pong` one group.
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod real;
