@@ -22,7 +22,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 /// How long one unlink may take before its round counts as failed.
-const GIVE_UP: Duration = Duration::from_secs(5);
+pub const GIVE_UP: Duration = Duration::from_secs(5);
 /// The segments' size.
 const LEN: usize = 4096;
 
