@@ -13,13 +13,14 @@ releases and acks; stream keeps up to 64 buffers in flight, fewer so that at mos
   after the ack.
 
 It also runs `shmrc bench --json` (shmrc and the raw-syscall floor) in the same run,
-reads the criterion estimates of the Rust peers if `cargo bench` left them, prints
-one table and writes a JSON document and a PNG plot of microseconds per buffer against
-size.
+reads the criterion estimates of the Rust peers if `cargo bench -p shmrc-bench` left
+them, prints one table and writes a JSON document and a PNG plot of microseconds per
+buffer against size.
 
-Usage (after `cargo build --release` and `pip install torch matplotlib`):
+Usage, from the repository root (after `cargo build --release -p shmrc-cli` and
+`pip install torch matplotlib`):
 
-    python3 benches/peers.py [--shmrc target/release/shmrc] [--quick]
+    python3 bench/peers.py [--shmrc target/release/shmrc] [--quick]
         [--out docs/perf] [--criterion target/criterion]
 
 torch is optional: without it only multiprocessing.shared_memory runs.
@@ -183,7 +184,7 @@ def run_shmrc(binary, quick):
 
 
 def criterion_peers(directory):
-    """Mean ns per ping-pong of the Rust peers from `cargo bench` (if it ran)."""
+    """Mean ns per ping-pong of the Rust peers from `cargo bench -p shmrc-bench` (if it ran)."""
     found = {}
     for path in glob.glob(os.path.join(directory, "ping_pong", "*", "*", "new", "estimates.json")):
         parts = path.split(os.sep)

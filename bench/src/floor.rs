@@ -1,4 +1,4 @@
-//! The raw-syscall floor that the benchmarks (`benches/`, `shmrc bench`) measure shmrc
+//! The raw-syscall floor that the benchmarks (the criterion benches and `shmrc bench`) measure shmrc
 //! against: sharing memory with the bare system calls and no protocol at all — no
 //! header, no holder slots, no validation, no refcount. A floor buffer is `memfd_create`
 //! (or `shm_open` of a name) + `ftruncate` (+ `posix_fallocate` when asked) + `mmap`;
@@ -14,7 +14,7 @@
 //! drop), and every access is bounds-checked against that length first; the bytes may
 //! be written concurrently by another process, so they are only touched with volatile
 //! one-byte accesses (torn values are possible, undefined behaviour is not), as in
-//! [`super::posix`].
+//! shmrc's own POSIX backend.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
@@ -32,8 +32,8 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, s
 use nix::sys::stat::Mode;
 use nix::unistd::ftruncate;
 
-use super::MAX_FDS_PER_SEND;
-use crate::error::{Error, Result};
+use shmrc::os::MAX_FDS_PER_SEND;
+use shmrc::{Error, Result};
 
 /// Sizes a fresh object: `ftruncate`, then `posix_fallocate` when `reserve` (what
 /// shmrc does, so that a full `/dev/shm` is an error and never a SIGBUS).

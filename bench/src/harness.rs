@@ -6,14 +6,16 @@
 //! A ratio is always cost over cost (time per buffer, per attach, per sweep): 1.10
 //! means 10% slower than the floor, whatever unit the value column uses.
 
+use std::io::Write;
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use shmrc::os::Os;
-use crate::floor::{self, FloorMap};
-use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy};
+use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
+use crate::floor::{self, FloorMap};
 use crate::kill_latency;
 use crate::table::{Table, bytes};
 use crate::workloads::{
@@ -21,19 +23,15 @@ use crate::workloads::{
     ping_pong, stream, window_for,
 };
 
-/// Options of `shmrc bench`.
-#[derive(clap::Args)]
-pub struct BenchArgs {
+/// Options of `shmrc bench` (the CLI parses them).
+#[derive(Clone, Debug, Default)]
+pub struct BenchOptions {
     /// Fewer rounds and shorter batches (well under a minute): for CI.
-    #[arg(long)]
-    quick: bool,
+    pub quick: bool,
     /// Print one JSON document instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Run only this workload (ping-pong, stream, attach/release, clone/drop, finalize,
-    /// sweep, creation).
-    #[arg(long)]
-    only: Option<String>,
+    pub json: bool,
+    /// Run only this workload (one of [`WORKLOADS`]).
+    pub only: Option<String>,
 }
 
 /// How long to measure.
@@ -319,7 +317,7 @@ fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
 /// A sweep of `count` segments whose only holder was SIGKILLed, against listing
 /// `/dev/shm` and unlinking as many floor objects.
 fn sweep(ns_prefix: &str, counts: &[usize]) -> Result<Vec<Row>> {
-    let os = PosixOs;
+    let os = DefaultOs::default();
     let mut out = Vec::new();
     for &count in counts {
         let ns = Namespace::new(format!("{ns_prefix}-sweep{count}"))?;
@@ -416,7 +414,7 @@ fn creation(len: usize, effort: Effort) -> Result<Vec<Row>> {
 }
 
 /// Runs `shmrc bench`.
-pub fn run(args: &BenchArgs) -> Result<()> {
+pub fn run(args: &BenchOptions) -> Result<()> {
     let effort = if args.quick {
         Effort {
             rounds: 5,
@@ -439,7 +437,7 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     let rows = result?;
     leftovers?;
     if args.json {
-        print_json(&rows, args.quick, started.elapsed());
+        print_json(&rows, args.quick, started.elapsed())?;
     } else {
         print_tables(&rows);
         println!("measured in {:.1} s", started.elapsed().as_secs_f64());
@@ -447,7 +445,8 @@ pub fn run(args: &BenchArgs) -> Result<()> {
     Ok(())
 }
 
-const WORKLOADS: [&str; 8] = [
+/// The workloads `--only` may name.
+pub const WORKLOADS: [&str; 8] = [
     "ping-pong",
     "stream",
     "attach/release",
@@ -544,15 +543,14 @@ fn sigkill_to_unlink(ns: &Namespace, rounds: usize, others: &[usize]) -> Result<
 /// Sweeps the bench's namespaces and unlinks floor objects a failed run left; an error
 /// if anything of this run is still in `/dev/shm` afterwards.
 fn cleanup(ns: &Namespace) -> Result<()> {
-    let os = PosixOs;
+    let os = DefaultOs::default();
     for name in os.shm_list(ns.prefix())? {
         let _ = floor::unlink_named(&name);
     }
     for name in os.shm_list("")? {
-        if let Ok((found, _)) = Namespace::of_segment(&name, os.uid()) {
-            if found.prefix().starts_with(ns.prefix()) {
-                shmrc::sweep(&found)?;
-            }
+        let found = Namespace::of_segment(&name, os.uid()).map(|(found, _)| found);
+        if let Some(found) = found.ok().filter(|f| f.prefix().starts_with(ns.prefix())) {
+            shmrc::sweep(&found)?;
         }
     }
     let left: Vec<String> = os
@@ -606,43 +604,58 @@ fn print_tables(rows: &[Row]) {
     table.print();
 }
 
-fn json_string(s: &str) -> String {
-    let escaped: String = s
-        .chars()
-        .flat_map(|c| match c {
-            '"' => vec!['\\', '"'],
-            '\\' => vec!['\\', '\\'],
-            c if (c as u32) < 0x20 => format!("\\u{:04x}", c as u32).chars().collect(),
-            c => vec![c],
-        })
-        .collect();
-    format!("\"{escaped}\"")
+/// The `--json` document.
+#[derive(Serialize)]
+struct Document<'a> {
+    quick: bool,
+    seconds: f64,
+    results: Vec<JsonRow<'a>>,
 }
 
-fn print_json(rows: &[Row], quick: bool, took: Duration) {
-    let results: Vec<String> = rows
-        .iter()
-        .map(|row| {
-            let ratios: Vec<String> = row
-                .ratios
-                .iter()
-                .map(|(name, r)| format!("{{\"baseline\": {}, \"ratio\": {r:.4}}}", json_string(name)))
-                .collect();
-            format!(
-                "    {{\"workload\": {}, \"size\": {}, \"contender\": {}, \"nanos_per_op\": {:.1}, \"value\": {:.4}, \"unit\": {}, \"ratios\": [{}]}}",
-                json_string(row.workload),
-                row.size.map_or("null".into(), |s| s.to_string()),
-                json_string(&row.contender),
-                row.nanos,
-                row.unit.show(row.nanos, row.size),
-                json_string(row.unit.name()),
-                ratios.join(", ")
-            )
-        })
-        .collect();
-    println!("{{");
-    println!("  \"quick\": {quick},");
-    println!("  \"seconds\": {:.1},", took.as_secs_f64());
-    println!("  \"results\": [\n{}\n  ]", results.join(",\n"));
-    println!("}}");
+/// One result in the `--json` document.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    workload: &'a str,
+    size: Option<usize>,
+    contender: &'a str,
+    nanos_per_op: f64,
+    value: f64,
+    unit: &'a str,
+    ratios: Vec<JsonRatio<'a>>,
+}
+
+/// A cost over a baseline's cost.
+#[derive(Serialize)]
+struct JsonRatio<'a> {
+    baseline: &'a str,
+    ratio: f64,
+}
+
+fn print_json(rows: &[Row], quick: bool, took: Duration) -> Result<()> {
+    let document = Document {
+        quick,
+        seconds: took.as_secs_f64(),
+        results: rows
+            .iter()
+            .map(|row| JsonRow {
+                workload: row.workload,
+                size: row.size,
+                contender: &row.contender,
+                nanos_per_op: row.nanos,
+                value: row.unit.show(row.nanos, row.size),
+                unit: row.unit.name(),
+                ratios: row
+                    .ratios
+                    .iter()
+                    .map(|(name, ratio)| JsonRatio {
+                        baseline: name,
+                        ratio: *ratio,
+                    })
+                    .collect(),
+            })
+            .collect(),
+    };
+    let text = serde_json::to_string_pretty(&document)
+        .map_err(|e| Error::InvalidArgument(format!("the bench's JSON document: {e}")))?;
+    writeln!(std::io::stdout().lock(), "{text}").map_err(|e| Error::os("write stdout", e))
 }

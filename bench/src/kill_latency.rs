@@ -22,7 +22,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 /// How long one unlink may take before its round counts as failed.
-const GIVE_UP: Duration = Duration::from_secs(5);
+pub const GIVE_UP: Duration = Duration::from_secs(5);
 /// The segments' size.
 const LEN: usize = 4096;
 
@@ -87,7 +87,7 @@ fn measure_in(
         .namespace(ns.clone());
     let mut rows = Vec::new();
     for &count in others {
-        let kept: Vec<ShmBuf<shmrc::PosixOs>> = (0..count)
+        let kept: Vec<ShmBuf> = (0..count)
             .map(|_| ShmBuf::with_options(LEN, &options))
             .collect::<Result<_>>()?;
         for victim in [Victim::Creator, Victim::Attacher] {
@@ -123,7 +123,7 @@ fn round(
             let ours = ShmBuf::with_options(LEN, options)?;
             let name = ours.name().unwrap_or_default().to_owned();
             let bytes = ours.share()?.into_bytes()?;
-            victim.ask(&format!("attach {}", hex(&bytes)))?;
+            victim.ask(&format!("attach {}", hex::encode(&bytes)))?;
             ours.release()?;
             name
         }
@@ -244,7 +244,7 @@ pub fn serve_victim() -> Result<()> {
     Ok(())
 }
 
-fn obey(line: &str, held: &mut Vec<ShmBuf<shmrc::PosixOs>>) -> Result<String> {
+fn obey(line: &str, held: &mut Vec<ShmBuf>) -> Result<String> {
     match line.split_once(' ') {
         Some(("create", prefix)) => {
             let options = CreateOptions::new()
@@ -256,8 +256,8 @@ fn obey(line: &str, held: &mut Vec<ShmBuf<shmrc::PosixOs>>) -> Result<String> {
             Ok(name)
         }
         Some(("attach", text)) => {
-            let bytes =
-                unhex(text).ok_or_else(|| Error::InvalidArgument(format!("not hex: {text:?}")))?;
+            let bytes = hex::decode(text)
+                .map_err(|e| Error::InvalidArgument(format!("not hex ({e}): {text:?}")))?;
             held.push(ShmBuf::attach(ShareHandle::from_bytes(&bytes)?)?);
             Ok("attached".into())
         }
@@ -265,33 +265,9 @@ fn obey(line: &str, held: &mut Vec<ShmBuf<shmrc::PosixOs>>) -> Result<String> {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    (0..text.len())
-        .step_by(2)
-        .map(|i| u8::from_str_radix(text.get(i..i + 2)?, 16).ok())
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn hex_round_trips_and_refuses_what_is_not_hex() {
-        assert_eq!(
-            unhex(&hex(&[0, 1, 0xab, 0xff])),
-            Some(vec![0, 1, 0xab, 0xff])
-        );
-        assert_eq!(unhex("abc"), None, "odd length");
-        assert_eq!(unhex("zz"), None, "not hex digits");
-    }
 
     #[test]
     fn a_victim_refuses_an_unknown_command_and_a_bad_handle() {
@@ -300,10 +276,12 @@ mod tests {
             obey("dance", &mut held),
             Err(Error::InvalidArgument(_))
         ));
-        assert!(matches!(
-            obey("attach 0g", &mut held),
-            Err(Error::InvalidArgument(_))
-        ));
+        for not_hex in ["attach 0g", "attach abc"] {
+            assert!(matches!(
+                obey(not_hex, &mut held),
+                Err(Error::InvalidArgument(_))
+            ));
+        }
         assert!(obey("attach 00", &mut held).is_err(), "a truncated handle");
         assert!(held.is_empty());
     }

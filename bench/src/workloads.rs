@@ -1,5 +1,5 @@
 //! The benchmark workloads and their contenders, shared by `shmrc bench` and the
-//! criterion benches (which include this file by path, so both time the very same code).
+//! criterion benches (so both time the very same code).
 //!
 //! A [`Contender`] is one way of sharing memory: shmrc with a strategy, or the
 //! raw-syscall floor ([`crate::floor`]) with the matching mechanism. Its producer side
@@ -24,7 +24,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crate::floor::{self, FloorMap};
-use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy, transport};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy, transport};
 
 /// Environment variable naming the contender a peer process serves.
 pub const PEER_CONTENDER: &str = "SHMRC_BENCH_CONTENDER";
@@ -104,27 +104,27 @@ impl Shmrc {
 }
 
 impl Contender for Shmrc {
-    type Buf = ShmBuf<PosixOs>;
+    type Buf = ShmBuf;
 
     fn name(&self) -> String {
         format!("shmrc {}", self.strategy)
     }
 
-    fn create(&mut self, len: usize) -> Result<ShmBuf<PosixOs>> {
+    fn create(&mut self, len: usize) -> Result<ShmBuf> {
         let buf = ShmBuf::with_options(len, &self.options)?;
         buf.write_at(0, &[1])?;
         Ok(buf)
     }
 
-    fn send(&mut self, stream: &UnixStream, buf: &ShmBuf<PosixOs>, count: usize) -> Result<()> {
+    fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
         let handles = (0..count)
             .map(|_| buf.share())
             .collect::<Result<Vec<_>>>()?;
-        transport::send(&PosixOs, stream, b"", handles)
+        transport::send(stream, b"", handles)
     }
 
     fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
-        let message = match transport::recv(&PosixOs, stream) {
+        let message = match transport::recv(stream) {
             Ok(m) => m,
             Err(Error::Disconnected) => return Ok(None),
             Err(e) => return Err(e),
@@ -541,8 +541,6 @@ pub fn serve_builtin() -> Option<Result<()>> {
     })
 }
 
-// The criterion bench includes this file too, without a test harness: the tests name
-// what they use by path, so that build sees no unused import.
 #[cfg(test)]
 mod tests {
     #[test]

@@ -1,14 +1,17 @@
 //! Argument parsing and the `ls` and `sweep` commands.
 
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use shmrc::os::Os;
-use shmrc::sweep::{Action, SweepReport};
-use shmrc::{Namespace, PosixOs};
+use shmrc::{DefaultOs, Namespace, SweepReport};
+use shmrc_bench::harness::BenchOptions;
+use shmrc_bench::table::{Table, age, bytes};
+use shmrc_bench::workloads::PEER_CONTENDER;
 
-use crate::table::{Table, age, bytes};
+use crate::error::{CliError, Result};
+use crate::report::{Listing, NamespaceView, Swept};
 
 #[derive(Parser)]
 #[command(
@@ -31,6 +34,9 @@ enum Command {
         /// Only this namespace prefix (default: every shmrc namespace of this user).
         #[arg(long)]
         namespace: Option<String>,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Reclaim dead holders' slots and unlink what nobody holds.
     Sweep {
@@ -40,6 +46,9 @@ enum Command {
         /// Say what would be done, change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// One JSON document instead of a table.
+        #[arg(long)]
+        json: bool,
     },
     /// Run the user's manager (the daemon that sweeps when a process dies), or start
     /// one detached.
@@ -51,7 +60,7 @@ enum Command {
         json: bool,
     },
     /// Measure shmrc against the raw-syscall floor and print the ratios.
-    Bench(crate::bench::BenchArgs),
+    Bench(BenchArgs),
     /// A benchmark peer process (started by `bench`; configured by its environment).
     #[command(hide = true)]
     BenchPeer,
@@ -70,43 +79,90 @@ enum Command {
     },
 }
 
+/// Options of `shmrc bench`.
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// Fewer rounds and shorter batches (well under a minute): for CI.
+    #[arg(long)]
+    quick: bool,
+    /// Print one JSON document instead of tables.
+    #[arg(long)]
+    json: bool,
+    /// Run only this workload (ping-pong, stream, attach/release, clone/drop, finalize,
+    /// sweep, creation, sigkill-to-unlink).
+    #[arg(long)]
+    only: Option<String>,
+}
+
 /// Runs the command line.
-pub fn main() -> ExitCode {
-    let cli = Cli::parse();
-    let result = match cli.command {
-        Command::Demo(args) => crate::demo::run(&args),
-        Command::Ls { namespace } => ls(namespace.as_deref()),
-        Command::Sweep { namespace, dry_run } => sweep(namespace.as_deref(), dry_run),
-        Command::Manager(args) => crate::manager::run(&args),
-        Command::Status { json } => crate::status::run(json),
-        Command::Worker { socket, id } => crate::worker::run(&socket, id),
-        Command::Bench(args) => crate::bench::run(&args),
-        Command::BenchVictim => crate::kill_latency::serve_victim(),
-        Command::BenchPeer => crate::workloads::serve_builtin().unwrap_or_else(|| {
-            Err(shmrc::Error::InvalidArgument(
-                "bench-peer: unknown contender in the environment".into(),
-            ))
-        }),
-    };
-    match result {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("shmrc: {e}");
-            ExitCode::FAILURE
-        }
+pub fn main() -> Result<()> {
+    match Cli::parse().command {
+        Command::Demo(args) => crate::demo::run(&args)?,
+        Command::Ls { namespace, json } => ls(namespace.as_deref(), json)?,
+        Command::Sweep {
+            namespace,
+            dry_run,
+            json,
+        } => sweep(namespace.as_deref(), dry_run, json)?,
+        Command::Manager(args) => crate::manager::run(&args)?,
+        Command::Status { json } => crate::status::run(json)?,
+        Command::Worker { socket, id } => crate::worker::run(&socket, id)?,
+        Command::Bench(args) => shmrc_bench::harness::run(&BenchOptions {
+            quick: args.quick,
+            json: args.json,
+            only: args.only,
+        })?,
+        Command::BenchVictim => shmrc_bench::kill_latency::serve_victim()?,
+        Command::BenchPeer => match shmrc_bench::workloads::serve_builtin() {
+            Some(served) => served?,
+            None => {
+                let name = std::env::var_os(PEER_CONTENDER).unwrap_or_default();
+                return Err(CliError::UnknownBenchPeer(name));
+            }
+        },
     }
+    Ok(())
 }
 
 /// The namespaces to look at: the one given, or every shmrc namespace of this user
 /// found in `/dev/shm`.
-fn namespaces(given: Option<&str>) -> shmrc::Result<Vec<Namespace>> {
+fn namespaces(given: Option<&str>) -> Result<Vec<Namespace>> {
     if let Some(prefix) = given {
         return Ok(vec![Namespace::new(prefix)?]);
     }
-    shmrc::manager::server::namespaces_found(&PosixOs)
+    Ok(shmrc::manager::server::namespaces_found(
+        &DefaultOs::default(),
+    )?)
 }
 
-fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
+/// Prints `value` as one JSON document on stdout: indented, or on one line.
+pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    if pretty {
+        serde_json::to_writer_pretty(&mut out, value)?;
+    } else {
+        serde_json::to_writer(&mut out, value)?;
+    }
+    writeln!(out).map_err(|e| CliError::Json(serde_json::Error::io(e)))?;
+    Ok(())
+}
+
+fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
+    let now = DefaultOs::default().now_unix_nanos();
+    let mut listing = Listing {
+        manager: None,
+        namespaces: Vec::new(),
+    };
+    for ns in namespaces(namespace)? {
+        let report = shmrc::inspect(&ns)?;
+        listing
+            .namespaces
+            .push(NamespaceView::new(&ns, &report, false, now));
+    }
+    if json {
+        listing.manager = crate::status::manager_summary();
+        return print_json(&listing, true);
+    }
     let mut table = Table::new([
         "NAME",
         "SIZE",
@@ -115,32 +171,22 @@ fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
         "AGE",
         "STATE",
     ]);
-    let now = PosixOs.now_unix_nanos();
-    for ns in namespaces(namespace)? {
-        for seg in shmrc::inspect(&ns)?.segments {
-            let holders = match (&seg.census, &seg.fields) {
-                (Some(c), Some(f)) => format!(
-                    "{}/{}/{}/{}",
-                    c.live, c.in_flight, c.dead, f.layout.capacity
-                ),
-                _ => "-".into(),
-            };
-            let creator = format!(
+    for seg in listing.namespaces.iter().flat_map(|ns| &ns.segments) {
+        table.row([
+            seg.name.clone(),
+            seg.size.map_or("-".into(), |len| bytes(len as u64)),
+            seg.holders.as_ref().map_or("-".into(), |h| {
+                format!("{}/{}/{}/{}", h.live, h.in_flight, h.dead, h.capacity)
+            }),
+            format!(
                 "{} ({})",
-                seg.parts.creator.pid(),
-                if seg.creator_alive { "alive" } else { "dead" }
-            );
-            table.row([
-                seg.name.clone(),
-                seg.fields
-                    .map_or("-".into(), |f| bytes(f.layout.data_len as u64)),
-                holders,
-                creator,
-                seg.fields
-                    .map_or("-".into(), |f| age(now.saturating_sub(f.created_at_nanos))),
-                state(&seg.action, false),
-            ]);
-        }
+                seg.creator.pid,
+                if seg.creator.alive { "alive" } else { "dead" }
+            ),
+            seg.created_at_unix_nanos
+                .map_or("-".into(), |at| age(now.saturating_sub(at))),
+            seg.state.clone(),
+        ]);
     }
     println!("{}", crate::status::manager_line());
     if table.is_empty() {
@@ -153,24 +199,38 @@ fn ls(namespace: Option<&str>) -> shmrc::Result<()> {
     Ok(())
 }
 
-fn sweep(namespace: Option<&str>, dry_run: bool) -> shmrc::Result<()> {
-    let mut total = SweepReport::default();
-    let mut table = Table::new(["NAME", "RECLAIMED", "ACTION"]);
+fn sweep(namespace: Option<&str>, dry_run: bool, json: bool) -> Result<()> {
+    let now = DefaultOs::default().now_unix_nanos();
+    let mut swept = Swept {
+        manager: None,
+        dry_run,
+        namespaces: Vec::new(),
+        reclaimed: 0,
+        unlinked: 0,
+    };
     for ns in namespaces(namespace)? {
-        let report = if dry_run {
+        let report: SweepReport = if dry_run {
             shmrc::inspect(&ns)?
         } else {
             shmrc::sweep(&ns)?
         };
-        for seg in &report.segments {
-            table.row([
-                seg.name.clone(),
-                seg.reclaimed.to_string(),
-                state(&seg.action, !dry_run),
-            ]);
-        }
-        total.reclaimed += report.reclaimed;
-        total.unlinked += report.unlinked;
+        swept.reclaimed += report.reclaimed;
+        swept.unlinked += report.unlinked;
+        swept
+            .namespaces
+            .push(NamespaceView::new(&ns, &report, !dry_run, now));
+    }
+    if json {
+        swept.manager = crate::status::manager_summary();
+        return print_json(&swept, true);
+    }
+    let mut table = Table::new(["NAME", "RECLAIMED", "ACTION"]);
+    for seg in swept.namespaces.iter().flat_map(|ns| &ns.segments) {
+        table.row([
+            seg.name.clone(),
+            seg.reclaimed.to_string(),
+            seg.state.clone(),
+        ]);
     }
     println!("{}", crate::status::manager_line());
     if !table.is_empty() {
@@ -184,23 +244,7 @@ fn sweep(namespace: Option<&str>, dry_run: bool) -> shmrc::Result<()> {
     let unlinked = if dry_run { "would unlink" } else { "unlinked" };
     println!(
         "{verb} {} dead holder slot(s), {unlinked} {} segment(s)",
-        total.reclaimed, total.unlinked
+        swept.reclaimed, swept.unlinked
     );
     Ok(())
-}
-
-/// How an action reads in a table; `done` = the sweep really ran.
-fn state(action: &Action, done: bool) -> String {
-    match (action, done) {
-        (Action::Kept, _) => "held".into(),
-        (Action::Unlinked, true) => "unlinked".into(),
-        (Action::Unlinked, false) => "unheld (a sweep unlinks it)".into(),
-        (Action::RemovedHalfCreated, true) => "half-created, removed".into(),
-        (Action::RemovedHalfCreated, false) => {
-            "half-created by a dead creator (a sweep removes it)".into()
-        }
-        (Action::BeingCreated, _) => "being created".into(),
-        (Action::Vanished, _) => "gone".into(),
-        (Action::Skipped(e), _) => format!("left alone: {e}"),
-    }
 }

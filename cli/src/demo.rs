@@ -15,10 +15,12 @@ use std::time::{Duration, Instant};
 
 use shmrc::holders::Outcome;
 use shmrc::os::Os;
-use shmrc::{CreateOptions, Error, Namespace, PosixOs, Result, ShmBuf, Strategy, transport};
+use shmrc::{
+    CreateOptions, DefaultOs, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport,
+};
 
-use crate::table::{Table, bytes};
 use crate::worker::{checksum, fnv1a};
+use shmrc_bench::table::{Table, bytes};
 
 /// Options of `shmrc demo`.
 #[derive(clap::Args)]
@@ -75,7 +77,7 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 }
 
 fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
-    let os = PosixOs;
+    let os = DefaultOs::default();
     println!(
         "shmrc demo: {} workers, {} buffers of {} per strategy, namespace {ns}",
         args.workers,
@@ -86,7 +88,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     let mut ledger: BTreeMap<&str, Row> = BTreeMap::new();
 
     // 1. Create buffers, switching the process-wide strategy between batches.
-    let mut buffers: Vec<(ShmBuf<PosixOs>, u64)> = Vec::new();
+    let mut buffers: Vec<(ShmBuf, u64)> = Vec::new();
     for strategy in shmrc::all_sharing_strategies() {
         shmrc::set_sharing_strategy(*strategy);
         println!(
@@ -116,7 +118,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
             .map(|(b, _)| b.share())
             .collect::<Result<Vec<_>>>()?;
         let sums: Vec<String> = buffers.iter().map(|(_, s)| s.to_string()).collect();
-        let reply = ask(&os, worker, &format!("hold {}", sums.join(" ")), handles)?;
+        let reply = ask(worker, &format!("hold {}", sums.join(" ")), handles)?;
         println!("    worker {id} (pid {}): {reply}", worker.child.id());
         for (b, _) in &buffers {
             ledger.entry(b.strategy().name()).or_default().attached += 1;
@@ -136,7 +138,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     // 3. SIGKILL one worker while it holds everything, and one segment only it holds:
     //    the manager sweeps when it dies and unlinks that segment while the job runs.
     let (victim_id, mut victim) = workers.0.pop_first().expect("at least two workers");
-    let own = own_segment(&os, &victim, ns, args.size)?;
+    let own = own_segment(&victim, ns, args.size)?;
     let fs = ledger.entry(Strategy::FileSystem.name()).or_default();
     fs.created += 1;
     fs.attached += 1;
@@ -160,7 +162,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
 
     // 4. The others still read their data.
     for (id, worker) in &workers.0 {
-        println!("[4] worker {id}: {}", ask(&os, worker, "verify", vec![])?);
+        println!("[4] worker {id}: {}", ask(worker, "verify", vec![])?);
     }
     if let Some(census) = watched.as_ref().and_then(ShmBuf::census) {
         println!(
@@ -204,7 +206,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
         }
     }
     for (id, worker) in &workers.0 {
-        let reply = ask(&os, worker, "release", vec![])?;
+        let reply = ask(worker, "release", vec![])?;
         println!("    worker {id}: {reply}");
         let n: u32 = reply
             .strip_prefix("released ")
@@ -214,7 +216,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
             .entry(Strategy::FileSystem.name())
             .or_default()
             .unlinked += n;
-        ask(&os, worker, "exit", vec![])?;
+        ask(worker, "exit", vec![])?;
     }
     for worker in workers.0.values_mut() {
         worker.child.wait().map_err(|e| Error::os("waitpid", e))?;
@@ -304,7 +306,7 @@ fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
                 stream
                     .set_nonblocking(false)
                     .map_err(|e| Error::os("fcntl", e))?;
-                let hello = transport::recv(&PosixOs, &stream)?;
+                let hello = transport::recv(&stream)?;
                 let text = String::from_utf8_lossy(&hello.payload).into_owned();
                 let id: u32 = text
                     .split_whitespace()
@@ -334,17 +336,16 @@ fn start_workers(socket: &PathBuf, count: u32) -> Result<Workers> {
     Ok(workers)
 }
 
-/// Sends a command (with handles) and waits for the reply; an `error` reply is an error.
 /// Creates a file_system buffer, hands it to `worker` and drops this process's
 /// reference: only the worker holds it. Returns its name.
-fn own_segment(os: &PosixOs, worker: &Worker, ns: &Namespace, size: usize) -> Result<String> {
+fn own_segment(worker: &Worker, ns: &Namespace, size: usize) -> Result<String> {
     let options = CreateOptions::new()
         .namespace(ns.clone())
         .strategy(Strategy::FileSystem);
     let buf = ShmBuf::with_options(size, &options)?;
     let name = buf.name().unwrap_or_default().to_owned();
     let sum = checksum(&buf)?;
-    ask(os, worker, &format!("hold {sum}"), vec![buf.share()?])?;
+    ask(worker, &format!("hold {sum}"), vec![buf.share()?])?;
     buf.release()?;
     Ok(name)
 }
@@ -352,7 +353,7 @@ fn own_segment(os: &PosixOs, worker: &Worker, ns: &Namespace, size: usize) -> Re
 /// Waits (at most 5 s) until the manager's sweep has unlinked `own`, the dead worker's
 /// own segment, and books what the manager reclaimed and unlinked since `before`.
 fn watch_manager_sweep(
-    os: &PosixOs,
+    os: &DefaultOs,
     ns: &Namespace,
     own: &str,
     killed_at: Instant,
@@ -390,14 +391,10 @@ fn watch_manager_sweep(
     Ok(())
 }
 
-fn ask(
-    os: &PosixOs,
-    worker: &Worker,
-    command: &str,
-    handles: Vec<shmrc::ShareHandle<PosixOs>>,
-) -> Result<String> {
-    transport::send(os, &worker.stream, command.as_bytes(), handles)?;
-    let reply = String::from_utf8_lossy(&transport::recv(os, &worker.stream)?.payload).into_owned();
+/// Sends a command (with handles) and waits for the reply; an `error` reply is an error.
+fn ask(worker: &Worker, command: &str, handles: Vec<ShareHandle>) -> Result<String> {
+    transport::send(&worker.stream, command.as_bytes(), handles)?;
+    let reply = String::from_utf8_lossy(&transport::recv(&worker.stream)?.payload).into_owned();
     match reply.strip_prefix("error ") {
         Some(e) => Err(Error::InvalidArgument(format!("worker: {e}"))),
         None => Ok(reply),

@@ -2,31 +2,33 @@
 //! buffers with both strategies, one SIGKILLed, a sweep, a ledger); `ls` and `sweep`
 //! show and clean this user's segments; `manager` runs the per-user daemon that sweeps
 //! when a process dies, and `status` shows it; `bench` measures shmrc against the raw
-//! syscalls. `worker` is the child process `demo` and the
+//! syscalls (the `shmrc-bench` package). `worker` is the child process `demo` and the
 //! integration tests start; it is not meant to be run by hand.
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod bench;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod cli;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod demo;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod kill_latency;
+mod error;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod manager;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod report;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod status;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod table;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod worker;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod workloads;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 fn main() -> std::process::ExitCode {
-    cli::main()
+    match cli::main() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shmrc: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
 }
 
 #[cfg(any(feature = "loom", feature = "shuttle"))]

@@ -1,17 +1,17 @@
 //! `shmrc manager`: runs the user's manager in the foreground (logging to stderr), or
 //! starts one detached in a session of its own (logging to `manager.log` in the runtime
-//! directory), waits until it answers, prints its pid and exits.
+//! directory, [`serve::start_detached`]), waits until it answers, prints its pid and
+//! exits.
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use shmrc::manager::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
+use shmrc::DefaultOs;
+use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::serve;
 use shmrc::manager::server::{self, Config, Ended};
-use shmrc::os::{Os, daemon};
-use shmrc::{Error, PosixOs, Result};
+use shmrc::os::Os;
 
-/// How long `shmrc manager` waits for the manager it started to answer.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+use crate::error::Result;
 
 /// Options of `shmrc manager`.
 #[derive(clap::Args)]
@@ -28,63 +28,18 @@ pub struct ManagerArgs {
 
 /// Runs `shmrc manager`.
 pub fn run(args: &ManagerArgs) -> Result<()> {
-    let runtime = RuntimeDir::for_user(PosixOs.uid());
+    let runtime = RuntimeDir::for_user(DefaultOs::default().uid());
     let grace = match args.grace_ms {
         Some(ms) => Duration::from_millis(ms),
         None => server::grace_from_env()?,
     };
     if !args.foreground {
-        return start_detached(&runtime, grace);
+        println!("{}", serve::start_detached(&runtime, grace)?);
+        return Ok(());
     }
-    tracing_subscriber::fmt()
-        .with_writer(std::io::stderr)
-        .with_target(false)
-        .init();
     let socket = runtime.socket()?;
     if server::run(&Config { runtime, grace })? == Ended::AlreadyRunning {
         eprintln!("a manager already runs at {}", socket.display());
     }
     Ok(())
-}
-
-/// Starts `shmrc manager --foreground` in a new session with its stderr appended to the
-/// log, and waits until a manager answers (it, or one that won the race to start).
-fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<()> {
-    runtime.ensure(PosixOs.uid())?;
-    if let Ok(status) = shmrc::manager::status() {
-        println!("{}", status.pid);
-        return Ok(());
-    }
-    let log = runtime.open_log()?;
-    let program = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
-    let mut command = Command::new(&program);
-    command
-        .args(["manager", "--foreground", "--grace-ms"])
-        .arg(grace.as_millis().to_string())
-        .env(RUNTIME_DIR_ENV, runtime.path())
-        .current_dir("/")
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(log);
-    let mut child =
-        daemon::spawn_in_new_session(&mut command).map_err(|e| Error::ManagerStart {
-            program: program.clone(),
-            why: format!("cannot spawn it: {e}"),
-        })?;
-    let deadline = Instant::now() + START_TIMEOUT;
-    loop {
-        if let Ok(status) = shmrc::manager::status() {
-            println!("{}", status.pid);
-            return Ok(());
-        }
-        let exited = child.try_wait().ok().flatten();
-        if exited.is_some_and(|s| !s.success()) || Instant::now() >= deadline {
-            let what = exited.map_or("it did not answer in time".into(), |s| format!("it {s}"));
-            return Err(Error::ManagerStart {
-                program,
-                why: format!("{what}; see {}", runtime.log().display()),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
 }

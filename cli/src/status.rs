@@ -1,17 +1,17 @@
 //! `shmrc status`: the manager's counters and clients, as a table or one JSON object;
 //! and the one-line manager summary `ls` and `sweep` print.
 
-use shmrc::Result;
-use shmrc::manager::ManagerStatus;
+use shmrc_bench::table::{Table, age};
 
-use crate::table::{Table, age};
+use crate::error::Result;
+use crate::report::ManagerLine;
 
 /// Runs `shmrc status`.
 pub fn run(json: bool) -> Result<()> {
     let status = shmrc::manager::status()?;
     if json {
-        println!("{}", to_json(&status));
-        return Ok(());
+        // One line: `{"pid":…,"uptime_ms":…,…,"client_list":[…]}`.
+        return crate::cli::print_json(&status, false);
     }
     let mut summary = Table::new(["MANAGER", ""]);
     for (key, value) in [
@@ -48,6 +48,14 @@ pub fn run(json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The manager's pid and live clients, if one answers (`ls --json`, `sweep --json`).
+pub fn manager_summary() -> Option<ManagerLine> {
+    shmrc::manager::status().ok().map(|s| ManagerLine {
+        pid: s.pid,
+        clients: s.clients,
+    })
+}
+
 /// "manager: pid N, K client(s)" or "no manager running".
 pub fn manager_line() -> String {
     match shmrc::manager::status() {
@@ -55,48 +63,4 @@ pub fn manager_line() -> String {
         Err(shmrc::Error::NoManager { .. }) => "no manager running".to_owned(),
         Err(e) => format!("manager: {e}"),
     }
-}
-
-fn to_json(s: &ManagerStatus) -> String {
-    let rows: Vec<String> = s
-        .rows
-        .iter()
-        .map(|r| {
-            let namespaces: Vec<String> = r.namespaces.iter().map(|n| json_string(n)).collect();
-            format!(
-                "{{\"pid\":{},\"connected\":{},\"namespaces\":[{}]}}",
-                r.pid,
-                r.connected,
-                namespaces.join(",")
-            )
-        })
-        .collect();
-    format!(
-        "{{\"pid\":{},\"uptime_ms\":{},\"runtime_dir\":{},\"clients\":{},\"clients_ever\":{},\
-         \"sweeps\":{},\"reclaimed\":{},\"unlinked\":{},\"refused\":{},\"client_list\":[{}]}}",
-        s.pid,
-        s.uptime_ms,
-        json_string(&s.runtime_dir),
-        s.clients,
-        s.clients_ever,
-        s.sweeps,
-        s.reclaimed,
-        s.unlinked,
-        s.refused,
-        rows.join(",")
-    )
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }

@@ -21,10 +21,10 @@
 use std::os::unix::net::UnixStream;
 use std::path::Path;
 
-use shmrc::{CreateOptions, Namespace, PosixOs, ShareHandle, ShmBuf, Strategy, transport};
+use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy, transport};
 
 /// FNV-1a over the whole buffer.
-pub fn checksum(buf: &ShmBuf<PosixOs>) -> shmrc::Result<u64> {
+pub fn checksum(buf: &ShmBuf) -> shmrc::Result<u64> {
     let mut data = vec![0u8; buf.len()];
     buf.read_at(0, &mut data)?;
     Ok(fnv1a(&data))
@@ -41,10 +41,10 @@ pub fn fnv1a(data: &[u8]) -> u64 {
 pub fn run(socket: &Path, id: u32) -> shmrc::Result<()> {
     let stream = UnixStream::connect(socket).map_err(|e| shmrc::Error::os("connect", e))?;
     let hello = format!("hello {id} {}", std::process::id());
-    transport::send(&PosixOs, &stream, hello.as_bytes(), vec![])?;
-    let mut held: Vec<(ShmBuf<PosixOs>, u64)> = Vec::new();
+    transport::send(&stream, hello.as_bytes(), vec![])?;
+    let mut held: Vec<(ShmBuf, u64)> = Vec::new();
     loop {
-        let message = match transport::recv(&PosixOs, &stream) {
+        let message = match transport::recv(&stream) {
             Ok(m) => m,
             Err(shmrc::Error::Disconnected) => return Ok(()),
             Err(e) => return Err(e),
@@ -53,20 +53,20 @@ pub fn run(socket: &Path, id: u32) -> shmrc::Result<()> {
         let (reply, handles) = match obey(&command, message.handles, &mut held) {
             Ok(Some(reply)) => reply,
             Ok(None) => {
-                transport::send(&PosixOs, &stream, b"bye", vec![])?;
+                transport::send(&stream, b"bye", vec![])?;
                 return Ok(());
             }
             Err(e) => (format!("error {e}"), Vec::new()),
         };
-        transport::send(&PosixOs, &stream, reply.as_bytes(), handles)?;
+        transport::send(&stream, reply.as_bytes(), handles)?;
     }
 }
 
 fn obey(
     command: &str,
-    handles: Vec<shmrc::ShareHandle<PosixOs>>,
-    held: &mut Vec<(ShmBuf<PosixOs>, u64)>,
-) -> shmrc::Result<Option<(String, Vec<ShareHandle<PosixOs>>)>> {
+    handles: Vec<ShareHandle>,
+    held: &mut Vec<(ShmBuf, u64)>,
+) -> shmrc::Result<Option<(String, Vec<ShareHandle>)>> {
     let mut words = command.split_whitespace();
     let mut out = Vec::new();
     let reply = match words.next().unwrap_or_default() {
@@ -169,9 +169,9 @@ fn obey(
 
 /// The held buffer numbered by `word`, and its checksum.
 fn held_buffer<'h>(
-    held: &'h [(ShmBuf<PosixOs>, u64)],
+    held: &'h [(ShmBuf, u64)],
     word: Option<&str>,
-) -> shmrc::Result<&'h (ShmBuf<PosixOs>, u64)> {
+) -> shmrc::Result<&'h (ShmBuf, u64)> {
     let index: usize = parse(word)?;
     held.get(index)
         .ok_or_else(|| invalid(format!("no buffer {index}")))

@@ -22,14 +22,32 @@ fn a_quick_json_run_reports_each_contender_with_its_ratio_to_the_baseline() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert!(stdout.trim_start().starts_with('{') && stdout.trim_end().ends_with('}'));
-    for contender in ["shmrc ShmBuf", "floor Arc<mapping>"] {
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    assert_eq!(doc["quick"], true, "{stdout}");
+    let results = doc["results"].as_array().expect("results");
+    let contenders: Vec<&str> = results
+        .iter()
+        .map(|r| r["contender"].as_str().expect("contender"))
+        .collect();
+    assert_eq!(
+        contenders,
+        ["shmrc ShmBuf", "floor Arc<mapping>"],
+        "{stdout}"
+    );
+    for result in results {
+        assert_eq!(result["workload"], "clone/drop", "{stdout}");
         assert!(
-            stdout.contains(&format!("\"contender\": \"{contender}\"")),
+            result["nanos_per_op"].as_f64().expect("nanos") > 0.0,
             "{stdout}"
         );
+        let ratios = result["ratios"].as_array().expect("ratios");
+        assert_eq!(ratios.len(), 1, "{stdout}");
+        assert_eq!(ratios[0]["baseline"], "floor Arc<mapping>", "{stdout}");
     }
-    assert!(stdout.contains("\"baseline\": \"floor Arc<mapping>\", \"ratio\": 1.0000"));
+    assert_eq!(
+        results[1]["ratios"][0]["ratio"], 1.0,
+        "the baseline against itself: {stdout}"
+    );
 }
 
 #[test]

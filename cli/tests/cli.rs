@@ -1,21 +1,22 @@
 //! The `shmrc` command line on a segment whose only holder was SIGKILLed: `ls` shows
 //! the dead holder, `sweep --dry-run` says what it would do and changes nothing,
-//! `sweep` reclaims and unlinks.
+//! `sweep` reclaims and unlinks; the same as JSON documents (`--json`); and a failure
+//! exits 1 naming its cause. Each `shmrc` run has a time limit ([`common::LIMIT`]), and
+//! every segment lives in the test's own namespace (emptied on drop).
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod common;
 
-use std::process::Command;
-
-use common::{TestNamespace, fnv1a, pattern, start_workers};
+use common::{namespace, shmrc_within, start_workers};
+use serde_json::Value;
 use shmrc::holders::Outcome;
 use shmrc::{CreateOptions, ShmBuf, Strategy};
+use shmrc_testkit::data::{fnv1a, pattern};
+use shmrc_testkit::names::TestNamespace;
 
+/// Runs `shmrc args`, which must succeed; its stdout.
 fn shmrc(args: &[&str]) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .args(args)
-        .output()
-        .expect("run shmrc");
+    let out = shmrc_within(args, &[]);
     assert!(
         out.status.success(),
         "shmrc {args:?}: {}",
@@ -26,7 +27,7 @@ fn shmrc(args: &[&str]) -> String {
 
 #[test]
 fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
-    let t = TestNamespace::new("cli");
+    let t = namespace("cli");
     let ns = t.ns.prefix().to_owned();
     let buf = ShmBuf::with_options(
         10_000,
@@ -90,11 +91,177 @@ fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
 
 #[test]
 fn a_bad_namespace_is_a_clear_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .args(["ls", "--namespace", "torch"])
-        .output()
-        .unwrap();
+    let out = shmrc_within(&["ls", "--namespace", "torch"], &[]);
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("invalid namespace prefix \"torch\""), "{err}");
+}
+
+#[test]
+fn a_failing_command_exits_1_naming_the_cause() {
+    for args in [
+        &["ls", "--namespace", "bad/name"][..],
+        &["sweep", "--json", "--namespace", "bad/name"],
+    ] {
+        let out = shmrc_within(args, &[]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "shmrc {args:?}: {err}");
+        assert!(out.stdout.is_empty(), "shmrc {args:?} printed a result");
+        assert!(
+            err.starts_with("shmrc: ") && err.contains("\"bad/name\""),
+            "the error names the namespace: {err}"
+        );
+    }
+    // A cause of the CLI's own: a benchmark peer started without its configuration.
+    let out = shmrc_within(
+        &["bench-peer"],
+        &[("SHMRC_BENCH_CONTENDER", "nobody".into())],
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("unknown contender \"nobody\" in $SHMRC_BENCH_CONTENDER"),
+        "{err}"
+    );
+}
+
+/// A file_system buffer of `t`'s namespace: 10,000 bytes, 8 holder slots.
+fn file_system_buf(t: &TestNamespace) -> ShmBuf {
+    let options = CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(t.ns.clone())
+        .capacity(8);
+    ShmBuf::with_options(10_000, &options).unwrap()
+}
+
+/// `shmrc args` (which must succeed) as JSON.
+fn shmrc_json(args: &[&str]) -> Value {
+    let out = shmrc(args);
+    serde_json::from_str(&out).unwrap_or_else(|e| panic!("shmrc {args:?}: not JSON ({e}): {out}"))
+}
+
+/// The only namespace of a `--json` document, which must be `t`'s.
+fn only_namespace<'a>(doc: &'a Value, t: &TestNamespace) -> &'a Value {
+    let namespaces = doc["namespaces"].as_array().expect("namespaces");
+    assert_eq!(namespaces.len(), 1, "{doc:#}");
+    assert_eq!(namespaces[0]["namespace"], t.ns.prefix(), "{doc:#}");
+    &namespaces[0]
+}
+
+/// The segment `name` of a namespace of a `--json` document.
+fn segment<'a>(ns: &'a Value, name: &str) -> &'a Value {
+    ns["segments"]
+        .as_array()
+        .expect("segments")
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not listed: {ns:#}"))
+}
+
+#[test]
+fn ls_json_and_sweep_json_report_sizes_holders_and_counts() {
+    let t = namespace("clijson");
+    let prefix = t.ns.prefix().to_owned();
+    // `dead`: held only by a worker that is then SIGKILLed; `kept`: held by this test.
+    let dead = file_system_buf(&t);
+    let data = pattern(dead.len(), 9);
+    dead.write_at(0, &data).unwrap();
+    let dead_name = dead.name().unwrap().to_owned();
+    let kept = file_system_buf(&t);
+    let kept_name = kept.name().unwrap().to_owned();
+    let mut workers = start_workers("clijson", 1);
+    let reply = workers[0].ask(
+        &format!("hold {}", fnv1a(&data)),
+        vec![dead.share().unwrap()],
+    );
+    assert_eq!(reply, "held 1");
+    assert_eq!(dead.release().unwrap().unwrap().outcome, Outcome::InUse);
+    workers.remove(0).kill();
+
+    let ls = shmrc_json(&["ls", "--json", "--namespace", &prefix]);
+    let ns = only_namespace(&ls, &t);
+    assert_eq!(ns["segments"].as_array().unwrap().len(), 2, "{ls:#}");
+    let seg = segment(ns, &dead_name);
+    assert_eq!(seg["size"], 10_000, "{seg:#}");
+    assert_eq!(
+        seg["holders"],
+        serde_json::json!({"live": 0, "in_flight": 0, "dead": 1, "capacity": 8}),
+        "{seg:#}"
+    );
+    assert_eq!(
+        seg["creator"],
+        serde_json::json!({"pid": std::process::id(), "alive": true}),
+        "the creator is this test: {seg:#}"
+    );
+    assert!(
+        seg["created_at_unix_nanos"].as_u64().unwrap() > 0,
+        "{seg:#}"
+    );
+    assert!(seg["age_ms"].is_u64(), "{seg:#}");
+    assert_eq!(seg["action"], "unlinked", "what a sweep would do: {seg:#}");
+    assert_eq!(seg["reclaimed"], 1, "{seg:#}");
+    assert!(seg["error"].is_null(), "{seg:#}");
+    let seg = segment(ns, &kept_name);
+    assert_eq!(seg["holders"]["live"], 1, "{seg:#}");
+    assert_eq!(seg["holders"]["dead"], 0, "{seg:#}");
+    assert_eq!(
+        (&seg["action"], &seg["state"]),
+        (&"kept".into(), &"held".into())
+    );
+
+    let dry = shmrc_json(&["sweep", "--json", "--dry-run", "--namespace", &prefix]);
+    assert_eq!(dry["dry_run"], true, "{dry:#}");
+    assert_eq!(
+        (&dry["reclaimed"], &dry["unlinked"]),
+        (&1.into(), &1.into()),
+        "{dry:#}"
+    );
+    let ns = only_namespace(&dry, &t);
+    assert_eq!(
+        (&ns["reclaimed"], &ns["unlinked"]),
+        (&1.into(), &1.into()),
+        "{dry:#}"
+    );
+    assert_eq!(
+        t.names(),
+        {
+            let mut both = vec![dead_name.clone(), kept_name.clone()];
+            both.sort();
+            both
+        },
+        "a dry run changes nothing"
+    );
+
+    let swept = shmrc_json(&["sweep", "--json", "--namespace", &prefix]);
+    assert_eq!(swept["dry_run"], false, "{swept:#}");
+    assert_eq!(
+        (&swept["reclaimed"], &swept["unlinked"]),
+        (&1.into(), &1.into()),
+        "{swept:#}"
+    );
+    let ns = only_namespace(&swept, &t);
+    let seg = segment(ns, &dead_name);
+    assert_eq!(
+        (&seg["action"], &seg["state"]),
+        (&"unlinked".into(), &"unlinked".into())
+    );
+    assert_eq!(segment(ns, &kept_name)["action"], "kept", "{swept:#}");
+    assert_eq!(
+        t.names(),
+        vec![kept_name],
+        "only the live holder's segment is left"
+    );
+
+    kept.release().unwrap();
+    assert!(t.names().is_empty());
+    let empty = shmrc_json(&["sweep", "--json", "--namespace", &prefix]);
+    assert_eq!(
+        (&empty["reclaimed"], &empty["unlinked"]),
+        (&0.into(), &0.into()),
+        "{empty:#}"
+    );
+    assert_eq!(
+        only_namespace(&empty, &t)["segments"],
+        serde_json::json!([])
+    );
 }

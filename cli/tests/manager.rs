@@ -8,17 +8,20 @@
 mod common;
 
 use std::io::{Read, Write};
-use std::os::fd::AsFd;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::UnixStream;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, Worker, field, fnv1a, pattern, start_workers_with};
+use common::{Worker, namespace, start_workers_with};
+use nix::sys::signal::kill;
+use nix::unistd::Pid;
 use shmrc::manager::wire::{self, Reply, Request};
-use shmrc::os::{Os, daemon};
+use shmrc::os::Os;
 use shmrc::token::Token;
-use shmrc::{CreateOptions, Namespace, PosixOs, ShmBuf, Strategy};
+use shmrc::{CreateOptions, DefaultOs, Namespace, ShmBuf, Strategy};
+use shmrc_testkit::data::{field, fnv1a, pattern};
+use shmrc_testkit::names::TestNamespace;
 
 /// Grace period of the managers these tests start.
 const GRACE_MS: &str = "300";
@@ -94,14 +97,17 @@ impl Drop for Runtime {
     }
 }
 
-/// Waits until process `pid` (not our child) has exited.
+/// Waits until process `pid` (not our child: a detached manager, reaped by init) has
+/// exited.
 fn wait_for_exit(pid: u32) {
-    if let Ok(pidfd) = daemon::pidfd_open(pid) {
-        daemon::poll_readable(&[pidfd.as_fd()], Some(Duration::from_secs(60))).unwrap();
+    let pid = Pid::from_raw(i32::try_from(pid).expect("a pid"));
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while kill(pid, None).is_ok() {
         assert!(
-            daemon::poll_readable(&[pidfd.as_fd()], Some(Duration::ZERO)).unwrap()[0].readable,
+            Instant::now() < deadline,
             "pid {pid} still runs a minute later"
         );
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
@@ -115,7 +121,7 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
 }
 
 /// A new file_system buffer of `t`'s namespace (this process runs with the manager off).
-fn file_system_buf(t: &TestNamespace) -> ShmBuf<PosixOs> {
+fn file_system_buf(t: &TestNamespace) -> ShmBuf {
     let options = CreateOptions::new()
         .strategy(Strategy::FileSystem)
         .namespace(t.ns.clone());
@@ -177,7 +183,7 @@ fn a_second_foreground_manager_finds_the_first_and_leaves() {
 
 #[test]
 fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_killed() {
-    let t = TestNamespace::new("mgr-death");
+    let t = namespace("mgr-death");
     let rt = Runtime::new();
     let mut workers = rt.workers("mgr-death", 1, &[]);
     let name = held_only_by(&t, &workers[0]);
@@ -198,7 +204,7 @@ fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_kill
 
 #[test]
 fn a_client_whose_manager_died_reconnects_to_a_new_one() {
-    let t = TestNamespace::new("mgr-again");
+    let t = namespace("mgr-again");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-again", 1, &[]);
     held_only_by(&t, &workers[0]);
@@ -229,7 +235,7 @@ fn kill_manager(rt: &Runtime) -> u32 {
 
 #[test]
 fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
-    let t = TestNamespace::new("mgr-idle");
+    let t = namespace("mgr-idle");
     let rt = Runtime::new();
     let mut workers = rt.workers("mgr-idle", 1, &[]);
     let name = held_only_by(&t, &workers[0]);
@@ -248,7 +254,7 @@ fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
 
 #[test]
 fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
-    let t = TestNamespace::new("mgr-errors");
+    let t = namespace("mgr-errors");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-errors", 1, &[("SHMRC_MANAGER", "connect".into())]);
     let buf = file_system_buf(&t);
@@ -290,7 +296,7 @@ fn send_raw(rt: &Runtime, bytes: &[u8]) -> Reply {
 fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
-    let me = PosixOs.current();
+    let me = DefaultOs::default().current();
     let ns = Namespace::new("shmrc-t-mgr-lies").unwrap();
     let hello = |token: Token, pid: u32| {
         wire::encode_request(&Request::Hello {
@@ -368,7 +374,7 @@ const RAW_CLIENT_SOCKET: &str = "SHMRC_T_RAW_CLIENT_SOCKET";
 #[ignore = "the child process of a_client_registering_too_many_namespaces_is_refused"]
 fn raw_client_role() {
     let socket = std::env::var(RAW_CLIENT_SOCKET).expect("started by the test, with a socket");
-    let me = PosixOs.current();
+    let me = DefaultOs::default().current();
     let namespace = |i: usize| Namespace::new(format!("shmrc-t-mgr-many{i}")).unwrap();
     let mut bytes = wire::encode_request(&Request::Hello {
         token: me,

@@ -18,8 +18,8 @@
 //! temporary directory). The bounds are generous failure thresholds, not measurements:
 //! the latency is measured by the benchmarks (`docs/PERFORMANCE.md`).
 //!
-//! Run: `cargo test --test manager_storm -- --nocapture` (`SHMRC_STORM_CASES`, default
-//! 16, runs more cases).
+//! Run: `cargo test -p shmrc-cli --test manager_storm -- --nocapture`
+//! (`SHMRC_STORM_CASES`, default 16, runs more cases).
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 mod common;
@@ -29,9 +29,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, Worker, field, start_workers_with};
+use common::{Worker, namespace, start_workers_with};
 use proptest::prelude::*;
-use shmrc::{PosixOs, transport};
+use shmrc::transport;
+use shmrc_testkit::data::field;
+use shmrc_testkit::names::TestNamespace;
 
 /// How long the namespace may take to shrink to what live workers hold.
 const RECLAIM_BOUND: Duration = Duration::from_secs(10);
@@ -114,7 +116,7 @@ struct Tally {
 
 impl Storm {
     fn new(label: &str, count: usize) -> Storm {
-        let t = TestNamespace::new(label);
+        let t = namespace(label);
         let scratch = tempfile::tempdir().expect("a temporary directory");
         let runtime = scratch.path().join("runtime");
         let workers = start_workers_with(label, count as u32, &manager_env(&runtime))
@@ -161,13 +163,12 @@ impl Storm {
                 let index = pick % sender.held.len();
                 let held = sender.held[index].clone();
                 transport::send(
-                    &PosixOs,
                     &sender.worker.stream,
                     format!("share {index}").as_bytes(),
                     vec![],
                 )
                 .expect("send to worker");
-                let reply = transport::recv(&PosixOs, &sender.worker.stream).expect("reply");
+                let reply = transport::recv(&sender.worker.stream).expect("reply");
                 let text = String::from_utf8_lossy(&reply.payload).into_owned();
                 assert_eq!(text, format!("shared {}", held.1), "worker {from}");
                 // The sender lives: its handle must attach (P1 for handles in flight).
@@ -216,7 +217,7 @@ impl Storm {
                 } else {
                     format!("create {} 7 {ns}", 1 << 20)
                 };
-                transport::send(&PosixOs, &live.worker.stream, command.as_bytes(), vec![])
+                transport::send(&live.worker.stream, command.as_bytes(), vec![])
                     .expect("send to worker");
                 std::thread::sleep(Duration::from_micros(after_us));
                 live.worker.kill();

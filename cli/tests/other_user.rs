@@ -28,8 +28,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{TestNamespace, fnv1a, hex, pattern, unhex};
+use common::namespace;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
 
 /// The variables that carry the probe's orders.
 const PROBE_SEGMENT: &str = "SHMRC_PROBE_SEGMENT";
@@ -58,7 +59,7 @@ fn other_user() -> Option<nix::unistd::User> {
 #[test]
 fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
     let Some(user) = other_user() else { return };
-    let t = TestNamespace::new("otheruser");
+    let t = namespace("otheruser");
     // This process stays off the manager; the one under test is started below.
     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     let buf = ShmBuf::with_options(

@@ -5,11 +5,13 @@
 
 mod common;
 
-use common::{TestNamespace, fnv1a, pattern, start_workers};
+use common::{namespace, start_workers};
 use shmrc::holders::Outcome;
-use shmrc::{CreateOptions, PosixOs, ShmBuf, Strategy};
+use shmrc::{CreateOptions, ShmBuf, Strategy};
+use shmrc_testkit::data::{fnv1a, pattern};
+use shmrc_testkit::names::TestNamespace;
 
-fn create(t: &TestNamespace, strategy: Strategy, len: usize, seed: u8) -> (ShmBuf<PosixOs>, u64) {
+fn create(t: &TestNamespace, strategy: Strategy, len: usize, seed: u8) -> (ShmBuf, u64) {
     let buf = ShmBuf::with_options(
         len,
         &CreateOptions::new()
@@ -29,7 +31,7 @@ fn hold_command(sums: &[u64]) -> String {
 
 #[test]
 fn killed_holder_is_reclaimed_by_sweep_while_others_keep_their_data() {
-    let t = TestNamespace::new("killsweep");
+    let t = namespace("killsweep");
     let bufs: Vec<_> = (0..3)
         .map(|i| create(&t, Strategy::FileSystem, 64 << 10, i))
         .collect();
@@ -81,7 +83,7 @@ fn killed_holder_is_reclaimed_by_sweep_while_others_keep_their_data() {
 
 #[test]
 fn sweep_unlinks_what_only_dead_processes_held() {
-    let t = TestNamespace::new("alldead");
+    let t = namespace("alldead");
     let (buf, sum) = create(&t, Strategy::FileSystem, 4096, 1);
     let mut workers = start_workers("alldead", 2);
     for w in &workers {
@@ -108,7 +110,7 @@ fn sweep_unlinks_what_only_dead_processes_held() {
 #[test]
 fn a_worker_writes_and_the_creator_reads_it() {
     for strategy in shmrc::all_sharing_strategies() {
-        let t = TestNamespace::new("write");
+        let t = namespace("write");
         let (buf, sum) = create(&t, *strategy, 10_000, 3);
         let workers = start_workers("write", 1);
         assert_eq!(
@@ -132,7 +134,7 @@ fn a_worker_writes_and_the_creator_reads_it() {
 
 #[test]
 fn file_descriptor_buffers_outlive_a_killed_peer_and_leave_no_name() {
-    let t = TestNamespace::new("fdkill");
+    let t = namespace("fdkill");
     let bufs: Vec<_> = (0..300)
         .map(|i| create(&t, Strategy::FileDescriptor, 4096, i as u8))
         .collect();
@@ -160,7 +162,7 @@ fn file_descriptor_buffers_outlive_a_killed_peer_and_leave_no_name() {
 
 #[test]
 fn an_in_flight_handle_keeps_the_segment_after_its_sender_releases() {
-    let t = TestNamespace::new("inflight");
+    let t = namespace("inflight");
     let (buf, sum) = create(&t, Strategy::FileSystem, 4096, 9);
     let handle = buf.share().unwrap();
     assert_eq!(
@@ -185,7 +187,7 @@ fn an_in_flight_handle_keeps_the_segment_after_its_sender_releases() {
 
 #[test]
 fn an_unsent_handle_gives_its_reference_back_when_dropped() {
-    let t = TestNamespace::new("unsent");
+    let t = namespace("unsent");
     let (buf, _) = create(&t, Strategy::FileSystem, 4096, 2);
     let handle = buf.share().unwrap();
     assert_eq!(buf.census().unwrap().in_flight, 1);
@@ -197,7 +199,7 @@ fn an_unsent_handle_gives_its_reference_back_when_dropped() {
 
 #[test]
 fn a_handle_as_bytes_attaches_once_per_process() {
-    let t = TestNamespace::new("bytes");
+    let t = namespace("bytes");
     let (buf, _) = create(&t, Strategy::FileSystem, 4096, 4);
     let bytes = buf.share().unwrap().into_bytes().unwrap();
     let again = ShmBuf::attach(shmrc::ShareHandle::from_bytes(&bytes).unwrap()).unwrap();

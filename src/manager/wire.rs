@@ -86,6 +86,7 @@ pub enum Reply {
 
 /// The manager's state as `shmrc status` shows it.
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ManagerStatus {
     /// The manager's pid.
     pub pid: u32,
@@ -106,11 +107,13 @@ pub struct ManagerStatus {
     /// The manager's runtime directory.
     pub runtime_dir: String,
     /// One row per live client (as many as fit in a reply).
+    #[cfg_attr(feature = "serde", serde(rename = "client_list"))]
     pub rows: Vec<ClientRow>,
 }
 
 /// One live client of the manager.
 #[derive(Clone, PartialEq, Eq, Debug)]
+#[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ClientRow {
     /// Its pid.
     pub pid: u32,

@@ -6,13 +6,13 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::workloads::{
+use criterion::{BenchmarkId, Criterion};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
+use shmrc_bench::floor::{self, FloorMap};
+use shmrc_bench::workloads::{
     Contender, FloorFd, FloorNamed, Mode, PEER_CONTENDER, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
     attach_release, ping_pong, stream, window_for,
 };
-use criterion::{BenchmarkId, Criterion};
-use shmrc_bench::floor::{self, FloorMap};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
 
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 
@@ -49,7 +49,7 @@ impl Contender for MemfdCrate {
 
     fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
         let mut fds: Vec<OwnedFd> = Vec::new();
-        let Some(len) = crate::workloads::recv_len(s, &mut fds)? else {
+        let Some(len) = shmrc_bench::workloads::recv_len(s, &mut fds)? else {
             return Ok(None);
         };
         let start = Instant::now();
@@ -85,11 +85,11 @@ impl Contender for SharedMemoryCrate {
     }
 
     fn send(&mut self, s: &UnixStream, buf: &Self::Buf, count: usize) -> Result<()> {
-        crate::workloads::send_named(s, buf.len(), count, buf.get_os_id())
+        shmrc_bench::workloads::send_named(s, buf.len(), count, buf.get_os_id())
     }
 
     fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
-        let Some((_len, count, id)) = crate::workloads::recv_named(s)? else {
+        let Some((_len, count, id)) = shmrc_bench::workloads::recv_named(s)? else {
             return Ok(None);
         };
         let start = Instant::now();
@@ -125,12 +125,12 @@ fn contender_names(prefix: &str) -> Vec<String> {
 
 /// The peer side, when this process was started as one.
 fn serve_peer() -> Result<()> {
-    if let Some(done) = crate::workloads::serve_builtin() {
+    if let Some(done) = shmrc_bench::workloads::serve_builtin() {
         return done;
     }
     match std::env::var(PEER_CONTENDER).unwrap_or_default().as_str() {
-        "memfd crate" => crate::workloads::serve(MemfdCrate),
-        "shared_memory crate" => crate::workloads::serve(SharedMemoryCrate),
+        "memfd crate" => shmrc_bench::workloads::serve(MemfdCrate),
+        "shared_memory crate" => shmrc_bench::workloads::serve(SharedMemoryCrate),
         other => Err(Error::InvalidArgument(format!(
             "unknown contender {other:?}"
         ))),

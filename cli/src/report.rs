@@ -1,0 +1,178 @@
+//! What `ls` and `sweep` print with `--json`: views of the library's [`SweepReport`]s
+//! made for serde_json (the reports themselves hold the library's parsed header and
+//! name, and an [`shmrc::Error`] for a segment left alone, none of which is meant to be
+//! a JSON schema), and how an [`Action`] reads in a table.
+
+use serde::Serialize;
+use shmrc::{Action, Namespace, SegmentReport, SweepReport};
+
+/// `shmrc ls --json`.
+#[derive(Serialize)]
+pub struct Listing {
+    /// The user's manager, `null` when none answers.
+    pub manager: Option<ManagerLine>,
+    /// Each namespace looked at, with its segments.
+    pub namespaces: Vec<NamespaceView>,
+}
+
+/// `shmrc sweep --json [--dry-run]`.
+#[derive(Serialize)]
+pub struct Swept {
+    /// The user's manager, `null` when none answers.
+    pub manager: Option<ManagerLine>,
+    /// Whether nothing was changed (the counts are what a sweep would do).
+    pub dry_run: bool,
+    /// Each namespace swept, with its segments.
+    pub namespaces: Vec<NamespaceView>,
+    /// Dead holders' slots reclaimed, all namespaces together.
+    pub reclaimed: u32,
+    /// Segments unlinked, all namespaces together.
+    pub unlinked: u32,
+}
+
+/// The manager's pid and live clients (the line `ls` and `sweep` print first).
+#[derive(Serialize)]
+pub struct ManagerLine {
+    /// Its pid.
+    pub pid: u32,
+    /// Its live clients.
+    pub clients: u32,
+}
+
+/// One namespace's report.
+#[derive(Serialize)]
+pub struct NamespaceView {
+    /// The namespace prefix.
+    pub namespace: String,
+    /// Dead holders' slots reclaimed in it (dry run, `ls`: that a sweep would reclaim).
+    pub reclaimed: u32,
+    /// Segments unlinked in it (dry run, `ls`: that a sweep would unlink).
+    pub unlinked: u32,
+    /// Its segments, in name order.
+    pub segments: Vec<SegmentView>,
+}
+
+/// One segment.
+#[derive(Serialize)]
+pub struct SegmentView {
+    /// Its name in `/dev/shm`.
+    pub name: String,
+    /// Its data length in bytes; `null` when the header did not validate.
+    pub size: Option<usize>,
+    /// Its holder slots; `null` when the header did not validate.
+    pub holders: Option<Holders>,
+    /// The process that created it (from its name).
+    pub creator: Creator,
+    /// When it was created (Unix time, nanoseconds); `null` without a valid header.
+    pub created_at_unix_nanos: Option<u64>,
+    /// Milliseconds since it was created; `null` without a valid header.
+    pub age_ms: Option<u64>,
+    /// Dead holders' slots reclaimed (dry run, `ls`: that a sweep would reclaim).
+    pub reclaimed: u32,
+    /// What the sweep did, or would do: `kept`, `unlinked`, `removed_half_created`,
+    /// `being_created`, `vanished` or `skipped`.
+    pub action: &'static str,
+    /// The same as the table's STATE or ACTION column says it.
+    pub state: String,
+    /// Why a `skipped` segment was left alone; `null` otherwise.
+    pub error: Option<String>,
+}
+
+/// A segment's holder slots.
+#[derive(Serialize)]
+pub struct Holders {
+    /// Held by live processes.
+    pub live: u32,
+    /// In flight from live senders.
+    pub in_flight: u32,
+    /// Held or in flight for dead processes: what a sweep reclaims.
+    pub dead: u32,
+    /// Slots in all.
+    pub capacity: usize,
+}
+
+/// A segment's creator.
+#[derive(Serialize)]
+pub struct Creator {
+    /// Its pid.
+    pub pid: u32,
+    /// Whether it is alive (`true` when that cannot be judged).
+    pub alive: bool,
+}
+
+impl NamespaceView {
+    /// The view of `report`, a report on `ns`; `done`: the sweep really ran.
+    pub fn new(ns: &Namespace, report: &SweepReport, done: bool, now_nanos: u64) -> NamespaceView {
+        NamespaceView {
+            namespace: ns.prefix().to_owned(),
+            reclaimed: report.reclaimed,
+            unlinked: report.unlinked,
+            segments: report
+                .segments
+                .iter()
+                .map(|seg| SegmentView::new(seg, done, now_nanos))
+                .collect(),
+        }
+    }
+}
+
+impl SegmentView {
+    /// The view of `seg`; `done`: the sweep really ran.
+    pub fn new(seg: &SegmentReport, done: bool, now_nanos: u64) -> SegmentView {
+        let created = seg.fields.map(|f| f.created_at_nanos);
+        SegmentView {
+            name: seg.name.clone(),
+            size: seg.fields.map(|f| f.layout.data_len),
+            holders: match (&seg.census, &seg.fields) {
+                (Some(c), Some(f)) => Some(Holders {
+                    live: c.live,
+                    in_flight: c.in_flight,
+                    dead: c.dead,
+                    capacity: f.layout.capacity,
+                }),
+                _ => None,
+            },
+            creator: Creator {
+                pid: seg.parts.creator.pid(),
+                alive: seg.creator_alive,
+            },
+            created_at_unix_nanos: created,
+            age_ms: created.map(|at| now_nanos.saturating_sub(at) / 1_000_000),
+            reclaimed: seg.reclaimed,
+            action: action_name(&seg.action),
+            state: state(&seg.action, done),
+            error: match &seg.action {
+                Action::Skipped(e) => Some(e.to_string()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// An action's name in JSON.
+fn action_name(action: &Action) -> &'static str {
+    match action {
+        Action::Kept => "kept",
+        Action::Unlinked => "unlinked",
+        Action::RemovedHalfCreated => "removed_half_created",
+        Action::BeingCreated => "being_created",
+        Action::Vanished => "vanished",
+        Action::Skipped(_) => "skipped",
+    }
+}
+
+/// How an action reads in a table; `done` = the sweep really ran.
+fn state(action: &Action, done: bool) -> String {
+    match (action, done) {
+        (Action::Kept, _) => "held".into(),
+        (Action::Unlinked, true) => "unlinked".into(),
+        (Action::Unlinked, false) => "unheld (a sweep unlinks it)".into(),
+        (Action::RemovedHalfCreated, true) => "half-created, removed".into(),
+        (Action::RemovedHalfCreated, false) => {
+            "half-created by a dead creator (a sweep removes it)".into()
+        }
+        (Action::BeingCreated, _) => "being created".into(),
+        (Action::Vanished, _) => "gone".into(),
+        (Action::Skipped(e), _) => format!("left alone: {e}"),
+    }
+}

@@ -1,0 +1,169 @@
+//! Shared harness of the CLI's real-process tests: worker processes (the hidden
+//! `shmrc worker` command) that are killed only by pid and always reaped, and the
+//! test's own namespace with the manager off. The generic helpers (namespaces that
+//! leave `/dev/shm` clean, test data, JSON fields) are `shmrc-testkit`'s.
+#![allow(dead_code)]
+
+use std::io::Read;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use shmrc::{ShareHandle, transport};
+use shmrc_testkit::names::TestNamespace;
+
+/// The namespace of test `test` in this process (emptied on drop), with the manager
+/// off in this process: these tests sweep by themselves and must leave no manager
+/// behind (`manager.rs` tests the manager).
+pub fn namespace(test: &str) -> TestNamespace {
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    TestNamespace::new(test)
+}
+
+/// How long one `shmrc` command or one worker's reply may take before the test fails.
+pub const LIMIT: Duration = Duration::from_secs(60);
+
+/// Runs `shmrc` with `args` and `env` and returns its output; if it runs past
+/// [`LIMIT`], SIGKILLs it (our child, by pid) and fails the test.
+pub fn shmrc_within(args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run shmrc");
+    // Drained while it runs, so that a full pipe cannot stall it.
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
+    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
+    let deadline = Instant::now() + LIMIT;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait for shmrc") {
+            break status;
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("shmrc {args:?} ran past {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("stdout reader"),
+        stderr: stderr.join().expect("stderr reader"),
+    }
+}
+
+/// One worker process started by this test.
+pub struct Worker {
+    pub child: Child,
+    pub stream: UnixStream,
+    pub id: u32,
+}
+
+impl Worker {
+    /// Sends a command with handles and returns the reply (panics on `error`).
+    pub fn ask(&self, command: &str, handles: Vec<ShareHandle>) -> String {
+        let reply = self.try_ask(command, handles);
+        assert!(!reply.starts_with("error"), "worker {}: {reply}", self.id);
+        reply
+    }
+
+    /// Sends a command with handles and returns the reply, error or not.
+    pub fn try_ask(&self, command: &str, handles: Vec<ShareHandle>) -> String {
+        transport::send(&self.stream, command.as_bytes(), handles).expect("send to worker");
+        let reply = transport::recv(&self.stream).expect("reply from worker");
+        String::from_utf8(reply.payload).expect("utf-8 reply")
+    }
+
+    /// SIGKILLs this worker (by its pid) and reaps it.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill worker");
+        self.child.wait().expect("reap worker");
+    }
+
+    /// Asks the worker to exit and reaps it.
+    pub fn exit(mut self) {
+        assert_eq!(self.try_ask("exit", vec![]), "bye");
+        assert!(self.child.wait().expect("reap worker").success());
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        // Only our own child, by pid; a no-op once it was reaped.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Starts `count` workers connected to a fresh socket, with the manager off.
+pub fn start_workers(test: &str, count: u32) -> Vec<Worker> {
+    start_workers_with(test, count, &[])
+}
+
+/// Starts `count` workers with these environment variables (the manager is off unless
+/// `env` sets `SHMRC_MANAGER`).
+pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec<Worker> {
+    let dir = std::env::temp_dir().join(format!("shmrc-t-{test}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("socket dir");
+    let socket: PathBuf = dir.join("s");
+    let _ = std::fs::remove_file(&socket);
+    let listener = UnixListener::bind(&socket).expect("bind");
+    listener.set_nonblocking(true).expect("nonblocking");
+    let mut children: Vec<Option<Child>> = (0..count)
+        .map(|id| {
+            Some(
+                Command::new(env!("CARGO_BIN_EXE_shmrc"))
+                    .args(["worker", "--socket"])
+                    .arg(&socket)
+                    .args(["--id", &id.to_string()])
+                    .env("SHMRC_MANAGER", "off")
+                    .envs(env.iter().map(|(k, v)| (k, v)))
+                    .stdin(Stdio::null())
+                    .spawn()
+                    .expect("spawn worker"),
+            )
+        })
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut workers = Vec::new();
+    while workers.len() < count as usize {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                stream.set_nonblocking(false).expect("blocking");
+                // A worker that stops answering fails the test instead of hanging it.
+                stream.set_read_timeout(Some(LIMIT)).expect("read timeout");
+                let hello = transport::recv(&stream).expect("hello");
+                let text = String::from_utf8(hello.payload).expect("utf-8");
+                let id: u32 = text
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|n| n.parse().ok())
+                    .expect("hello <id>");
+                let child = children[id as usize].take().expect("one hello per worker");
+                workers.push(Worker { child, stream, id });
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "workers did not connect in time");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    workers.sort_by_key(|w| w.id);
+    workers
+}
