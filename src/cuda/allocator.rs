@@ -119,27 +119,141 @@ pub struct IpcExport {
 /// ```
 pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// The EMM interface version implemented.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// assert_eq!(allocator.interface_version(), shmrc::cuda::EMM_INTERFACE_VERSION);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn interface_version(&self) -> u32 {
         EMM_INTERFACE_VERSION
     }
     /// Allocates `size` bytes of device memory.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let ptr = allocator.memalloc(4096)?;
+    /// assert_eq!(allocator.get_ipc_handle(ptr)?.offset, 0);
+    /// allocator.memfree(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn memalloc(&self, size: usize) -> Result<DevicePtr>;
     /// Gives back what [`DeviceAllocator::memalloc`] returned. shmrc calls it only once
     /// no process holds the buffer any more, and never while cleanup is deferred.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let ptr = allocator.memalloc(4096)?;
+    /// allocator.memfree(ptr)?;
+    /// assert_eq!(allocator.memory_info()?.free, 1 << 20);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn memfree(&self, ptr: DevicePtr) -> Result<()>;
     /// The IPC handle (base + offset) of the buffer at `ptr`.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let ptr = allocator.memalloc(4096)?;
+    /// let export = allocator.get_ipc_handle(ptr)?;
+    /// assert_eq!(export.offset, 0); // one allocation per buffer: the buffer is the base
+    /// allocator.memfree(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn get_ipc_handle(&self, ptr: DevicePtr) -> Result<IpcExport>;
     /// Free and total device memory; [`Error::CudaUnsupported`] when the allocator
     /// cannot tell (EMM allows this).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let info = allocator.memory_info()?;
+    /// assert_eq!(info.total, 1 << 20);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn memory_info(&self) -> Result<MemoryInfo> {
         Err(Error::CudaUnsupported { op: "memory_info" })
     }
     /// Drops whatever the allocator caches. It never frees memory a buffer still owns.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let ptr = allocator.memalloc(4096)?;
+    /// allocator.reset()?; // the default caches nothing: it waits for queued work
+    /// assert_eq!(allocator.memory_info()?.free, (1 << 20) - 4096, "the buffer's memory stays");
+    /// allocator.memfree(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn reset(&self) -> Result<()>;
     /// The allocator's deferral counter (see [`DeviceAllocator::defer_cleanup`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
+    /// let allocator = DriverAllocator::new(Arc::new(driver));
+    /// let guard = allocator.defer_cleanup();
+    /// assert!(allocator.deferral().is_deferred());
+    /// drop(guard);
+    /// assert!(!allocator.deferral().is_deferred());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn deferral(&self) -> &CleanupDeferral;
     /// While the guard lives, no memory of this allocator is freed: buffers released
     /// meanwhile wait in the limbo list (EMM's `defer_cleanup` context).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::CreateOptions;
+    /// use shmrc::cuda::CudaDevice;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-defer-cleanup", 1 << 20, &CreateOptions::new())?;
+    /// let guard = device.allocator().defer_cleanup();
+    /// drop(device.alloc(4096)?);
+    /// assert_eq!(device.limbo_len(), 1, "not freed while deferred");
+    /// drop(guard);
+    /// assert_eq!(device.collect().freed, 1);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn defer_cleanup(&self) -> DeferGuard {
         self.deferral().defer()
     }

@@ -154,27 +154,218 @@ pub struct MemoryInfo {
 /// ```
 pub trait Driver: Send + Sync + fmt::Debug {
     /// The device this driver works on (`cuDeviceGet`, `cuDeviceGetUuid`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let id = driver.device()?;
+    /// assert_eq!((id.ordinal, &id.uuid), (0, b"shmrc-fake-gpu-0"));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn device(&self) -> Result<DeviceId>;
     /// Allocates `size` bytes of device memory (`cuMemAlloc`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// assert_eq!(driver.address_range(ptr)?, (ptr, 4096));
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn alloc(&self, size: usize) -> Result<DevicePtr>;
     /// Frees an allocation made by [`Driver::alloc`] (`cuMemFree`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// driver.free(ptr)?;
+    /// assert!(driver.free(ptr).is_err(), "freed already");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn free(&self, ptr: DevicePtr) -> Result<()>;
     /// The IPC handle of the allocation whose base is `ptr` (`cuIpcGetMemHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// let handle = driver.ipc_get_mem_handle(ptr)?;
+    /// assert_eq!(handle, driver.ipc_get_mem_handle(ptr)?, "the same for the allocation's life");
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcMemHandle>;
     /// Maps another process's allocation here (`cuIpcOpenMemHandle`); returns its base.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::DefaultOs;
+    ///
+    /// let producer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    /// let ptr = producer.alloc(4096)?;
+    /// producer.copy_to_device(ptr, b"exported")?;
+    /// let handle = producer.ipc_get_mem_handle(ptr)?;
+    /// in_child(|| {
+    ///     let consumer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    ///     let mapped = consumer.ipc_open_mem_handle(&handle)?;
+    ///     let mut out = [0u8; 8];
+    ///     consumer.copy_from_device(mapped, &mut out)?;
+    ///     assert_eq!(&out, b"exported");
+    ///     consumer.ipc_close_mem_handle(mapped)?;
+    ///     Ok(())
+    /// });
+    /// producer.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_open_mem_handle(&self, handle: &IpcMemHandle) -> Result<DevicePtr>;
     /// Unmaps what [`Driver::ipc_open_mem_handle`] mapped (`cuIpcCloseMemHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::DefaultOs;
+    ///
+    /// let producer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    /// let ptr = producer.alloc(4096)?;
+    /// producer.copy_to_device(ptr, b"exported")?;
+    /// let handle = producer.ipc_get_mem_handle(ptr)?;
+    /// in_child(|| {
+    ///     let consumer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    ///     let mapped = consumer.ipc_open_mem_handle(&handle)?;
+    ///     let mut out = [0u8; 8];
+    ///     consumer.copy_from_device(mapped, &mut out)?;
+    ///     assert_eq!(&out, b"exported");
+    ///     consumer.ipc_close_mem_handle(mapped)?;
+    ///     Ok(())
+    /// });
+    /// producer.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()>;
     /// Base and length of the allocation containing `ptr` (`cuMemGetAddressRange`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let base = driver.alloc(4096)?;
+    /// let inside = base.offset(100).unwrap();
+    /// assert_eq!(driver.address_range(inside)?, (base, 4096));
+    /// driver.free(base)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn address_range(&self, ptr: DevicePtr) -> Result<(DevicePtr, u64)>;
     /// Free and total memory of the device (`cuMemGetInfo`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let before = driver.memory_info()?;
+    /// let ptr = driver.alloc(4096)?;
+    /// assert_eq!(driver.memory_info()?.free, before.free - 4096);
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn memory_info(&self) -> Result<MemoryInfo>;
     /// Copies `src` to device address `dst` (`cuMemcpyHtoD`, synchronous).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// driver.copy_to_device(ptr.offset(8).unwrap(), &7u64.to_le_bytes())?;
+    /// assert!(driver.copy_to_device(ptr, &[0; 17]).is_err(), "past the allocation");
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Copies from device address `src` into `dst` (`cuMemcpyDtoH`, synchronous).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// driver.copy_to_device(ptr, &7u64.to_le_bytes())?;
+    /// let mut out = [0u8; 8];
+    /// driver.copy_from_device(ptr, &mut out)?;
+    /// assert_eq!(u64::from_le_bytes(out), 7);
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
     /// Waits for all work of this context (`cuCtxSynchronize`): what a producer does
     /// before it shares a buffer its kernels wrote.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// // ... launch kernels that write `ptr` ...
+    /// driver.synchronize()?; // their results are in memory now
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn synchronize(&self) -> Result<()>;
 }
 
