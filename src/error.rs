@@ -280,7 +280,7 @@ pub enum Error {
     /// The peer closed the socket (between messages, for
     /// [`transport::recv`](crate::transport::recv)), or the manager closed its
     /// connection. For a transport: the sender is done or gone, stop receiving from
-    /// it. The handles it had in flight are released with it.
+    /// it. For the manager: the next file_system create or attach connects again.
     #[error("the peer closed the connection")]
     Disconnected,
 
