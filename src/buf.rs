@@ -1,13 +1,5 @@
-//! [`ShmBuf`]: the user's handle to a shared buffer. In a process it is an `Arc` over
-//! one held reference (one holder slot, or one open memfd); cloning is cheap and the
-//! last clone's drop releases the reference.
-//!
-//! # Across `fork`
-//! A child inherits the parent's mapping but not its reference: the holder slot
-//! belongs to the parent's token. Dropping an inherited buffer in the child releases
-//! nothing (the parent still holds it), [`ShmBuf::share`] refuses with
-//! [`Error::NotHolder`], and [`ShmBuf::reattach`] makes the child a holder of its own.
-//! Reading inherited memory is safe exactly as long as the parent keeps holding it.
+//! [`ShmBuf`]: the user's handle to a shared buffer, and [`CreateOptions`]. The user
+//! docs are on the types (this module is re-exported at the crate root).
 
 use std::fmt;
 use std::sync::Arc;
@@ -25,6 +17,22 @@ use crate::token::Token;
 
 /// How to create a buffer. `Default`: the process-wide strategy, 64 holder slots, the
 /// namespace `shmrc`.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .capacity(8)
+///     .namespace(Namespace::new("shmrc-doc-options")?);
+/// let buf = ShmBuf::with_options(1024, &options)?;
+/// assert_eq!(buf.strategy(), Strategy::FileSystem);
+/// assert!(buf.name().unwrap().starts_with("shmrc-doc-options."));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, Debug)]
 pub struct CreateOptions {
     strategy: Option<Strategy>,
@@ -43,25 +51,91 @@ impl Default for CreateOptions {
 }
 
 impl CreateOptions {
-    /// The defaults.
+    /// The defaults: the process-wide strategy ([`sharing_strategy`]), 64 holder
+    /// slots, the namespace `shmrc`.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, ShmBuf};
+    ///
+    /// let buf = ShmBuf::with_options(16, &CreateOptions::new())?;
+    /// assert_eq!(buf.strategy(), shmrc::sharing_strategy());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn new() -> CreateOptions {
         CreateOptions::default()
     }
 
     /// Use `strategy` instead of the process-wide one.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::{CreateOptions, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    /// let buf = ShmBuf::with_options(16, &options)?;
+    /// assert_eq!(buf.strategy(), Strategy::FileDescriptor);
+    /// assert_eq!(buf.name(), None); // an anonymous memfd has no name
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn strategy(mut self, strategy: Strategy) -> CreateOptions {
         self.strategy = Some(strategy);
         self
     }
 
     /// Holder slots of a file_system buffer (1 to 4096): how many processes may hold it
-    /// at once, in-flight handles included.
+    /// at once, in-flight handles included. A share beyond that is
+    /// [`Error::HoldersFull`] while every slot's holder lives; a capacity out of range
+    /// is [`Error::InvalidArgument`] at creation.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-capacity")?)
+    ///     .capacity(2);
+    /// let buf = ShmBuf::with_options(64, &options)?; // this process holds slot 1
+    /// let handle = buf.share()?; // the handle in flight holds slot 2
+    /// assert!(matches!(buf.share(), Err(Error::HoldersFull { capacity: 2, .. })));
+    /// drop(handle); // an unattached handle gives its slot back
+    /// let _again = buf.share()?;
+    ///
+    /// let too_many = CreateOptions::new().strategy(Strategy::FileSystem).capacity(5000);
+    /// assert!(matches!(ShmBuf::with_options(64, &too_many), Err(Error::InvalidArgument(_))));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn capacity(mut self, capacity: usize) -> CreateOptions {
         self.capacity = capacity;
         self
     }
 
-    /// Create file_system buffers in `namespace`.
+    /// Create file_system buffers in `namespace` (file_descriptor buffers have no name).
+    /// A job that uses a namespace of its own can [`sweep()`](crate::sweep()) or
+    /// [`inspect()`](crate::inspect()) just its segments.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let ns = Namespace::new("shmrc-doc-namespace")?;
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let listed = shmrc::inspect(&ns)?;
+    /// assert_eq!(listed.segments.len(), 1);
+    /// assert_eq!(Some(listed.segments[0].name.as_str()), buf.name());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn namespace(mut self, namespace: Namespace) -> CreateOptions {
         self.namespace = namespace;
         self
@@ -118,13 +192,26 @@ fn describe<O: Os>(backing: &Backing<O>) -> String {
     }
 }
 
-/// A shared-memory buffer; see the module docs.
+/// A shared-memory buffer.
+///
+/// In a process a `ShmBuf` is an `Arc` over one held reference (one holder slot of a
+/// file_system segment, or one open memfd): cloning is cheap, and the last clone's
+/// drop releases the reference. The segment goes once no process holds it, whether
+/// its holders released it or were killed. Create one with [`ShmBuf::new`] or
+/// [`ShmBuf::with_options`]; give another process access with [`ShmBuf::share`] and
+/// [`ShmBuf::attach`].
+///
+/// # Across `fork`
+/// A child inherits the parent's mapping but not its reference: the holder slot
+/// belongs to the parent. Dropping an inherited buffer in the child releases nothing
+/// (the parent still holds it), [`ShmBuf::share`] refuses with [`Error::NotHolder`],
+/// and [`ShmBuf::reattach`] makes the child a holder of its own. Reading inherited
+/// memory is safe exactly as long as the parent keeps holding it.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, ShmBuf, Strategy};
-/// // Without a `shmrc` program to run the manager, opt out of it (see `shmrc::manager`).
-/// shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
 /// buf.write_at(0, b"hello")?;
 /// // In another process this handle would arrive over a socket or as bytes.
@@ -150,6 +237,7 @@ impl<O: Os> Clone for ShmBuf<O> {
 
 impl<O: Os> ShmBuf<O> {
     /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
+    #[doc(hidden)]
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
         if strategy == Strategy::FileSystem {
@@ -164,6 +252,27 @@ impl<O: Os> ShmBuf<O> {
     /// A handle that lets one other process attach this buffer. For file_system
     /// buffers it holds an in-flight reference (a holder slot), so the buffer stays
     /// alive while the handle travels, even if this process drops its own reference.
+    /// In a child that inherited the buffer across `fork`: [`Error::NotHolder`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-share")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// buf.write_at(0, b"kept alive")?;
+    /// let handle = buf.share()?;
+    /// drop(buf); // the handle's in-flight reference keeps the segment
+    /// let received = ShmBuf::attach(handle)?;
+    /// let mut out = [0u8; 10];
+    /// received.read_at(0, &mut out)?;
+    /// assert_eq!(&out, b"kept alive");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn share(&self) -> Result<ShareHandle<O>> {
         let inner = &self.inner;
         let os = &inner.os;
@@ -201,6 +310,32 @@ impl<O: Os> ShmBuf<O> {
     /// Attaches the buffer a handle points at, taking over its in-flight reference.
     /// In a process that already holds the buffer this returns another `Arc` of it
     /// (one slot per process) and gives the handle's reference back.
+    ///
+    /// A handle whose segment is gone gives [`Error::Gone`]; one of another user, pid
+    /// namespace or layout version, or one that does not match its segment, is refused
+    /// with the variant that says so. A failed attach leaves the handle's reference to
+    /// be given back when the handle drops.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// let (producer, consumer) = UnixStream::pair().unwrap();
+    /// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    /// let buf = ShmBuf::with_options(4096, &options)?;
+    /// buf.write_at(0, &[7; 16])?;
+    /// transport::send(&producer, b"", vec![buf.share()?])?;
+    ///
+    /// // In the consumer process:
+    /// let handle = transport::recv(&consumer)?.handles.pop().unwrap();
+    /// let attached = ShmBuf::attach(handle)?;
+    /// let mut out = [0u8; 16];
+    /// attached.read_at(0, &mut out)?;
+    /// assert_eq!(out, [7; 16]);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn attach(mut handle: ShareHandle<O>) -> Result<ShmBuf<O>> {
         let os = handle.os.clone();
         let me = os.current();
@@ -243,7 +378,38 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Makes the current process a holder of this buffer: for a child that inherited
-    /// it across `fork` (see the module docs). In the holding process it returns a clone.
+    /// it across `fork` (see [Across `fork`](ShmBuf#across-fork)). In the holding
+    /// process it returns a clone. A buffer that is gone meanwhile (the parent released
+    /// the last reference) is [`Error::Gone`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use nix::sys::wait::{WaitStatus, waitpid};
+    /// use nix::unistd::{ForkResult, fork};
+    /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-reattach")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// match unsafe { fork() }.expect("fork") {
+    ///     ForkResult::Child => {
+    ///         // The inherited buffer is the parent's reference, not this process's.
+    ///         let inherited = !buf.is_held() && matches!(buf.share(), Err(Error::NotHolder { .. }));
+    ///         let mine = buf.reattach().expect("reattach");
+    ///         let held = mine.is_held();
+    ///         drop(mine); // releases the child's own slot
+    ///         std::process::exit(if inherited && held { 0 } else { 1 });
+    ///     }
+    ///     ForkResult::Parent { child } => {
+    ///         assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    ///     }
+    /// }
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn reattach(&self) -> Result<ShmBuf<O>> {
         let inner = &self.inner;
         let os = &inner.os;
@@ -269,7 +435,27 @@ impl<O: Os> ShmBuf<O> {
 
     /// Releases this reference now and says what became of the segment: `Some` when it
     /// was the last in-process reference to a file_system buffer (the outcome tells
-    /// whether this call unlinked it), `None` otherwise.
+    /// whether this call unlinked it), `None` otherwise. Dropping the last clone does
+    /// the same, silently; `release` reports what a drop would swallow (a damaged
+    /// segment).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let ns = Namespace::new("shmrc-doc-release")?;
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let clone = buf.clone();
+    /// assert!(clone.release()?.is_none()); // `buf` still holds the reference
+    /// assert!(buf.release()?.is_some()); // the last one: the segment was finalized
+    /// assert!(shmrc::inspect(&ns)?.segments.is_empty()); // and nobody held it: unlinked
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn release(self) -> Result<Option<Finalized>> {
         match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner.release(),
@@ -278,16 +464,46 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Length of the data in bytes.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(1000)?;
+    /// assert_eq!(buf.len(), 1000);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.inner.fields.layout.data_len
     }
 
-    /// Whether the buffer is empty (never: buffers have at least one byte).
+    /// Whether the buffer is empty (never: buffers have at least one byte, and a
+    /// zero-length create is [`Error::InvalidArgument`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// assert!(!shmrc::ShmBuf::new(1)?.is_empty());
+    /// assert!(matches!(shmrc::ShmBuf::new(0), Err(shmrc::Error::InvalidArgument(_))));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// The strategy the buffer was created with.
+    /// The strategy the buffer was created with (a buffer keeps it when the
+    /// process-wide one changes).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::{ShmBuf, Strategy, set_sharing_strategy};
+    ///
+    /// set_sharing_strategy(Strategy::FileDescriptor);
+    /// let buf = ShmBuf::new(64)?;
+    /// set_sharing_strategy(Strategy::FileSystem);
+    /// assert_eq!(buf.strategy(), Strategy::FileDescriptor);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn strategy(&self) -> Strategy {
         match self.inner.backing {
             Backing::Named { .. } => Strategy::FileSystem,
@@ -295,7 +511,24 @@ impl<O: Os> ShmBuf<O> {
         }
     }
 
-    /// The segment's name (file_system buffers).
+    /// The segment's name in `/dev/shm` (file_system buffers; `None` for
+    /// file_descriptor ones).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-name")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let name = buf.name().unwrap();
+    /// assert!(name.starts_with("shmrc-doc-name."));
+    /// assert!(std::path::Path::new("/dev/shm").join(name).exists());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn name(&self) -> Option<&str> {
         match &self.inner.backing {
             Backing::Named { name, .. } => Some(name),
@@ -304,22 +537,33 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// The segment's identity.
+    #[doc(hidden)]
     pub fn key(&self) -> SegmentKey {
         self.inner.fields.key()
     }
 
     /// The header fields (creator, capacity, creation time).
+    #[doc(hidden)]
     pub fn fields(&self) -> &Fields {
         &self.inner.fields
     }
 
     /// Whether the current process holds this buffer (false in a forked child until it
-    /// reattaches).
+    /// reattaches: see [`ShmBuf::reattach`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(64)?;
+    /// assert!(buf.is_held()); // the creating process holds it
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_held(&self) -> bool {
         self.inner.os.current() == self.inner.holder
     }
 
     /// A read-only count of the holder slots (file_system buffers).
+    #[doc(hidden)]
     pub fn census(&self) -> Option<holders::Census> {
         self.inner
             .holders()
@@ -327,13 +571,42 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Copies `out.len()` bytes at `offset` into `out`. Safe while other processes
-    /// write: a concurrent write gives a torn copy, never undefined behaviour.
+    /// write: a concurrent write gives a torn copy, never undefined behaviour. A range
+    /// past the end is [`Error::OutOfBounds`] and copies nothing.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(8)?;
+    /// buf.write_at(4, b"abcd")?;
+    /// let mut out = [0u8; 8];
+    /// buf.read_at(0, &mut out)?;
+    /// assert_eq!(&out, b"\0\0\0\0abcd");
+    /// assert!(matches!(
+    ///     buf.read_at(6, &mut [0u8; 4]),
+    ///     Err(shmrc::Error::OutOfBounds { offset: 6, len: 4, size: 8 })
+    /// ));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         let at = self.data_range(offset, out.len())?;
         self.copy_checked(self.inner.map.read(at, out), offset, out.len())
     }
 
-    /// Copies `data` to `offset`. Same concurrency rule as [`ShmBuf::read_at`].
+    /// Copies `data` to `offset`. Same concurrency rule as [`ShmBuf::read_at`]; a range
+    /// past the end is [`Error::OutOfBounds`] and writes nothing.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4)?;
+    /// buf.write_at(0, &42u32.to_le_bytes())?;
+    /// let mut out = [0u8; 4];
+    /// buf.read_at(0, &mut out)?;
+    /// assert_eq!(u32::from_le_bytes(out), 42);
+    /// assert!(buf.write_at(1, &[0u8; 4]).is_err());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         let at = self.data_range(offset, data.len())?;
         self.copy_checked(self.inner.map.write(at, data), offset, data.len())

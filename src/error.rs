@@ -9,10 +9,49 @@ use std::io;
 
 use crate::strategy::Strategy;
 
-/// `Result` with [`Error`].
+/// `Result` with [`Error`]: what every fallible shmrc call returns.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// fn scratch(len: usize) -> shmrc::Result<shmrc::ShmBuf> {
+///     let buf = shmrc::ShmBuf::new(len)?;
+///     buf.write_at(0, b"ready")?;
+///     Ok(buf)
+/// }
+/// assert_eq!(scratch(64)?.len(), 64);
+/// assert!(scratch(2).is_err()); // "ready" does not fit
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why a shmrc operation failed.
+///
+/// Each cause a caller may need to tell apart is its own variant, carrying the segment
+/// it concerns and the numbers that explain it; each variant's doc says when it
+/// happens and what the caller can do. Nothing in shmrc panics on bad input (a hostile
+/// header, a forged handle, a truncated file): every such case ends here, and the
+/// operation that failed has changed nothing the caller could lose.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{Error, ShareHandle, ShmBuf};
+///
+/// fn open(bytes: &[u8]) -> shmrc::Result<Option<ShmBuf>> {
+///     match ShmBuf::attach(ShareHandle::from_bytes(bytes)?) {
+///         Ok(buf) => Ok(Some(buf)),
+///         // The producer's buffer was released meanwhile: skip this item.
+///         Err(Error::Gone { .. }) => Ok(None),
+///         Err(e) => Err(e),
+///     }
+/// }
+/// let err = open(b"garbage").unwrap_err();
+/// assert!(matches!(err, Error::Malformed { .. }));
+/// assert!(err.to_string().starts_with("malformed share handle"));
+/// # }
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -26,15 +65,19 @@ pub enum Error {
     },
 
     /// The segment exists but its creator has not published the header yet, or died
-    /// before it did. A handle never points at such a segment; a sweep removes it once
-    /// its creator is dead.
+    /// before it did. A handle made by [`ShmBuf::share`](crate::ShmBuf::share) never
+    /// points at such a segment, so the name did not come from one: nothing to retry.
+    /// A sweep removes the segment once its creator is dead.
     #[error("segment {segment} is half-created: its creator has not published the header")]
     HalfCreated {
         /// The segment.
         segment: String,
     },
 
-    /// The segment's file is shorter than its header says it must be.
+    /// The segment's file is shorter than its header says it must be: something other
+    /// than shmrc truncated it (another process of this user can). The segment cannot
+    /// be used; share a fresh buffer. A sweep leaves it in place and reports it; remove
+    /// it by hand once you know who damaged it.
     #[error("segment {segment} is truncated: it has {have} bytes, its layout needs {need}")]
     Truncated {
         /// The segment.
@@ -45,7 +88,10 @@ pub enum Error {
         have: u64,
     },
 
-    /// The first word of the segment is not shmrc's magic: it is not a shmrc segment.
+    /// The first word of the segment is not shmrc's magic: it is not a shmrc segment,
+    /// although its name is in a shmrc namespace (someone else wrote it). shmrc never
+    /// uses it; a sweep leaves it in place and reports it. Find out who created it
+    /// before removing it by hand.
     #[error("segment {segment} is not a shmrc segment (magic {found:#018x})")]
     BadMagic {
         /// The segment.
@@ -54,7 +100,9 @@ pub enum Error {
         found: u64,
     },
 
-    /// The segment (or handle) was written by a shmrc with another layout version.
+    /// The segment, handle or transport frame was written by a shmrc with another
+    /// layout version. Run the same shmrc version in every process that shares
+    /// buffers; a sweep leaves such segments in place for the version that wrote them.
     #[error("{segment} has layout version {found}; this build reads version {supported}")]
     WrongVersion {
         /// The segment or handle.
@@ -65,7 +113,9 @@ pub enum Error {
         supported: u64,
     },
 
-    /// The segment belongs to another user (file owner or recorded uid differ).
+    /// The segment belongs to another user (file owner or recorded uid differ). shmrc
+    /// shares only between processes of one user: run producer and consumer as the
+    /// same user. A sweep leaves the segment in place.
     #[error("segment {segment} belongs to uid {owner}, not to this user (uid {me})")]
     OtherUser {
         /// The segment.
@@ -77,7 +127,10 @@ pub enum Error {
     },
 
     /// The segment was created in another pid namespace, where holder tokens name other
-    /// processes than here; attaching would make liveness checks lie.
+    /// processes than here; attaching would make liveness checks lie. Run the processes
+    /// that share file_system buffers in one pid namespace (e.g. one container), or use
+    /// [`Strategy::FileDescriptor`], whose memfd needs no liveness checks. A sweep here
+    /// leaves the segment to a sweep in its own pid namespace.
     #[error(
         "segment {segment} was created in pid namespace {theirs}, this process is in {ours}: \
          holder liveness cannot be checked across pid namespaces"
@@ -92,7 +145,9 @@ pub enum Error {
     },
 
     /// A header field is inconsistent (checksum, capacity, offsets) or a handle does not
-    /// match the segment it names.
+    /// match the segment it names (the name was reused, or the handle was forged). The
+    /// segment is not used; share a fresh buffer. A sweep leaves a corrupted segment in
+    /// place and reports it.
     #[error("segment {segment} is corrupted: {what}")]
     Corrupted {
         /// The segment.
@@ -102,7 +157,10 @@ pub enum Error {
     },
 
     /// The shared-memory file system (`/dev/shm`) or memory is full: creation failed
-    /// before any byte was handed out (no SIGBUS later).
+    /// before any byte was handed out (no SIGBUS later), and nothing is left behind.
+    /// Release buffers (or [`sweep()`](crate::sweep()) dead ones), create a smaller
+    /// one, or give `/dev/shm` more room (`mount -o remount,size=...`, or
+    /// `--shm-size` for a container).
     #[error("no space for a {len}-byte segment: /dev/shm or memory is full ({source})")]
     NoSpace {
         /// The size asked for, header included.
@@ -113,7 +171,10 @@ pub enum Error {
     },
 
     /// The process (or system) hit its open-file limit, or file descriptors passed over
-    /// a socket were dropped by the kernel for that reason.
+    /// a socket were dropped by the kernel for that reason (a connection that lost
+    /// descriptors is out of step: close it). Release buffers, raise `RLIMIT_NOFILE`
+    /// (`ulimit -n`), or switch to [`Strategy::FileSystem`], which keeps no descriptor
+    /// open per buffer.
     #[error(
         "too many open files in {call} (RLIMIT_NOFILE soft limit {limit}): release buffers, \
          raise the limit, or switch to the file_system strategy"
@@ -125,8 +186,10 @@ pub enum Error {
         limit: u64,
     },
 
-    /// Every holder slot of the segment is held by a live process (capacity is fixed at
-    /// creation; create with a larger capacity).
+    /// Every holder slot of the segment is held by a live process or a handle in flight.
+    /// The capacity is fixed at creation: attach it in fewer processes at once, attach
+    /// or drop the handles in flight, or create it with a larger
+    /// [`CreateOptions::capacity`](crate::CreateOptions::capacity).
     #[error("all {capacity} holder slots of {segment} are held by live processes")]
     HoldersFull {
         /// The segment.
@@ -135,8 +198,10 @@ pub enum Error {
         capacity: u32,
     },
 
-    /// A name that is not inside this user's shmrc namespace: shmrc never opens,
-    /// unlinks or trusts it.
+    /// A name that is not inside this user's shmrc namespaces: shmrc never opens,
+    /// unlinks or trusts it. A handle naming it was forged, or comes from another user:
+    /// share only between processes of one user, from handles made by
+    /// [`ShmBuf::share`](crate::ShmBuf::share).
     #[error("{name:?} is outside the namespace {namespace}")]
     OutsideNamespace {
         /// The name.
@@ -145,7 +210,9 @@ pub enum Error {
         namespace: String,
     },
 
-    /// A namespace prefix that shmrc cannot use.
+    /// A namespace prefix that shmrc cannot use; `why` says which rule it breaks. Use
+    /// a prefix that starts with `shmrc`, of at most 48 ASCII letters, digits, `-` and
+    /// `_` (see [`Namespace::new`](crate::Namespace::new)).
     #[error("invalid namespace prefix {prefix:?}: {why}")]
     BadNamespace {
         /// The prefix.
@@ -154,7 +221,11 @@ pub enum Error {
         why: &'static str,
     },
 
-    /// Bytes that do not decode as a share handle or transport frame.
+    /// Bytes that do not decode as a share handle or transport frame, a manager frame
+    /// or reply; nothing was opened. Pass only bytes made by
+    /// [`ShareHandle::into_bytes`](crate::ShareHandle::into_bytes) or
+    /// [`transport::send`](crate::transport::send) of the same shmrc version; a
+    /// connection that delivered them is out of step: close it.
     #[error("malformed {what}: {why}")]
     Malformed {
         /// What was being decoded.
@@ -163,7 +234,8 @@ pub enum Error {
         why: String,
     },
 
-    /// A read or write outside the buffer.
+    /// A read or write outside the buffer; nothing was copied. Keep `offset + len`
+    /// within [`ShmBuf::len`](crate::ShmBuf::len).
     #[error("{len} bytes at offset {offset} are out of bounds for a {size}-byte buffer")]
     OutOfBounds {
         /// Start of the access.
@@ -174,16 +246,21 @@ pub enum Error {
         size: usize,
     },
 
-    /// A size or capacity that shmrc refuses (zero, too large).
+    /// A size, capacity or setting that shmrc refuses (zero, too large, an unreadable
+    /// environment variable, an already attached handle); the message says which and
+    /// the accepted range. Fix the value: retrying the same call fails the same way.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A strategy name that is not one of [`crate::all_sharing_strategies`].
+    /// A strategy name that is not one of [`crate::all_sharing_strategies`]: use
+    /// `file_descriptor` or `file_system`.
     #[error(transparent)]
     UnknownStrategy(#[from] crate::strategy::UnknownStrategy),
 
     /// An operation that needs a different strategy (e.g. turning a file_descriptor
-    /// handle into bytes: its fd must travel over a socket).
+    /// handle into bytes: its fd must travel over a socket). Send it with
+    /// [`transport::send`](crate::transport::send) instead, or create the buffer with
+    /// [`Strategy::FileSystem`].
     #[error("{op} is not possible with the {strategy} strategy")]
     WrongStrategy {
         /// The operation.
@@ -200,11 +277,17 @@ pub enum Error {
         segment: String,
     },
 
-    /// The peer closed the socket.
+    /// The peer closed the socket (between messages, for
+    /// [`transport::recv`](crate::transport::recv)), or the manager closed its
+    /// connection. For a transport: the sender is done or gone, stop receiving from
+    /// it. For the manager: the next file_system create or attach connects again.
     #[error("the peer closed the connection")]
     Disconnected,
 
-    /// A system call failed for a reason without a variant of its own.
+    /// A system call failed for a reason without a variant of its own; `source` is the
+    /// OS error (e.g. `EACCES` for `/dev/shm` permissions, `ENOMEM` for a mapping).
+    /// Nothing was changed that the caller could lose; whether a retry helps depends on
+    /// the error.
     #[error("{call} failed: {source}")]
     Os {
         /// The call that failed.
@@ -223,7 +306,10 @@ pub enum Error {
 
     // --- The manager daemon (issue 4, `crate::manager`). ---
     /// The manager's runtime directory cannot be trusted (another user's, open to
-    /// group or others, a symlink, not a directory) or created.
+    /// group or others, a symlink, not a directory) or created; `why` says which. Fix
+    /// it (`chmod 700`, remove the symlink) or point `SHMRC_RUNTIME_DIR` at a private
+    /// directory of this user; or turn the manager off
+    /// ([`manager::ManagerMode::Off`](crate::manager::ManagerMode::Off)).
     #[error("manager runtime directory {path}: {why}")]
     UnsafeRuntimeDir {
         /// The directory.
@@ -246,7 +332,10 @@ pub enum Error {
         max: usize,
     },
 
-    /// No manager answers at the socket (mode `Connect`, or `shmrc status`).
+    /// No manager answers at the socket (mode
+    /// [`Connect`](crate::manager::ManagerMode::Connect), or
+    /// [`manager::status`](crate::manager::status)). Start one (`shmrc manager`), or
+    /// use mode [`Auto`](crate::manager::ManagerMode::Auto), which starts one itself.
     #[error("no shmrc manager is running at {socket} ({source})")]
     NoManager {
         /// The socket tried.
@@ -257,7 +346,10 @@ pub enum Error {
     },
 
     /// A manager was started (from this program's own image, or the program named by
-    /// `SHMRC_MANAGER_PROGRAM`) but none came up; the reason names its log.
+    /// `SHMRC_MANAGER_PROGRAM`) but none came up; the reason names its log. Read the
+    /// log (`manager.log` in the runtime directory), fix `SHMRC_MANAGER_PROGRAM`, or
+    /// run without a manager ([`manager::ManagerMode::Off`](crate::manager::ManagerMode::Off),
+    /// sweeping yourself).
     #[error("starting the shmrc manager with {program} failed: {why}")]
     ManagerStart {
         /// The program run.
@@ -266,7 +358,11 @@ pub enum Error {
         why: String,
     },
 
-    /// The manager refused this process's request.
+    /// The manager refused this process's request (it names more namespaces than a
+    /// client may, the manager has too many connections, or the process could not be
+    /// verified); `reason` says which, and the manager's log has it too. The process is
+    /// not watched: use fewer namespaces, or run without a manager
+    /// ([`manager::ManagerMode::Off`](crate::manager::ManagerMode::Off)) and sweep.
     #[error("the shmrc manager refused: {reason}")]
     ManagerRefused {
         /// The manager's reason.
@@ -277,7 +373,8 @@ pub enum Error {
     #[cfg(feature = "cuda")]
     /// No CUDA driver could be used (no `libcuda.so.1`, a missing entry point, no
     /// device, or `cuInit` failed). Every device call returns this on a machine without
-    /// a GPU; nothing else is wrong.
+    /// a GPU; nothing else is wrong: fall back to host buffers ([`ShmBuf`](crate::ShmBuf)),
+    /// or to `CudaDevice::fake` in tests.
     #[error("CUDA is unavailable: {reason}")]
     CudaUnavailable {
         /// Why the driver could not be used.
@@ -285,7 +382,10 @@ pub enum Error {
     },
 
     #[cfg(feature = "cuda")]
-    /// A CUDA driver call returned an error code.
+    /// A CUDA driver call returned an error code; `name` is the driver's name for it.
+    /// `CUDA_ERROR_OUT_OF_MEMORY`: drop buffers and `CudaDevice::collect` what other
+    /// processes released; other codes are the driver's to explain (its documentation
+    /// of `call`).
     #[error("{call} failed with CUDA error {code} ({name})")]
     Cuda {
         /// The driver entry point.
@@ -307,7 +407,9 @@ pub enum Error {
 
     #[cfg(feature = "cuda")]
     /// The data part of a device buffer's keep-alive segment does not describe a device
-    /// allocation (another kind of segment, another layout version, or damaged).
+    /// allocation (another kind of segment, another layout version, or damaged), or
+    /// describes one beyond the mapped allocation. The handle did not come from a
+    /// `DeviceBuf::share` of the same shmrc version: nothing was opened; share again.
     #[error("{segment} does not describe a device allocation: {what}")]
     CudaBadIdentity {
         /// The keep-alive segment.
@@ -318,7 +420,8 @@ pub enum Error {
 
     #[cfg(feature = "cuda")]
     /// The device allocator does not implement an optional operation (EMM's
-    /// `get_memory_info` may be unsupported).
+    /// `get_memory_info` may be unsupported). Ask the driver instead
+    /// (`CudaDevice::driver().memory_info()`), or do without.
     #[error("the device allocator does not support {op}")]
     CudaUnsupported {
         /// The operation.
@@ -327,7 +430,14 @@ pub enum Error {
 }
 
 impl Error {
-    /// An [`Error::Os`] for `call` from an `errno`-style error.
+    /// An [`Error::Os`] for `call` from an `errno`-style error (an [`std::io::Error`] or
+    /// anything that converts into one, such as a `nix` errno).
+    ///
+    /// ```
+    /// let err = shmrc::Error::os("shm_open", std::io::Error::from_raw_os_error(13));
+    /// assert!(matches!(err, shmrc::Error::Os { call: "shm_open", .. }));
+    /// assert!(err.to_string().starts_with("shm_open failed"));
+    /// ```
     pub fn os(call: &'static str, source: impl Into<io::Error>) -> Error {
         Error::Os {
             call,
@@ -335,7 +445,28 @@ impl Error {
         }
     }
 
-    /// Whether this error is [`Error::Gone`].
+    /// Whether this error is [`Error::Gone`]: the buffer a handle named was released
+    /// before it was attached.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-is-gone")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// // The receiver gives the in-flight reference back without attaching, then the
+    /// // producer releases its own: the segment is unlinked.
+    /// drop(ShareHandle::from_bytes(&bytes)?);
+    /// drop(buf);
+    /// let late = ShmBuf::attach(ShareHandle::from_bytes(&bytes)?);
+    /// assert!(late.unwrap_err().is_gone());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_gone(&self) -> bool {
         matches!(self, Error::Gone { .. })
     }

@@ -218,12 +218,40 @@ pub(crate) enum Target<O: Os> {
     Taken,
 }
 
-/// A buffer on its way to another process. See the module docs.
+/// A buffer on its way to another process.
 ///
-/// Obtain one with [`crate::ShmBuf::share`]; turn it into a buffer in the receiving
-/// process with [`crate::ShmBuf::attach`]; move it with [`crate::transport`] or, for
-/// file_system handles, as bytes ([`ShareHandle::into_bytes`],
-/// [`ShareHandle::from_bytes`]).
+/// Obtain one with [`ShmBuf::share`](crate::ShmBuf::share); turn it into a buffer in
+/// the receiving process with [`ShmBuf::attach`](crate::ShmBuf::attach); move it with
+/// [`crate::transport`] or, for file_system handles, as bytes
+/// ([`ShareHandle::into_bytes`], [`ShareHandle::from_bytes`]).
+///
+/// A file_system handle names the segment and carries an *in-flight reference*: a
+/// holder slot the sender claimed for the receiver, so the buffer stays alive while
+/// the handle travels even if the sender drops its own reference. The handle owns that
+/// reference: attaching takes it over, dropping an unattached handle gives it back, and
+/// [`ShareHandle::into_bytes`] hands it to whoever gets the bytes (if they are lost,
+/// it is released when the sending process exits). A file_descriptor handle carries an
+/// open memfd, so it can only travel over a Unix socket ([`crate::transport`]).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy};
+///
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(Namespace::new("shmrc-doc-handle")?);
+/// let buf = ShmBuf::with_options(256, &options)?;
+/// let handle: ShareHandle = buf.share()?;
+/// assert_eq!((handle.strategy(), handle.len()), (Strategy::FileSystem, 256));
+/// let bytes = handle.into_bytes()?; // e.g. in a queue message or a pipe
+///
+/// // In the receiving process:
+/// let received = ShmBuf::attach(ShareHandle::from_bytes(&bytes)?)?;
+/// assert_eq!(received.name(), buf.name());
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct ShareHandle<O: Os = crate::DefaultOs> {
     pub(crate) os: O,
     pub(crate) meta: HandleMeta,
@@ -231,22 +259,62 @@ pub struct ShareHandle<O: Os = crate::DefaultOs> {
 }
 
 impl<O: Os> ShareHandle<O> {
-    /// The buffer's strategy.
+    /// The buffer's strategy: whether the handle can travel as bytes
+    /// (file_system) or only over a Unix socket (file_descriptor).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::{CreateOptions, ShmBuf, Strategy};
+    ///
+    /// let buf = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
+    /// assert_eq!(buf.share()?.strategy(), Strategy::FileDescriptor);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn strategy(&self) -> Strategy {
         self.meta.strategy
     }
 
-    /// The buffer's length in bytes.
+    /// The buffer's length in bytes, before it is attached.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// assert_eq!(buf.share()?.len(), 4096);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.meta.data_len
     }
 
     /// Whether the buffer is empty (never: buffers have at least one byte).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// assert!(!shmrc::ShmBuf::new(1)?.share()?.is_empty());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.meta.data_len == 0
     }
 
-    /// The segment's name (file_system handles).
+    /// The segment's name (file_system handles; `None` for file_descriptor ones).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-handle-name")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// assert_eq!(buf.share()?.name(), buf.name());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn name(&self) -> Option<&str> {
         match &self.target {
             Target::Named { name, .. } => Some(name),
@@ -260,6 +328,7 @@ impl<O: Os> ShareHandle<O> {
     }
 
     /// The segment's identity.
+    #[doc(hidden)]
     pub fn key(&self) -> SegmentKey {
         self.meta.key
     }
@@ -289,6 +358,25 @@ impl<O: Os> ShareHandle<O> {
     /// travels with them (if the bytes are lost, it is released when this process
     /// exits). A file_descriptor handle is [`Error::WrongStrategy`]: its descriptor must
     /// travel over a Unix socket ([`crate::transport::send`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let named = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-into-bytes")?);
+    /// let buf = ShmBuf::with_options(64, &named)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// let again = ShmBuf::attach(ShareHandle::from_bytes(&bytes)?)?;
+    /// assert_eq!(again.len(), 64);
+    ///
+    /// let anonymous = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
+    /// assert!(matches!(anonymous.share()?.into_bytes(), Err(Error::WrongStrategy { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn into_bytes(mut self) -> Result<Vec<u8>> {
         if self.meta.strategy != Strategy::FileSystem {
             return Err(Error::WrongStrategy {
@@ -303,6 +391,7 @@ impl<O: Os> ShareHandle<O> {
 
     /// A handle decoded from bytes made by [`ShareHandle::into_bytes`] in another
     /// process of this user; it owns the in-flight reference they carry.
+    #[doc(hidden)]
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
         let decoded = decode(bytes, os.uid())?;
         match decoded.name {

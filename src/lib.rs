@@ -107,6 +107,17 @@ pub use sweep::{Action, SegmentReport, SweepReport};
 /// The OS that [`ShmBuf`], [`ShareHandle`] and [`transport`] run on when none is named:
 /// the real kernel, with the user's manager watching each file_system use
 /// ([`manager::Watched`]).
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{DefaultOs, ShareHandle, ShmBuf};
+///
+/// // `ShmBuf` is `ShmBuf<DefaultOs>`: user code never needs to name the OS.
+/// let buf: ShmBuf<DefaultOs> = ShmBuf::new(64)?;
+/// let handle: ShareHandle<DefaultOs> = buf.share()?;
+/// assert_eq!(handle.len(), 64);
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub type DefaultOs = manager::Watched;
 /// The OS the user API runs on when none is named: in a loom or shuttle build there is

@@ -19,6 +19,30 @@ pub const MAX_PREFIX_LEN: usize = 48;
 pub const DEFAULT_PREFIX: &str = "shmrc";
 
 /// A namespace: every name with this prefix and the calling user's uid belongs to it.
+///
+/// shmrc never opens, unlinks or trusts a name outside the namespaces of its user. A
+/// file_system segment is named `<prefix>.<uid>.<pidns>.<pid>.<start>.<nonce>`: the
+/// prefix (which starts with `shmrc`), the creator's uid, pid namespace, pid and start
+/// time (so that a sweep knows who created it even when its header was never written)
+/// and 128 random bits in hex (so that nobody can guess it). The default namespace is
+/// `shmrc`; a job of its own namespace can sweep and list just its segments.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-ns")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// assert!(buf.name().unwrap().starts_with("shmrc-doc-ns."));
+/// assert_eq!(shmrc::inspect(&ns)?.segments.len(), 1);
+/// assert_eq!(Namespace::default().prefix(), "shmrc");
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 pub struct Namespace {
     prefix: String,
@@ -38,8 +62,9 @@ pub struct NameParts {
 }
 
 impl Namespace {
-    /// A namespace with `prefix`: it must start with `shmrc`, be at most
-    /// [`MAX_PREFIX_LEN`] bytes, and use only ASCII letters, digits, `-` and `_`.
+    /// A namespace with `prefix`: it must start with `shmrc`, be at most 48 bytes, and
+    /// use only ASCII letters, digits, `-` and `_`; else [`Error::BadNamespace`] says
+    /// which rule it breaks.
     ///
     /// ```
     /// let ns = shmrc::Namespace::new("shmrc-train-42").unwrap();
@@ -66,18 +91,27 @@ impl Namespace {
         }
     }
 
-    /// The prefix.
+    /// The prefix (also what `Display` prints).
+    ///
+    /// ```
+    /// let ns = shmrc::Namespace::new("shmrc-eval")?;
+    /// assert_eq!(ns.prefix(), "shmrc-eval");
+    /// assert_eq!(ns.to_string(), "shmrc-eval");
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn prefix(&self) -> &str {
         &self.prefix
     }
 
     /// The start shared by every name of this namespace for user `uid`.
+    #[doc(hidden)]
     pub fn name_start(&self, uid: u32) -> String {
         format!("{}.{}.", self.prefix, uid)
     }
 
     /// The name of a new segment of user `uid` created by `creator`, a process of pid
     /// namespace `pid_namespace`.
+    #[doc(hidden)]
     pub fn segment_name(
         &self,
         uid: u32,
@@ -96,6 +130,7 @@ impl Namespace {
     }
 
     /// Parses `name` as a segment of this namespace for user `uid`, or says why not.
+    #[doc(hidden)]
     pub fn parse(&self, name: &str, uid: u32) -> Result<NameParts> {
         let outside = || Error::OutsideNamespace {
             name: name.to_owned(),
@@ -110,6 +145,7 @@ impl Namespace {
 
     /// Parses `name` as a segment of *any* shmrc namespace of user `uid` (as a handle
     /// received from a peer names it), returning that namespace and the parts.
+    #[doc(hidden)]
     pub fn of_segment(name: &str, uid: u32) -> Result<(Namespace, NameParts)> {
         let prefix = name.split('.').next().unwrap_or_default();
         let ns = Namespace::new(prefix).map_err(|_| Error::OutsideNamespace {
@@ -120,7 +156,29 @@ impl Namespace {
         Ok((ns, parts))
     }
 
-    /// Whether `name` is a segment of this namespace for user `uid`.
+    /// Whether `name` (as `/dev/shm` lists it) is a segment of this namespace for user
+    /// `uid`: the prefix, then the uid, then a creator and nonce in shmrc's format. A
+    /// longer prefix is another namespace.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let uid = nix::unistd::geteuid().as_raw();
+    /// let ns = Namespace::new("shmrc-doc-contains")?;
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let name = buf.name().unwrap();
+    /// assert!(ns.contains(name, uid));
+    /// assert!(!ns.contains(name, uid + 1)); // another user's
+    /// assert!(!Namespace::new("shmrc-doc-contains2")?.contains(name, uid));
+    /// assert!(!ns.contains("torch_123_456_7", uid));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn contains(&self, name: &str, uid: u32) -> bool {
         self.parse(name, uid).is_ok()
     }

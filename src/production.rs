@@ -11,18 +11,46 @@ use crate::os::posix::{DataRegion, PosixMap};
 use crate::sweep::{SweepReport, sweep_with};
 
 impl ShmBuf {
-    /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy.
+    /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy
+    /// ([`sharing_strategy`](crate::sharing_strategy)), in the namespace `shmrc`. A
+    /// `len` of 0 or beyond the largest segment is [`Error::InvalidArgument`]; a full
+    /// `/dev/shm` is [`Error::NoSpace`], before any byte is handed out.
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    /// [`Error::NoSpace`]: crate::Error::NoSpace
     ///
     /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert_eq!(buf.len(), 4096);
+    /// assert_eq!(buf.strategy(), shmrc::sharing_strategy());
+    /// let mut out = [1u8; 16];
+    /// buf.read_at(0, &mut out)?;
+    /// assert_eq!(out, [0; 16]); // zero-filled
+    /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn new(len: usize) -> Result<ShmBuf> {
         ShmBuf::create_with(&DefaultOs::default(), len, &CreateOptions::default())
     }
 
-    /// Creates a zero-filled buffer of `len` bytes as `options` say.
+    /// Creates a zero-filled buffer of `len` bytes as `options` say (strategy, holder
+    /// slots, namespace).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-with-options")?);
+    /// let buf = ShmBuf::with_options(1 << 20, &options)?;
+    /// assert_eq!((buf.len(), buf.strategy()), (1 << 20, Strategy::FileSystem));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn with_options(len: usize, options: &CreateOptions) -> Result<ShmBuf> {
         ShmBuf::create_with(&DefaultOs::default(), len, options)
     }
@@ -31,6 +59,19 @@ impl ShmBuf {
 impl<O: Os<Map = PosixMap>> ShmBuf<O> {
     /// The data as a raw region, for zero-copy access (`unsafe` slices with a stated
     /// contract, or a raw pointer).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(8)?;
+    /// buf.write_at(0, b"zerocopy")?;
+    /// let region = buf.region();
+    /// assert_eq!(region.len(), 8);
+    /// // SAFETY: no process writes the buffer while the slice lives.
+    /// let bytes = unsafe { region.as_slice() };
+    /// assert_eq!(bytes, b"zerocopy");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn region(&self) -> DataRegion<'_> {
         let layout = self.fields().layout;
         self.mapping()
@@ -40,25 +81,110 @@ impl<O: Os<Map = PosixMap>> ShmBuf<O> {
 }
 
 impl ShareHandle {
-    /// Decodes a handle made by [`ShareHandle::into_bytes`] in another process.
+    /// Decodes a handle made by [`ShareHandle::into_bytes`] in another process of this
+    /// user; it owns the in-flight reference the bytes carry (attach it, or drop it to
+    /// give the reference back). Bytes that are no handle are [`Error::Malformed`]; a
+    /// name outside this user's shmrc namespaces is [`Error::OutsideNamespace`]; nothing
+    /// is opened before those checks.
+    ///
+    /// [`Error::Malformed`]: crate::Error::Malformed
+    /// [`Error::OutsideNamespace`]: crate::Error::OutsideNamespace
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-from-bytes")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    ///
+    /// let handle = ShareHandle::from_bytes(&bytes)?;
+    /// assert_eq!(handle.name(), buf.name());
+    /// let attached = ShmBuf::attach(handle)?;
+    /// assert_eq!(attached.len(), 64);
+    /// assert!(matches!(ShareHandle::from_bytes(b"not a handle"), Err(Error::Malformed { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn from_bytes(bytes: &[u8]) -> Result<ShareHandle> {
         ShareHandle::from_bytes_with(&DefaultOs::default(), bytes)
     }
 }
 
 /// Sweeps namespace `ns` for this user: reclaims the slots of dead holders and unlinks
-/// every segment nobody live holds. See [`mod@crate::sweep`].
+/// every segment nobody live holds (`shmrc sweep`). The user's manager does this within
+/// milliseconds of a death; call it yourself when the manager is off.
+///
+/// A sweep only touches names that parse as segments of `ns` for this user, never
+/// unlinks a segment a live process holds or has in flight, and leaves damaged
+/// segments (bad magic, wrong version, corrupted, truncated, another user's or another
+/// pid namespace's) in place, reporting why ([`Action::Skipped`](crate::Action::Skipped)).
+/// A segment whose creator died before publishing its header is removed.
 ///
 /// ```
-/// let report = shmrc::sweep(&shmrc::Namespace::new("shmrc-doc-sweep")?)?;
-/// assert_eq!(report.unlinked, 0);
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use nix::sys::wait::waitpid;
+/// use nix::unistd::{ForkResult, fork};
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-sweep")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// // A worker holds the buffer and dies without releasing it (as if SIGKILLed).
+/// // SAFETY: this program runs no other thread that could hold a lock at the fork.
+/// match unsafe { fork() }.expect("fork") {
+///     ForkResult::Child => {
+///         let held = buf.reattach().expect("reattach");
+///         std::mem::forget(held);
+///         std::process::exit(0);
+///     }
+///     ForkResult::Parent { child } => drop(waitpid(child, None).expect("waitpid")),
+/// }
+///
+/// // The sweep reclaims the dead worker's slot (unless the user's manager, when one
+/// // runs, swept first) and keeps the segment: this process still holds it.
+/// let report = shmrc::sweep(&ns)?;
+/// println!("reclaimed {} slot(s)", report.reclaimed);
+/// assert_eq!((report.segments.len(), report.unlinked), (1, 0));
+/// assert_eq!(shmrc::inspect(&ns)?.reclaimed, 0, "no dead holder left");
+/// drop(buf);
+/// assert!(shmrc::sweep(&ns)?.segments.is_empty());
+/// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub fn sweep(ns: &Namespace) -> Result<SweepReport> {
     sweep_with(&DefaultOs::default(), ns, false)
 }
 
-/// What [`sweep`] would do, changing nothing (the data behind `shmrc ls`).
+/// What [`sweep()`] would do, changing nothing (the data behind `shmrc ls`): every
+/// segment of `ns` for this user, with its holders.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{Action, CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-inspect")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let report = shmrc::inspect(&ns)?;
+/// assert!(report.dry_run);
+/// assert_eq!(report.segments.len(), 1);
+/// let segment = &report.segments[0];
+/// assert_eq!(Some(segment.name.as_str()), buf.name());
+/// assert!(segment.creator_alive);
+/// assert!(matches!(segment.action, Action::Kept)); // held by this process
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub fn inspect(ns: &Namespace) -> Result<SweepReport> {
     sweep_with(&DefaultOs::default(), ns, true)
 }

@@ -12,7 +12,28 @@ use std::str::FromStr;
 
 use crate::sync::process::{AtomicU8, Ordering};
 
-/// How a buffer is shared between processes.
+/// How a buffer is shared between processes, as in `torch.multiprocessing`.
+///
+/// Choose per buffer ([`CreateOptions::strategy`](crate::CreateOptions::strategy)) or
+/// for the whole process ([`set_sharing_strategy`], or `SHMRC_SHARING_STRATEGY` set to
+/// `file_descriptor` or `file_system`; the default is `file_descriptor`). A receiver
+/// follows the handle it gets, whatever its own setting.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-strategy")?;
+/// for strategy in Strategy::ALL {
+///     let options = CreateOptions::new().strategy(strategy).namespace(ns.clone());
+///     let buf = ShmBuf::with_options(64, &options)?;
+///     // Only a file_system buffer has a name in /dev/shm (and a handle that travels as bytes).
+///     assert_eq!(buf.name().is_some(), strategy == Strategy::FileSystem);
+/// }
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Strategy {
     /// An anonymous memfd whose descriptor travels over a Unix socket (`SCM_RIGHTS`).
@@ -27,9 +48,22 @@ pub enum Strategy {
 
 impl Strategy {
     /// Every strategy, in the order [`all_sharing_strategies`] lists them.
+    ///
+    /// ```
+    /// use shmrc::Strategy;
+    /// assert_eq!(Strategy::ALL, [Strategy::FileDescriptor, Strategy::FileSystem]);
+    /// ```
     pub const ALL: [Strategy; 2] = [Strategy::FileDescriptor, Strategy::FileSystem];
 
-    /// The name used by `torch.multiprocessing` and by `SHMRC_SHARING_STRATEGY`.
+    /// The name used by `torch.multiprocessing` and by `SHMRC_SHARING_STRATEGY` (also
+    /// what `Display` prints, and what `str::parse` reads).
+    ///
+    /// ```
+    /// use shmrc::Strategy;
+    /// assert_eq!(Strategy::FileSystem.name(), "file_system");
+    /// assert_eq!(Strategy::FileDescriptor.to_string(), "file_descriptor");
+    /// assert_eq!("file_system".parse::<Strategy>(), Ok(Strategy::FileSystem));
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Strategy::FileDescriptor => "file_descriptor",
@@ -57,6 +91,11 @@ impl fmt::Display for Strategy {
 
 /// A name that is not one of [`all_sharing_strategies`] (it becomes
 /// [`Error::UnknownStrategy`](crate::Error::UnknownStrategy) through `?`).
+///
+/// ```
+/// let err = "shm".parse::<shmrc::Strategy>().unwrap_err();
+/// assert!(err.to_string().contains("file_descriptor, file_system"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownStrategy(pub String);
 
@@ -93,7 +132,8 @@ impl FromStr for Strategy {
 /// 0 until first read; then a [`Strategy`] code.
 static CURRENT: AtomicU8 = AtomicU8::new(0);
 
-/// The strategies this system supports (both, on Linux).
+/// The strategies this system supports (both, on Linux), as
+/// `torch.multiprocessing.get_all_sharing_strategies()`.
 ///
 /// ```
 /// assert_eq!(shmrc::all_sharing_strategies().len(), 2);
@@ -102,7 +142,9 @@ pub fn all_sharing_strategies() -> &'static [Strategy] {
     &Strategy::ALL
 }
 
-/// The strategy new buffers are created with.
+/// The strategy new buffers are created with: the one last set by
+/// [`set_sharing_strategy`], else `$SHMRC_SHARING_STRATEGY` (`file_descriptor` or
+/// `file_system`, read once), else [`Strategy::FileDescriptor`].
 ///
 /// ```
 /// use shmrc::{Strategy, set_sharing_strategy, sharing_strategy};
@@ -127,6 +169,21 @@ pub fn sharing_strategy() -> Strategy {
 
 /// Switches the strategy for buffers created from now on, in this process. Buffers
 /// already created keep theirs.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{ShmBuf, Strategy, set_sharing_strategy};
+///
+/// set_sharing_strategy(Strategy::FileDescriptor);
+/// let before = ShmBuf::new(64)?;
+/// set_sharing_strategy(Strategy::FileSystem);
+/// let after = ShmBuf::new(64)?; // a named segment in the namespace `shmrc`
+/// assert_eq!(before.strategy(), Strategy::FileDescriptor);
+/// assert_eq!(after.strategy(), Strategy::FileSystem);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub fn set_sharing_strategy(strategy: Strategy) {
     CURRENT.store(strategy.code(), Ordering::Release);
 }

@@ -16,7 +16,29 @@ use crate::os::remembering::Remembering;
 use crate::segment::{self, Fields, Header};
 use crate::token::Token;
 
-/// One segment as a sweep or listing saw it.
+/// One segment as a sweep or listing saw it: an entry of
+/// [`SweepReport::segments`].
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{Action, CreateOptions, Namespace, SegmentReport, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-segment-report")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let report = shmrc::inspect(&ns)?;
+/// let segment: &SegmentReport = &report.segments[0];
+/// assert_eq!(Some(segment.name.as_str()), buf.name());
+/// assert!(segment.creator_alive);
+/// assert!(segment.fields.is_some()); // its header validated
+/// assert_eq!(segment.reclaimed, 0);
+/// assert!(matches!(segment.action, Action::Kept));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct SegmentReport {
     /// Its name in `/dev/shm`.
@@ -37,7 +59,32 @@ pub struct SegmentReport {
     pub action: Action,
 }
 
-/// What a sweep did to one segment.
+/// What a sweep did to one segment (in a dry run, [`inspect()`](crate::inspect()):
+/// what it would do).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{Action, CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-action")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let _buf = ShmBuf::with_options(64, &options)?;
+/// let mut in_use = 0;
+/// for segment in shmrc::sweep(&ns)?.segments {
+///     match segment.action {
+///         Action::Kept | Action::BeingCreated => in_use += 1,
+///         Action::Unlinked | Action::RemovedHalfCreated => println!("{} removed", segment.name),
+///         Action::Vanished => {}
+///         Action::Skipped(why) => eprintln!("{} left in place: {why}", segment.name),
+///     }
+/// }
+/// assert_eq!(in_use, 1); // `_buf`, held by this process
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug)]
 pub enum Action {
     /// Still held by a live process (or in flight, or being finalized): kept.
@@ -54,7 +101,26 @@ pub enum Action {
     Skipped(Error),
 }
 
-/// The result of [`sweep_with`] or [`inspect`].
+/// The result of [`sweep()`](crate::sweep()) or [`inspect()`](crate::inspect()).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy, SweepReport};
+///
+/// let ns = Namespace::new("shmrc-doc-sweep-report")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let report: SweepReport = shmrc::sweep(&ns)?;
+/// assert!(!report.dry_run);
+/// assert_eq!((report.segments.len(), report.reclaimed, report.unlinked), (1, 0, 0));
+/// drop(buf); // the last holder released it: unlinked there and then
+/// assert!(shmrc::inspect(&ns)?.segments.is_empty());
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct SweepReport {
     /// Every segment seen, in name order.

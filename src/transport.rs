@@ -7,7 +7,7 @@
 //! ```text
 //!  0..4  magic "SHMT"        4..6  version (1)     6..8 flags: bit 0 = more frames follow
 //!  8..12 payload length     12..16 handle count   16..20 fd count   20..24 handle bytes
-//! payload, then per handle: u16 length + handle encoding (see handle.rs)
+//! payload, then per handle: u16 length + handle encoding (as ShareHandle::into_bytes)
 //! ```
 //! The descriptors ride on the frame's first byte. A receiver that hits its fd limit
 //! gets [`crate::Error::TooManyFds`] (never "received 0 items of ancdata" in silence);
@@ -27,12 +27,41 @@ const MAGIC: [u8; 4] = *b"SHMT";
 const VERSION: u16 = 1;
 const FRAME_HEADER: usize = 24;
 const FLAG_MORE: u16 = 1;
-/// The largest payload one message may carry.
+/// The largest payload one message may carry; [`send`] refuses a larger one with
+/// [`Error::InvalidArgument`] before anything is written.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::transport::{self, MAX_PAYLOAD};
+/// use std::os::unix::net::UnixStream;
+///
+/// let (a, _b) = UnixStream::pair().unwrap();
+/// let too_big = vec![0u8; MAX_PAYLOAD + 1];
+/// assert!(matches!(transport::send(&a, &too_big, vec![]), Err(shmrc::Error::InvalidArgument(_))));
+/// # }
+/// ```
 pub const MAX_PAYLOAD: usize = 64 << 20;
 /// The most handles one frame may carry.
 const MAX_HANDLES_PER_FRAME: usize = 4096;
 
 /// What [`recv`] returns: your payload and the handles that came with it.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::{ShmBuf, transport};
+/// use std::os::unix::net::UnixStream;
+///
+/// let (a, b) = UnixStream::pair().unwrap();
+/// let (x, y) = (ShmBuf::new(16)?, ShmBuf::new(32)?);
+/// transport::send(&a, b"two buffers", vec![x.share()?, y.share()?])?;
+///
+/// let message: transport::Message = transport::recv(&b)?;
+/// assert_eq!(message.payload, b"two buffers");
+/// let lens: Vec<usize> = message.handles.iter().map(|h| h.len()).collect();
+/// assert_eq!(lens, [16, 32]); // in the order they were sent
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct Message<O: Os = crate::DefaultOs> {
     /// The bytes passed to [`send`].
@@ -42,17 +71,64 @@ pub struct Message<O: Os = crate::DefaultOs> {
     pub handles: Vec<ShareHandle<O>>,
 }
 
-/// Sends `payload` and `handles` over `stream` as one message : on success the handles' in-flight references
-/// belong to the receiver; on failure they are given back when the handles you passed
-/// are dropped.
+/// Sends `payload` and `handles` over `stream` as one message: on success the handles'
+/// in-flight references belong to the receiver; on failure they are given back when
+/// the handles you passed are dropped. file_descriptor handles carry their memfd with
+/// `SCM_RIGHTS`; any number of them may go in one message (it is split into frames of
+/// at most 253 descriptors and reassembled by [`recv`]).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
+/// use std::os::unix::net::UnixStream;
+///
+/// let (to_worker, at_worker) = UnixStream::pair().unwrap();
+/// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
+/// let batch: Vec<ShmBuf> = (0..300)
+///     .map(|_| ShmBuf::with_options(64, &options))
+///     .collect::<Result<_, _>>()?;
+/// let handles = batch.iter().map(ShmBuf::share).collect::<Result<Vec<_>, _>>()?;
+/// transport::send(&to_worker, b"batch 1", handles)?;
+///
+/// let message = transport::recv(&at_worker)?;
+/// assert_eq!(message.handles.len(), 300);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> Result<()> {
     send_with(&DefaultOs::default(), stream, payload, handles)
 }
 
-/// Receives one message sent with [`send`] from `stream`.
-/// [`Error::Disconnected`](crate::Error::Disconnected) if the peer closed the socket
-/// before a message began.
+/// Receives one message sent with [`send`] from `stream`, blocking until it is whole.
+/// [`Error::Disconnected`] if the peer closed the socket before a message began;
+/// [`Error::Malformed`] for bytes that are not a message (or a connection cut inside
+/// one); [`Error::TooManyFds`] when this process's open-file limit dropped arriving
+/// descriptors. After an error other than `Disconnected` the connection is out of step:
+/// close it.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::{Error, ShmBuf, transport};
+/// use std::os::unix::net::UnixStream;
+///
+/// let (producer, consumer) = UnixStream::pair().unwrap();
+/// let buf = ShmBuf::new(8)?;
+/// buf.write_at(0, b"features")?;
+/// transport::send(&producer, b"step 7", vec![buf.share()?])?;
+/// drop(producer);
+///
+/// let mut message = transport::recv(&consumer)?;
+/// assert_eq!(message.payload, b"step 7");
+/// let received = ShmBuf::attach(message.handles.remove(0))?;
+/// let mut out = [0u8; 8];
+/// received.read_at(0, &mut out)?;
+/// assert_eq!(&out, b"features");
+/// // The producer closed its end: no more messages.
+/// assert!(matches!(transport::recv(&consumer), Err(Error::Disconnected)));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub fn recv(stream: &UnixStream) -> Result<Message> {
     recv_with(&DefaultOs::default(), stream)
@@ -61,6 +137,7 @@ pub fn recv(stream: &UnixStream) -> Result<Message> {
 /// [`send`] as process `os` (any backend). On success the handles' in-flight
 /// references belong to the receiver; on failure they are given back when the handles
 /// you passed are dropped.
+#[doc(hidden)]
 pub fn send_with<O: Os>(
     os: &O,
     stream: &O::Stream,
@@ -126,6 +203,7 @@ fn split_into_frames<O: Os>(handles: &[ShareHandle<O>]) -> Vec<std::ops::Range<u
 
 /// [`recv`] as process `os` (any backend). [`Error::Disconnected`] if the peer closed
 /// the socket before a message began.
+#[doc(hidden)]
 pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
     let mut handles = Vec::new();
     let mut first = true;

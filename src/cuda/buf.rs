@@ -28,6 +28,23 @@ use crate::strategy::Strategy;
 /// A range of device memory, bounds-checked; what [`DeviceBuf`] and [`DeviceView`]
 /// dereference to. Not `Clone`: a copy could outlive the buffer or view it came from
 /// and reach memory already unmapped or freed.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::CreateOptions;
+/// use shmrc::cuda::{CudaDevice, DeviceSpan};
+///
+/// let device = CudaDevice::fake("shmrc-doc-span", 1 << 20, &CreateOptions::new())?;
+/// let buf = device.alloc(256)?;
+/// let span: &DeviceSpan = &buf;
+/// span.write_at(0, &[9; 256])?;
+/// let mut out = [0u8; 256];
+/// span.read_at(0, &mut out)?;
+/// assert_eq!(out, [9; 256]);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct DeviceSpan {
     driver: Arc<dyn Driver>,
     ptr: DevicePtr,
@@ -35,28 +52,89 @@ pub struct DeviceSpan {
 }
 
 impl DeviceSpan {
-    /// The device address (in this process).
+    /// The device address (in this process), to pass to kernels or libraries.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::CreateOptions;
+    /// use shmrc::cuda::CudaDevice;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-ptr", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(4096)?;
+    /// let (base, len) = device.driver().address_range(buf.ptr())?;
+    /// assert_eq!((base, len), (buf.ptr(), 4096));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn ptr(&self) -> DevicePtr {
         self.ptr
     }
 
     /// Length in bytes.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-len", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// assert_eq!(device.alloc(4096)?.len(), 4096);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.size as usize
     }
 
     /// Whether the span is empty (never: buffers have at least one byte).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-empty", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// assert!(!device.alloc(1)?.is_empty());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.size == 0
     }
 
-    /// Copies `data` to the span at `offset` (synchronous).
+    /// Copies `data` to the span at `offset` (synchronous). A range past the end is
+    /// [`Error::OutOfBounds`] and copies nothing.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error};
+    /// use shmrc::cuda::CudaDevice;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-write", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(8)?;
+    /// buf.write_at(0, &1.5f64.to_le_bytes())?;
+    /// assert!(matches!(buf.write_at(4, &[0; 8]), Err(Error::OutOfBounds { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn write_at(&self, offset: usize, data: &[u8]) -> Result<()> {
         self.driver
             .copy_to_device(self.at(offset, data.len())?, data)
     }
 
-    /// Copies from the span at `offset` into `out` (synchronous).
+    /// Copies from the span at `offset` into `out` (synchronous). A range past the end
+    /// is [`Error::OutOfBounds`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-read", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// let buf = device.alloc(8)?;
+    /// buf.write_at(0, &1.5f64.to_le_bytes())?;
+    /// let mut out = [0u8; 8];
+    /// buf.read_at(0, &mut out)?;
+    /// assert_eq!(f64::from_le_bytes(out), 1.5);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn read_at(&self, offset: usize, out: &mut [u8]) -> Result<()> {
         self.driver
             .copy_from_device(self.at(offset, out.len())?, out)
@@ -86,7 +164,34 @@ impl fmt::Debug for DeviceSpan {
     }
 }
 
-/// A device allocation made in this process; see the module docs.
+/// A device allocation made in this process (by [`CudaDevice::alloc`]); it derefs
+/// to its [`DeviceSpan`].
+///
+/// Its first [`DeviceBuf::share`] creates its *keep-alive*: a file_system shmrc
+/// segment that names the allocation and whose holder slots are the references to the
+/// device memory (this buffer holds one, a handle in flight one, each consumer process
+/// one). Dropping the `DeviceBuf` frees the memory at once if nobody else holds it, and
+/// otherwise moves it to the device's limbo list, from which it is freed once the
+/// last holder released it (or was killed and reclaimed).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::cuda::{CudaDevice, DeviceBuf};
+/// use shmrc::{CreateOptions, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-device-buf")?);
+/// let device = CudaDevice::fake("shmrc-doc-device-buf", 1 << 20, &keepalive)?;
+/// let buf: DeviceBuf = device.alloc(4096)?;
+/// buf.write_at(0, b"weights")?;
+/// let handle = buf.share()?; // in flight: it holds the memory too
+/// drop(buf);
+/// assert_eq!(device.limbo_len(), 1); // freed once the handle is attached and released
+/// drop(handle);
+/// assert_eq!(device.collect().freed, 1);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct DeviceBuf<O: Os = crate::DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
@@ -113,7 +218,45 @@ impl<O: Os> DeviceBuf<O> {
     /// A handle that lets one other process attach this buffer; it holds an in-flight
     /// reference, so the memory stays allocated while it travels. Waits for the
     /// device's queued work first (`cuCtxSynchronize`), so the consumer sees what this
-    /// process's kernels wrote.
+    /// process's kernels wrote. Send it as bytes ([`DeviceHandle::into_bytes`]) or over
+    /// a Unix socket ([`DeviceHandle::into_share_handle`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-device-share")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-device-share", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// buf.write_at(0, b"activations")?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-device-share", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     let mut out = [0u8; 11];
+    ///     view.read_at(0, &mut out)?;
+    ///     assert_eq!(&out, b"activations");
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
         self.span.driver.synchronize()?;
         let mut keepalive = lock(&self.keepalive);
@@ -143,7 +286,25 @@ impl<O: Os> DeviceBuf<O> {
         Ok(buf)
     }
 
-    /// The keep-alive segment's name, once the buffer was shared.
+    /// The keep-alive segment's name, once the buffer was shared (`None` before: a
+    /// buffer never shared has no keep-alive). It is what [`crate::inspect()`] lists.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let ns = Namespace::new("shmrc-doc-keepalive")?;
+    /// let device = CudaDevice::fake("shmrc-doc-keepalive", 1 << 20, &CreateOptions::new().namespace(ns.clone()))?;
+    /// let buf = device.alloc(4096)?;
+    /// assert_eq!(buf.keepalive_name(), None);
+    /// let _handle = buf.share()?;
+    /// let name = buf.keepalive_name().unwrap();
+    /// assert_eq!(shmrc::inspect(&ns)?.segments[0].name, name);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn keepalive_name(&self) -> Option<String> {
         lock(&self.keepalive)
             .as_ref()
@@ -151,6 +312,7 @@ impl<O: Os> DeviceBuf<O> {
     }
 
     /// The keep-alive's holder slots, once the buffer was shared.
+    #[doc(hidden)]
     pub fn census(&self) -> Option<Census> {
         lock(&self.keepalive).as_ref().and_then(ShmBuf::census)
     }
@@ -196,29 +358,129 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 
 /// What travels to a consumer: the keep-alive's share handle (with its in-flight
 /// reference). Over a Unix socket use [`DeviceHandle::into_share_handle`] with
-/// [`crate::transport::send`]; as bytes, [`DeviceHandle::into_bytes`].
+/// [`crate::transport::send`]; as bytes, [`DeviceHandle::into_bytes`]. Dropping a
+/// handle that was never attached gives its reference back.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::cuda::{CudaDevice, DeviceHandle};
+/// use shmrc::{CreateOptions, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-device-handle")?);
+/// let device = CudaDevice::fake("shmrc-doc-device-handle", 1 << 20, &keepalive)?;
+/// let buf = device.alloc(4096)?;
+/// let handle: DeviceHandle = buf.share()?;
+/// let bytes = handle.into_bytes()?; // e.g. into a queue message
+/// let handle = DeviceHandle::from_bytes(&bytes)?; // a consumer would attach it
+/// drop(handle); // nobody attached it: the reference is given back
+/// drop(buf);
+/// assert_eq!(device.limbo_len(), 0); // nothing held the memory any more
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct DeviceHandle<O: Os = crate::DefaultOs> {
     keepalive: ShareHandle<O>,
 }
 
 impl<O: Os> DeviceHandle<O> {
-    /// The keep-alive handle, to send with [`crate::transport::send`].
+    /// The keep-alive handle, to send with [`crate::transport::send`] (alongside host
+    /// buffers, in one message).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use std::os::unix::net::UnixStream;
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace, transport};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-into-share")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-into-share", 1 << 20, &keepalive)?;
+    /// let (to_consumer, at_consumer) = UnixStream::pair().unwrap();
+    /// let buf = producer.alloc(64)?;
+    /// buf.write_at(0, b"batch 3")?;
+    /// transport::send(&to_consumer, b"device batch", vec![buf.share()?.into_share_handle()])?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-into-share", 1 << 20, &keepalive)?;
+    ///     let mut message = transport::recv(&at_consumer)?;
+    ///     let view = consumer.attach(DeviceHandle::from_share_handle(message.handles.remove(0)))?;
+    ///     let mut out = [0u8; 7];
+    ///     view.read_at(0, &mut out)?;
+    ///     assert_eq!(&out, b"batch 3");
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn into_share_handle(self) -> ShareHandle<O> {
         self.keepalive
     }
 
-    /// A device handle from a keep-alive handle received over a socket.
+    /// A device handle from a keep-alive handle received over a socket (see
+    /// [`DeviceHandle::into_share_handle`] for the whole exchange). A handle of a
+    /// buffer that is no keep-alive is refused at attach
+    /// ([`Error::CudaBadIdentity`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-from-share", 1 << 20, &CreateOptions::new())?;
+    /// let host = ShmBuf::with_options(
+    ///     64,
+    ///     &CreateOptions::new().strategy(Strategy::FileSystem).namespace(Namespace::new("shmrc-doc-from-share")?),
+    /// )?;
+    /// let not_a_device_buffer = DeviceHandle::from_share_handle(host.share()?);
+    /// assert!(matches!(device.attach(not_a_device_buffer), Err(Error::CudaBadIdentity { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn from_share_handle(keepalive: ShareHandle<O>) -> DeviceHandle<O> {
         DeviceHandle { keepalive }
     }
 
-    /// The handle as bytes (it names a file_system segment).
+    /// The handle as bytes (it names a file_system segment), to send by any means; the
+    /// in-flight reference travels with them (if they are lost, it is released when
+    /// this process exits).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-dev-into-bytes")?);
+    /// let device = CudaDevice::fake("shmrc-doc-dev-into-bytes", 1 << 20, &keepalive)?;
+    /// let buf = device.alloc(64)?;
+    /// let bytes: Vec<u8> = buf.share()?.into_bytes()?;
+    /// assert!(!bytes.is_empty());
+    /// # drop(shmrc::cuda::DeviceHandle::from_bytes(&bytes)?); // gives the reference back
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn into_bytes(self) -> Result<Vec<u8>> {
         self.keepalive.into_bytes()
     }
 
     /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
+    #[doc(hidden)]
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
     }
@@ -237,10 +499,51 @@ impl<O: Os> Drop for IpcLease<O> {
     }
 }
 
-/// A consumer's view of a buffer another process shared. Dropping it closes the IPC
-/// mapping (when it was this process's last view of that allocation) and then
+/// A consumer's view of a buffer another process shared (from
+/// [`CudaDevice::attach`]); it derefs to its [`DeviceSpan`]. Dropping it closes the
+/// IPC mapping (when it was this process's last view of that allocation) and then
 /// releases the keep-alive slot: in that order, so the producer never frees memory
 /// still mapped here.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+/// #     use nix::sys::wait::{WaitStatus, waitpid};
+/// #     use nix::unistd::{ForkResult, fork};
+/// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+/// #     match unsafe { fork() }.expect("fork") {
+/// #         ForkResult::Child => std::process::exit(match consumer() {
+/// #             Ok(()) => 0,
+/// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+/// #         }),
+/// #         ForkResult::Parent { child } => {
+/// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+/// #         }
+/// #     }
+/// # }
+/// use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
+/// use shmrc::{CreateOptions, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-device-view")?);
+/// let producer = CudaDevice::fake("shmrc-doc-device-view", 1 << 20, &keepalive)?;
+/// let buf = producer.alloc(4096)?;
+/// let bytes = buf.share()?.into_bytes()?;
+/// in_child(|| {
+///     let consumer = CudaDevice::fake("shmrc-doc-device-view", 1 << 20, &keepalive)?;
+///     let view: DeviceView = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+///     view.write_at(0, b"result")?;
+///     assert_eq!(consumer.open_handles(), 1);
+///     drop(view); // unmapped here, then its slot released
+///     assert_eq!(consumer.open_handles(), 0);
+///     Ok(())
+/// });
+/// let mut out = [0u8; 6];
+/// buf.read_at(0, &mut out)?;
+/// assert_eq!(&out, b"result");
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct DeviceView<O: Os = crate::DefaultOs> {
     // Field order is drop order: unmap first, then release the reference.
     lease: IpcLease<O>,
@@ -301,19 +604,129 @@ impl<O: Os> DeviceView<O> {
         })
     }
 
-    /// What the keep-alive says of the allocation.
+    /// What the keep-alive says of the allocation: its device, size, and where the
+    /// buffer starts in it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-identity")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-identity", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-identity", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     let identity = view.identity();
+    ///     assert_eq!((identity.size, identity.offset), (4096, 0));
+    ///     assert_eq!(identity.device.uuid, consumer.driver().device()?.uuid);
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn identity(&self) -> &Identity {
         &self.identity
     }
 
-    /// A handle for yet another process (an in-flight reference of this one).
+    /// A handle for yet another process (an in-flight reference of this one): a
+    /// consumer may pass a buffer on, and the producer frees it only once that process
+    /// released it too.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-view-share")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-view-share", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-view-share", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     let onward = view.share()?; // for the next stage of a pipeline
+    ///     assert_eq!(onward.into_share_handle().name(), view.keepalive_name());
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
         Ok(DeviceHandle {
             keepalive: self.keepalive.share()?,
         })
     }
 
-    /// The keep-alive segment's name.
+    /// The keep-alive segment's name (the same in every process that holds the
+    /// buffer).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-view-name")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-view-name", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// let name = buf.keepalive_name().unwrap();
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-view-name", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     assert_eq!(view.keepalive_name(), Some(name.as_str()));
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn keepalive_name(&self) -> Option<&str> {
         self.keepalive.name()
     }

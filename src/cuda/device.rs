@@ -44,7 +44,30 @@ impl<O: Os> Drop for DeviceInner<O> {
     }
 }
 
-/// One process's view of one device; see the module docs.
+/// One process's entry point to one device: its driver, the installed
+/// [`DeviceAllocator`], the limbo list of dropped buffers other processes may still
+/// hold, and the table of IPC handles opened here (each opened once per process).
+/// Create one per process ([`CudaDevice::real`], [`CudaDevice::fake`] or
+/// [`CudaDevice::with_driver`]) and clone it; clones share everything.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::cuda::CudaDevice;
+/// use shmrc::{CreateOptions, Error, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-cuda-device")?);
+/// // The GPU when there is one, else the fake device (shared memory).
+/// let device = match CudaDevice::real(0, &keepalive) {
+///     Err(Error::CudaUnavailable { .. }) => CudaDevice::fake("shmrc-doc-cuda-device", 1 << 20, &keepalive)?,
+///     other => other?,
+/// };
+/// let buf = device.alloc(1024)?;
+/// buf.write_at(0, &[1; 1024])?;
+/// let _handle = buf.share()?; // for a consumer process
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct CudaDevice<O: Os = crate::DefaultOs> {
     pub(crate) inner: Arc<DeviceInner<O>>,
 }
@@ -69,7 +92,22 @@ impl<O: Os> fmt::Debug for CudaDevice<O> {
 impl<O: Os> CudaDevice<O> {
     /// A device over `driver` as process `os`, with the default allocator. Keep-alive
     /// segments are created with `keepalive` (its namespace and holder capacity; the
-    /// strategy is always file_system).
+    /// strategy is always file_system). For a [`Driver`] of your own; the real and fake
+    /// drivers have [`CudaDevice::real`] and [`CudaDevice::fake`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{CudaDevice, FakeDriver};
+    /// use shmrc::{CreateOptions, DefaultOs};
+    ///
+    /// let driver = FakeDriver::new(DefaultOs::default(), "shmrc-doc-with-driver", 1 << 20)?;
+    /// let device = CudaDevice::with_driver(DefaultOs::default(), Arc::new(driver), &CreateOptions::new());
+    /// assert_eq!(device.alloc(64)?.len(), 64);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn with_driver(os: O, driver: Arc<dyn Driver>, keepalive: &CreateOptions) -> CudaDevice<O> {
         let allocator: Arc<dyn DeviceAllocator> =
             Arc::new(DriverAllocator::new(Arc::clone(&driver)));
@@ -85,12 +123,33 @@ impl<O: Os> CudaDevice<O> {
         }
     }
 
-    /// The driver.
+    /// The driver, for the calls shmrc does not wrap (device identity, memory
+    /// information, address ranges).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-driver", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// let id = device.driver().device()?;
+    /// assert_eq!(id.ordinal, 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn driver(&self) -> &Arc<dyn Driver> {
         &self.inner.driver
     }
 
     /// The allocator new buffers come from.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-allocator-get", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// let allocator = device.allocator();
+    /// assert!(format!("{allocator:?}").starts_with("DriverAllocator"));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn allocator(&self) -> Arc<dyn DeviceAllocator> {
         Arc::clone(
             &self
@@ -102,7 +161,23 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Installs `allocator` for buffers allocated from now on; existing buffers are
-    /// freed by the allocator that made them.
+    /// freed by the allocator that made them. See [`DeviceAllocator`] for an allocator
+    /// of your own.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::sync::Arc;
+    /// use shmrc::CreateOptions;
+    /// use shmrc::cuda::{CudaDevice, DeviceAllocator, DriverAllocator};
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-set-allocator", 1 << 20, &CreateOptions::new())?;
+    /// let mine: Arc<dyn DeviceAllocator> = Arc::new(DriverAllocator::new(Arc::clone(device.driver())));
+    /// device.set_allocator(Arc::clone(&mine));
+    /// assert!(Arc::ptr_eq(&device.allocator(), &mine));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn set_allocator(&self, allocator: Arc<dyn DeviceAllocator>) {
         *self
             .inner
@@ -112,7 +187,25 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Allocates a buffer of `size` bytes with the installed allocator, after freeing
-    /// what the limbo list may free.
+    /// what the limbo list may free. A full device is [`Error::Cuda`] with
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    ///
+    /// [`Error::Cuda`]: crate::Error::Cuda
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error};
+    /// use shmrc::cuda::CudaDevice;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-alloc", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(1 << 19)?;
+    /// assert_eq!(buf.len(), 1 << 19);
+    /// let too_much = device.alloc(1 << 20);
+    /// assert!(matches!(too_much, Err(Error::Cuda { ref name, .. }) if name == "CUDA_ERROR_OUT_OF_MEMORY"));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn alloc(&self, size: usize) -> Result<DeviceBuf<O>> {
         self.drain(Drain::Check);
         let allocator = self.allocator();
@@ -121,23 +214,123 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Attaches a buffer another process shared: holds its keep-alive, then opens its
-    /// IPC handle (once per process). Refused in the process that exported it.
+    /// IPC handle (once per process). Refused in the process that exported it
+    /// ([`Error::CudaOwnExport`]); a released buffer is [`Error::Gone`]; a handle that
+    /// is no device buffer's is [`Error::CudaBadIdentity`].
+    ///
+    /// [`Error::CudaOwnExport`]: crate::Error::CudaOwnExport
+    /// [`Error::Gone`]: crate::Error::Gone
+    /// [`Error::CudaBadIdentity`]: crate::Error::CudaBadIdentity
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Error, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-attach")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-attach", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// buf.write_at(0, b"gradients")?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-attach", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     let mut out = [0u8; 9];
+    ///     view.read_at(0, &mut out)?;
+    ///     assert_eq!(&out, b"gradients");
+    ///     Ok(())
+    /// });
+    /// // The producer itself cannot attach its own export (CUDA would refuse too).
+    /// let own = producer.attach(buf.share()?);
+    /// assert!(matches!(own, Err(Error::CudaOwnExport { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn attach(&self, handle: DeviceHandle<O>) -> Result<DeviceView<O>> {
         DeviceView::attach(self, handle)
     }
 
     /// Finalizes the keep-alive of every buffer in limbo (reclaiming slots of dead
-    /// holders, as [`crate::sweep()`] does) and frees those nobody holds.
+    /// holders, as [`crate::sweep()`] does) and frees those nobody holds. Call it now
+    /// and then (a training step) when consumers may be killed; a clean release frees
+    /// without it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-collect")?);
+    /// let device = CudaDevice::fake("shmrc-doc-collect", 1 << 20, &keepalive)?;
+    /// let buf = device.alloc(4096)?;
+    /// let in_flight = buf.share()?;
+    /// drop(buf);
+    /// let report = device.collect();
+    /// assert_eq!((report.freed, report.waiting), (0, 1)); // the handle still holds it
+    /// drop(in_flight);
+    /// assert_eq!(device.collect().freed, 1);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn collect(&self) -> CollectReport {
         self.drain(Drain::Finalize)
     }
 
     /// Buffers dropped here that some process may still hold.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-limbo")?);
+    /// let device = CudaDevice::fake("shmrc-doc-limbo", 1 << 20, &keepalive)?;
+    /// let buf = device.alloc(4096)?;
+    /// let handle = buf.share()?;
+    /// drop(buf);
+    /// assert_eq!(device.limbo_len(), 1);
+    /// drop(handle);
+    /// device.collect();
+    /// assert_eq!(device.limbo_len(), 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn limbo_len(&self) -> usize {
         lock(&self.inner.limbo).len()
     }
 
-    /// Free and total device memory, as the installed allocator reports it.
+    /// Free and total device memory, as the installed allocator reports it
+    /// ([`Error::CudaUnsupported`] from an allocator that cannot tell).
+    ///
+    /// [`Error::CudaUnsupported`]: crate::Error::CudaUnsupported
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-meminfo", 1 << 20, &shmrc::CreateOptions::new())?;
+    /// let _buf = device.alloc(1024)?;
+    /// let info = device.memory_info()?;
+    /// assert_eq!((info.total, info.free), (1 << 20, (1 << 20) - 1024));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn memory_info(&self) -> Result<MemoryInfo> {
         self.allocator().memory_info()
     }
@@ -179,7 +372,45 @@ impl<O: Os> CudaDevice<O> {
         self.inner.driver.ipc_close_mem_handle(base)
     }
 
-    /// Distinct IPC handles open in this process.
+    /// Distinct IPC handles open in this process (a handle is opened once however many
+    /// views of it live).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-open-handles")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-open-handles", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// let (first, second) = (buf.share()?.into_bytes()?, buf.share()?.into_bytes()?);
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-open-handles", 1 << 20, &keepalive)?;
+    ///     let a = consumer.attach(DeviceHandle::from_bytes(&first)?)?;
+    ///     let b = consumer.attach(DeviceHandle::from_bytes(&second)?)?;
+    ///     assert_eq!(consumer.open_handles(), 1); // one mapping for both views
+    ///     drop((a, b));
+    ///     assert_eq!(consumer.open_handles(), 0);
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn open_handles(&self) -> usize {
         lock(&self.inner.opened).len()
     }

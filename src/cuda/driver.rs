@@ -8,7 +8,14 @@ use std::fmt;
 
 use crate::error::{Error, Result};
 
-/// A device address (`CUdeviceptr`).
+/// A device address (`CUdeviceptr`), valid in the process that has it (a consumer
+/// maps the same memory at another address).
+///
+/// ```
+/// use shmrc::cuda::DevicePtr;
+/// let base = DevicePtr(0x7000_0000_0000);
+/// assert_eq!(format!("{base:?}"), "DevicePtr(0x700000000000)");
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct DevicePtr(pub u64);
 
@@ -20,16 +27,43 @@ impl fmt::Debug for DevicePtr {
 
 impl DevicePtr {
     /// The address `offset` bytes further, or `None` on overflow.
+    ///
+    /// ```
+    /// use shmrc::cuda::DevicePtr;
+    /// assert_eq!(DevicePtr(0x1000).offset(0x20), Some(DevicePtr(0x1020)));
+    /// assert_eq!(DevicePtr(u64::MAX).offset(1), None);
+    /// ```
     pub fn offset(self, offset: u64) -> Option<DevicePtr> {
         self.0.checked_add(offset).map(DevicePtr)
     }
 }
 
 /// Bytes in a legacy CUDA IPC memory handle (`CU_IPC_HANDLE_SIZE`).
+///
+/// ```
+/// use shmrc::cuda::{IpcMemHandle, driver::IPC_HANDLE_BYTES};
+/// let handle = IpcMemHandle([0; IPC_HANDLE_BYTES]);
+/// assert_eq!(handle.0.len(), 64);
+/// ```
 pub const IPC_HANDLE_BYTES: usize = 64;
 
 /// A legacy IPC memory handle (`CUipcMemHandle`): opaque bytes naming a whole device
-/// allocation (its base) to other processes.
+/// allocation (its base) to other processes. shmrc carries it in the keep-alive; you
+/// meet it only through a [`Driver`] or a [`DeviceAllocator`](super::DeviceAllocator).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::CreateOptions;
+/// use shmrc::cuda::{CudaDevice, IpcMemHandle};
+///
+/// let device = CudaDevice::fake("shmrc-doc-ipc-handle", 1 << 20, &CreateOptions::new())?;
+/// let buf = device.alloc(4096)?;
+/// let handle: IpcMemHandle = device.driver().ipc_get_mem_handle(buf.ptr())?;
+/// assert_eq!(handle, device.allocator().get_ipc_handle(buf.ptr())?.handle);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Hash)]
 pub struct IpcMemHandle(pub [u8; IPC_HANDLE_BYTES]);
 
@@ -43,7 +77,22 @@ impl fmt::Debug for IpcMemHandle {
     }
 }
 
-/// Which device: its ordinal in this process and its UUID (the same in every process).
+/// Which device: its ordinal in this process and its UUID (the same in every process,
+/// whatever `CUDA_VISIBLE_DEVICES` makes of the ordinal).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::CreateOptions;
+/// use shmrc::cuda::{CudaDevice, DeviceId};
+///
+/// let device = CudaDevice::fake("shmrc-doc-device-id", 1 << 20, &CreateOptions::new())?;
+/// let id: DeviceId = device.driver().device()?;
+/// assert_eq!(id.ordinal, 0);
+/// assert_eq!(&id.uuid, b"shmrc-fake-gpu-0");
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct DeviceId {
     /// `CUdevice` ordinal as this process numbers devices.
@@ -53,6 +102,19 @@ pub struct DeviceId {
 }
 
 /// Free and total device memory in bytes (`cuMemGetInfo`).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::CreateOptions;
+/// use shmrc::cuda::{CudaDevice, MemoryInfo};
+///
+/// let device = CudaDevice::fake("shmrc-doc-memory-info", 1 << 20, &CreateOptions::new())?;
+/// let MemoryInfo { free, total } = device.memory_info()?;
+/// assert_eq!((free, total), (1 << 20, 1 << 20));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct MemoryInfo {
     /// Free bytes.
@@ -62,36 +124,260 @@ pub struct MemoryInfo {
 }
 
 /// The driver calls shmrc makes, on one device and in the calling process's context.
+/// Implemented by [`RealDriver`](super::real::RealDriver) and
+/// [`FakeDriver`](super::FakeDriver); implement it to run shmrc over another runtime,
+/// and install it with [`CudaDevice::with_driver`](super::CudaDevice::with_driver).
 ///
 /// Every method of an unusable driver returns [`Error::CudaUnavailable`]; a driver call
-/// that fails returns [`Error::Cuda`] with the driver's code.
+/// that fails returns [`Error::Cuda`] with the driver's code ([`driver_error`]).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::CreateOptions;
+/// use shmrc::cuda::{CudaDevice, Driver};
+///
+/// let device = CudaDevice::fake("shmrc-doc-driver-trait", 1 << 20, &CreateOptions::new())?;
+/// let driver: &dyn Driver = device.driver().as_ref();
+/// let ptr = driver.alloc(256)?;
+/// driver.copy_to_device(ptr, b"raw driver call")?;
+/// driver.synchronize()?;
+/// let mut out = [0u8; 15];
+/// driver.copy_from_device(ptr, &mut out)?;
+/// assert_eq!(&out, b"raw driver call");
+/// assert_eq!(driver.address_range(ptr.offset(10).unwrap())?, (ptr, 256));
+/// assert_eq!(driver.memory_info()?.free, (1 << 20) - 256);
+/// let _handle = driver.ipc_get_mem_handle(ptr)?; // what another process would open
+/// driver.free(ptr)?;
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub trait Driver: Send + Sync + fmt::Debug {
     /// The device this driver works on (`cuDeviceGet`, `cuDeviceGetUuid`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let id = driver.device()?;
+    /// assert_eq!((id.ordinal, &id.uuid), (0, b"shmrc-fake-gpu-0"));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn device(&self) -> Result<DeviceId>;
     /// Allocates `size` bytes of device memory (`cuMemAlloc`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// assert_eq!(driver.address_range(ptr)?, (ptr, 4096));
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn alloc(&self, size: usize) -> Result<DevicePtr>;
     /// Frees an allocation made by [`Driver::alloc`] (`cuMemFree`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// driver.free(ptr)?;
+    /// assert!(driver.free(ptr).is_err(), "freed already");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn free(&self, ptr: DevicePtr) -> Result<()>;
     /// The IPC handle of the allocation whose base is `ptr` (`cuIpcGetMemHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// let handle = driver.ipc_get_mem_handle(ptr)?;
+    /// assert_eq!(handle, driver.ipc_get_mem_handle(ptr)?, "the same for the allocation's life");
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_get_mem_handle(&self, ptr: DevicePtr) -> Result<IpcMemHandle>;
     /// Maps another process's allocation here (`cuIpcOpenMemHandle`); returns its base.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::DefaultOs;
+    ///
+    /// let producer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    /// let ptr = producer.alloc(4096)?;
+    /// producer.copy_to_device(ptr, b"exported")?;
+    /// let handle = producer.ipc_get_mem_handle(ptr)?;
+    /// in_child(|| {
+    ///     let consumer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    ///     let mapped = consumer.ipc_open_mem_handle(&handle)?;
+    ///     let mut out = [0u8; 8];
+    ///     consumer.copy_from_device(mapped, &mut out)?;
+    ///     assert_eq!(&out, b"exported");
+    ///     consumer.ipc_close_mem_handle(mapped)?;
+    ///     Ok(())
+    /// });
+    /// producer.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_open_mem_handle(&self, handle: &IpcMemHandle) -> Result<DevicePtr>;
     /// Unmaps what [`Driver::ipc_open_mem_handle`] mapped (`cuIpcCloseMemHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::DefaultOs;
+    ///
+    /// let producer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    /// let ptr = producer.alloc(4096)?;
+    /// producer.copy_to_device(ptr, b"exported")?;
+    /// let handle = producer.ipc_get_mem_handle(ptr)?;
+    /// in_child(|| {
+    ///     let consumer = FakeDriver::new(DefaultOs::default(), "shmrc-doc-drv-ipc", 1 << 20)?;
+    ///     let mapped = consumer.ipc_open_mem_handle(&handle)?;
+    ///     let mut out = [0u8; 8];
+    ///     consumer.copy_from_device(mapped, &mut out)?;
+    ///     assert_eq!(&out, b"exported");
+    ///     consumer.ipc_close_mem_handle(mapped)?;
+    ///     Ok(())
+    /// });
+    /// producer.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()>;
     /// Base and length of the allocation containing `ptr` (`cuMemGetAddressRange`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let base = driver.alloc(4096)?;
+    /// let inside = base.offset(100).unwrap();
+    /// assert_eq!(driver.address_range(inside)?, (base, 4096));
+    /// driver.free(base)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn address_range(&self, ptr: DevicePtr) -> Result<(DevicePtr, u64)>;
     /// Free and total memory of the device (`cuMemGetInfo`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let before = driver.memory_info()?;
+    /// let ptr = driver.alloc(4096)?;
+    /// assert_eq!(driver.memory_info()?.free, before.free - 4096);
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn memory_info(&self) -> Result<MemoryInfo>;
     /// Copies `src` to device address `dst` (`cuMemcpyHtoD`, synchronous).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// driver.copy_to_device(ptr.offset(8).unwrap(), &7u64.to_le_bytes())?;
+    /// assert!(driver.copy_to_device(ptr, &[0; 17]).is_err(), "past the allocation");
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
     /// Copies from device address `src` into `dst` (`cuMemcpyDtoH`, synchronous).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// driver.copy_to_device(ptr, &7u64.to_le_bytes())?;
+    /// let mut out = [0u8; 8];
+    /// driver.copy_from_device(ptr, &mut out)?;
+    /// assert_eq!(u64::from_le_bytes(out), 7);
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
     /// Waits for all work of this context (`cuCtxSynchronize`): what a producer does
     /// before it shares a buffer its kernels wrote.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let ptr = driver.alloc(16)?;
+    /// // ... launch kernels that write `ptr` ...
+    /// driver.synchronize()?; // their results are in memory now
+    /// driver.free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     fn synchronize(&self) -> Result<()>;
 }
 
-/// The [`Error::Cuda`] for `call` failing with `code`, named `name`.
+/// The [`Error::Cuda`] for `call` failing with `code`, named `name`: what a [`Driver`]
+/// of your own returns for a failed call.
+///
+/// ```
+/// use shmrc::cuda::driver::driver_error;
+/// let err = driver_error("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY");
+/// assert!(matches!(err, shmrc::Error::Cuda { code: 2, .. }));
+/// assert_eq!(err.to_string(), "cuMemAlloc failed with CUDA error 2 (CUDA_ERROR_OUT_OF_MEMORY)");
+/// ```
 pub fn driver_error(call: &'static str, code: i32, name: &str) -> Error {
     Error::Cuda {
         call,

@@ -29,6 +29,19 @@ const NAME_AT: usize = HANDLE_MAGIC.len() + 1;
 /// The longest object name a fake IPC handle carries.
 const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// The longest name prefix (room for `-<pid>-<n, 8 hex>-<8 hex>`).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::DefaultOs;
+/// use shmrc::cuda::{FakeDriver, fake::MAX_FAKE_PREFIX};
+///
+/// let too_long = "x".repeat(MAX_FAKE_PREFIX + 1);
+/// assert!(FakeDriver::new(DefaultOs::default(), &too_long, 1 << 20).is_err());
+/// assert!(FakeDriver::new(DefaultOs::default(), &"x".repeat(MAX_FAKE_PREFIX), 1 << 20).is_ok());
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub const MAX_FAKE_PREFIX: usize = 24;
 const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 8 + 1 + 8 <= MAX_NAME);
 /// Fake device addresses start here; each allocation gets its own 4 GiB window.
@@ -62,7 +75,28 @@ struct State<O: Os> {
     opened: BTreeMap<u64, Region<O>>,
 }
 
-/// A fake CUDA driver over the abstract OS `O`; see the module docs.
+/// A fake CUDA driver: device memory that is shared memory, one named object per
+/// allocation, so the whole device flow runs across real processes without a GPU. It
+/// fails where the real driver does (opening a handle in the exporting process, or
+/// twice in one process; freeing or copying outside an allocation; allocating past the
+/// device's size). `O` is [`DefaultOs`](crate::DefaultOs) outside the checkers.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use std::sync::Arc;
+/// use shmrc::cuda::{CudaDevice, FakeDriver};
+/// use shmrc::{CreateOptions, DefaultOs};
+///
+/// let driver = Arc::new(FakeDriver::new(DefaultOs::default(), "shmrc-doc-fake-driver", 1 << 20)?);
+/// let device = CudaDevice::with_driver(DefaultOs::default(), driver.clone(), &CreateOptions::new());
+/// let buf = device.alloc(4096)?;
+/// assert_eq!(driver.live_allocations(), 1);
+/// drop(buf);
+/// assert_eq!(driver.live_allocations(), 0);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct FakeDriver<O: Os> {
     os: O,
     prefix: String,
@@ -84,7 +118,21 @@ impl<O: Os> fmt::Debug for FakeDriver<O> {
 impl<O: Os> FakeDriver<O> {
     /// A fake device of `total` bytes whose allocations are objects named
     /// `<prefix>-<pid>-<n>-<random>`. Every process sharing buffers uses the same
-    /// prefix (at most [`MAX_FAKE_PREFIX`] bytes of `[A-Za-z0-9_-]`).
+    /// prefix (at most [`MAX_FAKE_PREFIX`] bytes of `[A-Za-z0-9_-]`, else
+    /// [`Error::InvalidArgument`]).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::{DefaultOs, Error};
+    ///
+    /// let driver = FakeDriver::new(DefaultOs::default(), "shmrc-doc-fake-new", 1 << 20)?;
+    /// assert_eq!(driver.memory_info()?.total, 1 << 20);
+    /// assert!(matches!(FakeDriver::new(DefaultOs::default(), "no/slash", 1), Err(Error::InvalidArgument(_))));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn new(os: O, prefix: &str, total: u64) -> Result<FakeDriver<O>> {
         let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
         if prefix.is_empty() || prefix.len() > MAX_FAKE_PREFIX || !prefix.chars().all(allowed) {
@@ -106,11 +154,64 @@ impl<O: Os> FakeDriver<O> {
     }
 
     /// Number of allocations made here and not yet freed.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// use shmrc::DefaultOs;
+    ///
+    /// let driver = FakeDriver::new(DefaultOs::default(), "shmrc-doc-fake-live", 1 << 20)?;
+    /// let ptr = driver.alloc(4096)?;
+    /// assert_eq!(driver.live_allocations(), 1);
+    /// driver.free(ptr)?;
+    /// assert_eq!(driver.live_allocations(), 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn live_allocations(&self) -> usize {
         lock(&self.state).own.len()
     }
 
     /// Number of other processes' allocations opened here and not yet closed.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle, FakeDriver};
+    /// use shmrc::{CreateOptions, DefaultOs, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-fake-open")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-fake-open", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let driver = Arc::new(FakeDriver::new(DefaultOs::default(), "shmrc-doc-fake-open", 1 << 20)?);
+    ///     let consumer = CudaDevice::with_driver(DefaultOs::default(), driver.clone(), &keepalive);
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     assert_eq!(driver.open_handles(), 1);
+    ///     drop(view);
+    ///     assert_eq!(driver.open_handles(), 0);
+    ///     Ok(())
+    /// });
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn open_handles(&self) -> usize {
         lock(&self.state).opened.len()
     }

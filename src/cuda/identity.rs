@@ -8,8 +8,10 @@ use crate::error::{Error, Result};
 use crate::token::Token;
 
 /// Bytes of the data part of a keep-alive segment.
+#[doc(hidden)]
 pub const IDENTITY_BYTES: usize = 128;
 /// Layout version of the identity record.
+#[doc(hidden)]
 pub const IDENTITY_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"SHMRCDEV";
 
@@ -23,7 +25,45 @@ const AT_PRODUCER: usize = AT_SIZE + 8;
 const END: usize = AT_PRODUCER + 8;
 const _: () = assert!(END <= IDENTITY_BYTES);
 
-/// The device allocation a keep-alive segment stands for.
+/// The device allocation a keep-alive segment stands for, as a consumer's
+/// [`DeviceView::identity`](super::DeviceView::identity) reads it.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+/// #     use nix::sys::wait::{WaitStatus, waitpid};
+/// #     use nix::unistd::{ForkResult, fork};
+/// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+/// #     match unsafe { fork() }.expect("fork") {
+/// #         ForkResult::Child => std::process::exit(match consumer() {
+/// #             Ok(()) => 0,
+/// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+/// #         }),
+/// #         ForkResult::Parent { child } => {
+/// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+/// #         }
+/// #     }
+/// # }
+/// use shmrc::cuda::{CudaDevice, DeviceHandle, identity::Identity};
+/// use shmrc::{CreateOptions, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-identity-type")?);
+/// let producer = CudaDevice::fake("shmrc-doc-identity-type", 1 << 20, &keepalive)?;
+/// let buf = producer.alloc(4096)?;
+/// let bytes = buf.share()?.into_bytes()?;
+/// let ipc = producer.driver().ipc_get_mem_handle(buf.ptr())?;
+/// in_child(|| {
+///     let consumer = CudaDevice::fake("shmrc-doc-identity-type", 1 << 20, &keepalive)?;
+///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+///     let identity: &Identity = view.identity();
+///     assert_eq!(identity.ipc, ipc);
+///     assert_eq!(identity.size, 4096);
+///     Ok(())
+/// });
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Identity {
     /// The IPC handle of the whole allocation (its base).
@@ -40,6 +80,7 @@ pub struct Identity {
 
 impl Identity {
     /// The record's bytes.
+    #[doc(hidden)]
     pub fn encode(&self) -> [u8; IDENTITY_BYTES] {
         let mut b = [0u8; IDENTITY_BYTES];
         b[..AT_VERSION].copy_from_slice(MAGIC);
@@ -54,6 +95,7 @@ impl Identity {
     }
 
     /// Decodes and validates the record read from segment `segment`.
+    #[doc(hidden)]
     pub fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Identity> {
         let bad = |what: String| Error::CudaBadIdentity {
             segment: segment.to_owned(),

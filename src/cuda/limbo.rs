@@ -2,8 +2,8 @@
 //! process may still hold. An entry is freed once its keep-alive segment is gone,
 //! which the holder protocol allows only when no live process holds or has in flight a
 //! reference (P1); a consumer killed with SIGKILL stops counting once a finalize
-//! reclaims its slot (any later release, [`crate::sweep()`], or [`drain`] with
-//! [`Drain::Finalize`]).
+//! reclaims its slot (any later release, [`crate::sweep()`], or
+//! [`CudaDevice::collect`](super::CudaDevice::collect)).
 
 use std::sync::Arc;
 
@@ -16,6 +16,7 @@ use crate::os::Os;
 use crate::segment::{self, Header};
 
 /// A dropped buffer waiting to be freed.
+#[doc(hidden)]
 #[derive(Debug)]
 pub struct Entry {
     /// The allocation, as its allocator returned it.
@@ -28,6 +29,7 @@ pub struct Entry {
 }
 
 /// How hard [`drain`] looks at a keep-alive that still exists.
+#[doc(hidden)]
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Drain {
     /// Only whether its name is gone (one `shm_open`): on alloc and on free.
@@ -37,7 +39,27 @@ pub enum Drain {
     Finalize,
 }
 
-/// What one [`drain`] did.
+/// What one pass over the limbo list did: what
+/// [`CudaDevice::collect`](super::CudaDevice::collect) returns.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::cuda::{CollectReport, CudaDevice};
+/// use shmrc::{CreateOptions, Namespace};
+///
+/// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-collect-report")?);
+/// let device = CudaDevice::fake("shmrc-doc-collect-report", 1 << 20, &keepalive)?;
+/// let buf = device.alloc(4096)?;
+/// let handle = buf.share()?;
+/// drop(buf);
+/// drop(handle);
+/// let report: CollectReport = device.collect();
+/// assert_eq!((report.freed, report.waiting), (1, 0));
+/// assert!(report.errors.is_empty());
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Debug, Default)]
 pub struct CollectReport {
     /// Allocations freed.
@@ -49,6 +71,7 @@ pub struct CollectReport {
 }
 
 /// Frees every entry of `limbo` nobody holds any more; keeps the others.
+#[doc(hidden)]
 pub fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport {
     let mut report = CollectReport::default();
     limbo.retain_mut(|entry| {

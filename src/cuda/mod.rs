@@ -19,35 +19,48 @@
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
-//! use std::sync::Arc;
-//! use shmrc::cuda::{CudaDevice, DeviceHandle, FakeDriver};
-//! use shmrc::os::sim::SimKernel;
+//! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+//! # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+//! #     use nix::sys::wait::{WaitStatus, waitpid};
+//! #     use nix::unistd::{ForkResult, fork};
+//! #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+//! #     match unsafe { fork() }.expect("fork") {
+//! #         ForkResult::Child => std::process::exit(match consumer() {
+//! #             Ok(()) => 0,
+//! #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+//! #         }),
+//! #         ForkResult::Parent { child } => {
+//! #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+//! #         }
+//! #     }
+//! # }
+//! use shmrc::cuda::{CudaDevice, DeviceHandle};
 //! use shmrc::{CreateOptions, Namespace};
 //!
-//! // Two processes (simulated here; real ones work the same) with a fake device.
-//! let kernel = SimKernel::new(1);
+//! // Keep-alive segments in a namespace of the job's own; a fake device (no GPU needed:
+//! // `CudaDevice::real` is the same with the driver).
 //! let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-cuda")?);
-//! let device = |os: &shmrc::os::sim::SimOs| {
-//!     let driver = FakeDriver::new(os.clone(), "shmrc-doc-dev", 1 << 20)?;
-//!     Ok::<_, shmrc::Error>(CudaDevice::with_driver(os.clone(), Arc::new(driver), &keepalive))
-//! };
-//! let (producer_os, consumer_os) = (kernel.spawn(1000), kernel.spawn(1000));
-//! let (producer, consumer) = (device(&producer_os)?, device(&consumer_os)?);
-//!
+//! let producer = CudaDevice::fake("shmrc-doc-cuda", 1 << 20, &keepalive)?;
 //! let buf = producer.alloc(4096)?;
 //! buf.write_at(0, b"device bytes")?;
 //! let bytes = buf.share()?.into_bytes()?; // travels to the consumer
-//! let view = consumer.attach(DeviceHandle::from_bytes_with(&consumer_os, &bytes)?)?;
 //!
-//! drop(buf); // the consumer still holds it: the memory waits in limbo
-//! assert_eq!(producer.limbo_len(), 1);
-//! let mut out = [0u8; 12];
-//! view.read_at(0, &mut out)?;
-//! assert_eq!(&out, b"device bytes");
+//! // `in_child` runs the consumer in a forked child process (hidden here).
+//! in_child(|| {
+//!     let consumer = CudaDevice::fake("shmrc-doc-cuda", 1 << 20, &keepalive)?;
+//!     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+//!     let mut out = [0u8; 12];
+//!     view.read_at(0, &mut out)?;
+//!     assert_eq!(&out, b"device bytes");
+//!     view.write_at(0, b"DEVICE")?;
+//!     Ok(())
+//! }); // the consumer dropped its view: it holds nothing any more
 //!
-//! drop(view); // the last holder released: the keep-alive is gone
-//! assert_eq!(producer.collect().freed, 1);
-//! assert!(kernel.names().is_empty());
+//! let mut out = [0u8; 6];
+//! buf.read_at(0, &mut out)?;
+//! assert_eq!(&out, b"DEVICE");
+//! drop(buf); // nobody else holds it: freed at once, nothing waits in limbo
+//! assert_eq!(producer.limbo_len(), 0);
 //! # }
 //! # Ok::<(), shmrc::Error>(())
 //! ```
@@ -91,7 +104,28 @@ mod production {
 
     impl CudaDevice<DefaultOs> {
         /// Device `ordinal` through the real driver (`libcuda.so.1`, loaded now).
-        /// Without a usable driver: [`crate::Error::CudaUnavailable`].
+        /// Without a usable driver: [`crate::Error::CudaUnavailable`] (on a machine
+        /// without a GPU, as where this example runs in CI).
+        ///
+        /// ```
+        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// use shmrc::cuda::CudaDevice;
+        /// use shmrc::{CreateOptions, Error, Namespace};
+        ///
+        /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-real")?);
+        /// match CudaDevice::real(0, &keepalive) {
+        ///     Ok(device) => {
+        ///         let buf = device.alloc(1 << 20)?;
+        ///         buf.write_at(0, &[1, 2, 3])?;
+        ///         println!("device {:?}: {:?}", device.driver().device()?, device.memory_info()?);
+        ///     }
+        ///     Err(Error::CudaUnavailable { reason }) => println!("no GPU here ({reason}): host buffers only"),
+        ///     Err(e) => return Err(e),
+        /// }
+        /// # }
+        /// # Ok::<(), shmrc::Error>(())
+        /// ```
         pub fn real(ordinal: u32, keepalive: &CreateOptions) -> Result<CudaDevice> {
             let driver = RealDriver::load(ordinal)?;
             Ok(CudaDevice::with_driver(
@@ -102,7 +136,23 @@ mod production {
         }
 
         /// A fake device of `total` bytes whose memory is shared memory named
-        /// `<prefix>-...` in `/dev/shm` (see [`FakeDriver`]).
+        /// `<prefix>-...` in `/dev/shm` (see [`FakeDriver`]): the whole flow, across
+        /// real processes, without a GPU. Every process sharing buffers uses the same
+        /// `prefix`.
+        ///
+        /// ```
+        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// use shmrc::CreateOptions;
+        /// use shmrc::cuda::CudaDevice;
+        ///
+        /// let device = CudaDevice::fake("shmrc-doc-fake", 1 << 20, &CreateOptions::new())?;
+        /// let buf = device.alloc(4096)?;
+        /// buf.write_at(0, b"no GPU needed")?;
+        /// assert_eq!(device.memory_info()?.free, (1 << 20) - 4096);
+        /// # }
+        /// # Ok::<(), shmrc::Error>(())
+        /// ```
         pub fn fake(prefix: &str, total: u64, keepalive: &CreateOptions) -> Result<CudaDevice> {
             let driver = FakeDriver::new(DefaultOs::default(), prefix, total)?;
             Ok(CudaDevice::with_driver(
@@ -114,7 +164,43 @@ mod production {
     }
 
     impl DeviceHandle {
-        /// Decodes a handle made by [`DeviceHandle::into_bytes`] in another process.
+        /// Decodes a handle made by [`DeviceHandle::into_bytes`] in another process of
+        /// this user; it owns the in-flight reference the bytes carry (attach it with
+        /// [`CudaDevice::attach`], or drop it to give the reference back).
+        ///
+        /// ```
+        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+        /// #     use nix::sys::wait::{WaitStatus, waitpid};
+        /// #     use nix::unistd::{ForkResult, fork};
+        /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+        /// #     match unsafe { fork() }.expect("fork") {
+        /// #         ForkResult::Child => std::process::exit(match consumer() {
+        /// #             Ok(()) => 0,
+        /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+        /// #         }),
+        /// #         ForkResult::Parent { child } => {
+        /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+        /// #         }
+        /// #     }
+        /// # }
+        /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+        /// use shmrc::{CreateOptions, Namespace};
+        ///
+        /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-dev-bytes")?);
+        /// let producer = CudaDevice::fake("shmrc-doc-dev-bytes", 1 << 20, &keepalive)?;
+        /// let buf = producer.alloc(64)?;
+        /// let bytes = buf.share()?.into_bytes()?;
+        /// in_child(|| {
+        ///     let consumer = CudaDevice::fake("shmrc-doc-dev-bytes", 1 << 20, &keepalive)?;
+        ///     let handle = DeviceHandle::from_bytes(&bytes)?;
+        ///     assert_eq!(consumer.attach(handle)?.len(), 64);
+        ///     Ok(())
+        /// });
+        /// # }
+        /// # Ok::<(), shmrc::Error>(())
+        /// ```
         pub fn from_bytes(bytes: &[u8]) -> Result<DeviceHandle> {
             DeviceHandle::from_bytes_with(&DefaultOs::default(), bytes)
         }

@@ -26,6 +26,10 @@ use crate::cuda::driver::{
 use crate::error::{Error, Result};
 
 /// The library the driver ships as.
+///
+/// ```
+/// assert_eq!(shmrc::cuda::real::LIBCUDA, "libcuda.so.1");
+/// ```
 pub const LIBCUDA: &str = "libcuda.so.1";
 
 type CuResult = c_int;
@@ -101,7 +105,28 @@ impl Api {
     }
 }
 
-/// The real driver on one device; see the module docs.
+/// The real driver on one device, in the device's primary context. Most programs use
+/// [`CudaDevice::real`](super::CudaDevice::real), which loads it.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use std::sync::Arc;
+/// use shmrc::cuda::{CudaDevice, Driver, real::RealDriver};
+/// use shmrc::{CreateOptions, DefaultOs, Error};
+///
+/// match RealDriver::load(0) {
+///     Ok(driver) => {
+///         println!("GPU {:?}", driver.device()?);
+///         let device = CudaDevice::with_driver(DefaultOs::default(), Arc::new(driver), &CreateOptions::new());
+///         assert_eq!(device.alloc(4096)?.len(), 4096);
+///     }
+///     Err(Error::CudaUnavailable { reason }) => println!("no GPU here: {reason}"),
+///     Err(e) => return Err(e),
+/// }
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub struct RealDriver {
     api: Api,
     device: CuDevice,
@@ -127,7 +152,23 @@ impl fmt::Debug for RealDriver {
 
 impl RealDriver {
     /// Loads `libcuda.so.1`, initializes the driver and retains the primary context of
-    /// device `ordinal`. [`Error::CudaUnavailable`] when any of that fails.
+    /// device `ordinal`. [`Error::CudaUnavailable`] when any of that fails (no driver,
+    /// no such device): nothing else is touched, and the program can fall back.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, real::RealDriver};
+    /// use shmrc::Error;
+    ///
+    /// match RealDriver::load(0) {
+    ///     Ok(driver) => assert!(driver.memory_info()?.total > 0),
+    ///     Err(Error::CudaUnavailable { reason }) => assert!(!reason.is_empty()),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn load(ordinal: u32) -> Result<RealDriver> {
         // SAFETY: loading the NVIDIA driver library runs its initializers, which have
         // no preconditions on the loading process.

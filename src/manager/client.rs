@@ -1,6 +1,7 @@
 //! The library's side of the manager: starting it when none runs (through a named
-//! program, or this program's own image: [`super::serve`]), and the one connection per
-//! process over which this process says Hello (and Watch for each further namespace).
+//! program, or this program's own image: [`super::serve`]), the one connection per
+//! process over which this process says Hello (and Watch for each further namespace),
+//! and [`status`].
 //!
 //! The connection is checked cheaply (a zero-timeout `poll` for hang-up) at each
 //! file_system create/attach, and a watcher thread (one per process, started with the
@@ -31,6 +32,11 @@ use crate::os::posix::PosixOs;
 
 /// Environment variable: a program that runs the manager as `PROGRAM manager` (the
 /// `shmrc` CLI does), instead of this program's own image.
+///
+/// ```
+/// assert_eq!(shmrc::manager::client::PROGRAM_ENV, "SHMRC_MANAGER_PROGRAM");
+/// // e.g. `SHMRC_MANAGER_PROGRAM=/usr/local/bin/shmrc python train.py`
+/// ```
 pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
 /// How long a client waits for a manager to start, or to answer.
 const START_TIMEOUT: Duration = Duration::from_secs(10);
@@ -68,7 +74,18 @@ fn connection_for(pid: u32) -> &'static State {
     }
 }
 
-/// Sets the `shmrc` program that [`ManagerMode::Auto`] starts, overriding the lookup.
+/// Sets the `shmrc` program that [`ManagerMode::Auto`] starts (as `PROGRAM manager`),
+/// overriding `$SHMRC_MANAGER_PROGRAM`. Without one, the manager is served from this
+/// program's own image ([`super::serve`]); a program that cannot be re-executed that
+/// way (a Python extension, a sandboxed binary) names the `shmrc` CLI here.
+///
+/// ```
+/// use std::path::PathBuf;
+/// use shmrc::manager::{manager_program, set_manager_program};
+///
+/// set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
+/// assert_eq!(manager_program(), Some(PathBuf::from("/opt/shmrc/bin/shmrc")));
+/// ```
 pub fn set_manager_program(program: PathBuf) {
     *lock(&PROGRAM) = Some(program);
 }
@@ -89,6 +106,7 @@ struct Connection {
 
 /// Makes the user's manager watch this process for namespace `ns`, as the mode says.
 /// Called before each file_system create/attach on the real backend.
+#[doc(hidden)]
 pub fn watch(ns: &Namespace) -> Result<()> {
     let mode = mode()?;
     if mode == ManagerMode::Off {
@@ -302,6 +320,13 @@ fn start(runtime: &RuntimeDir) -> Result<PathBuf> {
 /// The program named to run the manager ([`set_manager_program`], else
 /// `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the library serves the manager from
 /// this program's own image.
+///
+/// ```
+/// match shmrc::manager::manager_program() {
+///     Some(program) => println!("the manager runs as `{} manager`", program.display()),
+///     None => println!("the manager is served from this program's own image"),
+/// }
+/// ```
 pub fn manager_program() -> Option<PathBuf> {
     let explicit = lock(&PROGRAM).clone();
     explicit.or_else(|| {
@@ -311,19 +336,56 @@ pub fn manager_program() -> Option<PathBuf> {
     })
 }
 
-/// Asks the user's running manager for its counters and clients; never starts one.
+/// Asks the user's running manager for its counters and clients (what `shmrc status`
+/// shows); never starts one. With no manager running: [`Error::NoManager`], naming the
+/// socket it tried.
 ///
 /// ```
-/// // With no manager running (as here), the error names the socket it tried.
-/// if let Err(e) = shmrc::manager::status() {
-///     assert!(matches!(e, shmrc::Error::NoManager { .. }), "{e}");
-/// }
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::{self, ManagerMode};
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// manager::set_manager_mode(ManagerMode::Auto); // the default
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(Namespace::new("shmrc-doc-status")?);
+/// let buf = ShmBuf::with_options(64, &options)?; // starts the manager if none runs
+/// let status = manager::status()?;
+/// assert!(status.clients >= 1); // this process, at least
+/// println!("manager pid {}, {} sweeps so far", status.pid, status.sweeps);
+/// # drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
 /// ```
 pub fn status() -> Result<ManagerStatus> {
     status_at(&RuntimeDir::for_user(PosixOs.uid()))
 }
 
-/// [`status`] of the manager of `runtime`.
+/// [`status`] of the manager of `runtime` (for a manager of another runtime
+/// directory than this user's, as a test starts). [`Error::NoManager`] when none
+/// answers there.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::Error;
+/// use shmrc::manager::{client::status_at, runtime::RuntimeDir, serve::start_detached};
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let runtime = RuntimeDir::at(dir.path().join("shmrc"));
+/// assert!(matches!(status_at(&runtime), Err(Error::NoManager { .. })));
+///
+/// let pid = start_detached(&runtime, Duration::from_secs(1))?;
+/// let status = status_at(&runtime)?;
+/// assert_eq!(status.pid, pid);
+/// assert_eq!(status.runtime_dir, runtime.path().display().to_string());
+/// // With no client, it exits once its grace period is over.
+/// while status_at(&runtime).is_ok() {
+///     std::thread::sleep(Duration::from_millis(50));
+/// }
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub fn status_at(runtime: &RuntimeDir) -> Result<ManagerStatus> {
     let stream = connect(runtime)?;
     match exchange(&stream, &Request::Status)? {

@@ -6,19 +6,40 @@
 //! connects to the manager of [`runtime::RuntimeDir::for_user`], and in
 //! [`ManagerMode::Auto`] (the default) starts one if none runs, by re-executing the
 //! program's own image, which the library catches before `main` and turns into the
-//! manager ([`serve`]). `docs/MANAGER.md` has the whole design and the environment
-//! variables.
+//! manager ([`serve`]). A manager exits a grace period (2 s by default) after its last
+//! client. `docs/MANAGER.md` has the whole design and the environment variables.
 //!
-//! - [`mode`]: [`ManagerMode`] and its process-wide switch.
+//! - [`mode`]: [`ManagerMode`] and its process-wide switch ([`set_manager_mode`],
+//!   `$SHMRC_MANAGER`).
 //! - [`watched`]: [`Watched`], the production OS (the manager watches each use).
-//! - [`client`]: starting a manager, Hello/Watch, [`status`].
+//! - [`client`]: which program runs the manager ([`set_manager_program`]), and
+//!   [`status`] ([`ManagerStatus`], [`ClientRow`]).
 //! - [`serve`]: a program serving as the manager ([`serve::start_detached`]).
-//! - [`server`]: the daemon's event loop; [`runtime`]: where it lives; [`wire`]: the
-//!   frames clients and the manager exchange; `sys`: its system calls; `log`: its log.
+//! - [`runtime`]: where the manager lives (socket, lock, log).
 //!
 //! ```
+//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+//! use shmrc::manager::{self, ManagerMode};
+//! use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+//!
+//! manager::set_manager_mode(ManagerMode::Auto); // the default
+//! let options = CreateOptions::new()
+//!     .strategy(Strategy::FileSystem)
+//!     .namespace(Namespace::new("shmrc-doc-manager")?);
+//! // The first file_system create starts the user's manager if none runs ...
+//! let buf = ShmBuf::with_options(64, &options)?;
+//! // ... and from now on it watches this process: were it killed, the manager would
+//! // sweep `shmrc-doc-manager` at once.
+//! let status = manager::status()?;
+//! assert!(status.rows.iter().any(|row| row.pid == std::process::id()));
+//! # drop(buf);
+//! # }
+//! # Ok::<(), shmrc::Error>(())
+//! ```
+//!
+//! A program that sweeps by itself (or a test) can opt out:
+//! ```
 //! use shmrc::manager::{ManagerMode, set_manager_mode};
-//! // A program that sweeps by itself (or a test) can opt out:
 //! set_manager_mode(ManagerMode::Off);
 //! ```
 
@@ -34,12 +55,14 @@ pub mod runtime;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod serve;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[doc(hidden)]
 pub mod server;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod sys;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod watched;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[doc(hidden)]
 pub mod wire;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use client::{manager_program, set_manager_program, status};

@@ -6,9 +6,27 @@ use std::sync::{Mutex, MutexGuard};
 
 use crate::error::{Error, Result};
 
-/// Environment variable: `auto`, `connect` or `off` (see [`ManagerMode`]).
+/// Environment variable: `auto`, `connect` or `off` (see [`ManagerMode`]); read when
+/// [`set_manager_mode`] was not called.
+///
+/// ```
+/// assert_eq!(shmrc::manager::mode::MODE_ENV, "SHMRC_MANAGER");
+/// // e.g. `SHMRC_MANAGER=off python train.py` runs a job without a manager.
+/// ```
 pub const MODE_ENV: &str = "SHMRC_MANAGER";
 /// Whether file_system buffers make the user's manager watch this process.
+///
+/// The manager only matters for file_system buffers (a file_descriptor buffer is
+/// freed by the kernel). With [`ManagerMode::Off`], a dead holder's slot waits for the
+/// next [`sweep()`](crate::sweep()) or release of its segment.
+///
+/// ```
+/// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};
+///
+/// // A program that runs its own sweeps, in a sandbox where no daemon may run:
+/// set_manager_mode(ManagerMode::Off);
+/// assert_eq!(manager_mode(), ManagerMode::Off);
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum ManagerMode {
     /// Connect to the user's manager, starting it if none runs (the default).
@@ -21,7 +39,15 @@ pub enum ManagerMode {
 }
 
 impl ManagerMode {
-    /// Parses `auto`, `connect` or `off`.
+    /// Parses `auto`, `connect` or `off` (the values of `$SHMRC_MANAGER`); anything else
+    /// is [`Error::InvalidArgument`].
+    ///
+    /// ```
+    /// use shmrc::manager::ManagerMode;
+    /// assert_eq!(ManagerMode::parse("connect")?, ManagerMode::Connect);
+    /// assert!(ManagerMode::parse("yes").is_err());
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn parse(s: &str) -> Result<ManagerMode> {
         match s {
             "auto" => Ok(ManagerMode::Auto),
@@ -36,7 +62,8 @@ impl ManagerMode {
 
 /// The mode set by [`set_manager_mode`] (`None`: read `$SHMRC_MANAGER`).
 static MODE: Mutex<Option<ManagerMode>> = Mutex::new(None);
-/// Sets the mode for this process, overriding `$SHMRC_MANAGER`.
+/// Sets the mode for this process, overriding `$SHMRC_MANAGER`. It applies from the
+/// next file_system create or attach; a process already watched stays watched.
 ///
 /// ```
 /// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};
@@ -50,6 +77,13 @@ pub fn set_manager_mode(mode: ManagerMode) {
 /// The mode in force: the one set by [`set_manager_mode`], else `$SHMRC_MANAGER`, else
 /// [`ManagerMode::Auto`] (an unreadable `$SHMRC_MANAGER` also reads as `Auto`; the
 /// first file_system create/attach then reports it).
+///
+/// ```
+/// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};
+///
+/// set_manager_mode(ManagerMode::Connect); // use a running manager, never start one
+/// assert_eq!(manager_mode(), ManagerMode::Connect);
+/// ```
 pub fn manager_mode() -> ManagerMode {
     mode().unwrap_or(ManagerMode::Auto)
 }

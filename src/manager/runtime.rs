@@ -9,17 +9,59 @@ use crate::error::{Error, Result};
 
 /// Environment variable that names the runtime directory (tests use it to isolate a
 /// manager).
+///
+/// ```
+/// use shmrc::manager::runtime::RUNTIME_DIR_ENV;
+///
+/// assert_eq!(RUNTIME_DIR_ENV, "SHMRC_RUNTIME_DIR");
+/// // A job that wants a manager of its own runs its workers with the variable set:
+/// let mut worker = std::process::Command::new("python3");
+/// worker.arg("worker.py").env(RUNTIME_DIR_ENV, "/run/job-42/shmrc");
+/// assert!(worker.get_envs().any(|(name, _)| name == RUNTIME_DIR_ENV));
+/// ```
 pub const RUNTIME_DIR_ENV: &str = "SHMRC_RUNTIME_DIR";
-/// The socket clients connect to.
+/// The socket clients connect to ([`RuntimeDir::socket`]).
+///
+/// ```
+/// use shmrc::manager::runtime::{RuntimeDir, SOCKET_FILE};
+/// let socket = RuntimeDir::at("/run/user/1000/shmrc").socket()?;
+/// assert_eq!(socket.file_name().unwrap(), SOCKET_FILE);
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub const SOCKET_FILE: &str = "manager.sock";
-/// The file whose `flock` makes one manager per directory.
+/// The file whose `flock` makes one manager per directory ([`RuntimeDir::lock`]).
+///
+/// ```
+/// use shmrc::manager::runtime::{LOCK_FILE, RuntimeDir};
+/// let lock = RuntimeDir::at("/run/user/1000/shmrc").lock();
+/// assert_eq!(lock.file_name().unwrap(), LOCK_FILE);
+/// ```
 pub const LOCK_FILE: &str = "manager.lock";
-/// Where a detached manager's log goes.
+/// Where a detached manager's log goes ([`RuntimeDir::log`]).
+///
+/// ```
+/// use shmrc::manager::runtime::{LOG_FILE, RuntimeDir};
+/// let log = RuntimeDir::at("/run/user/1000/shmrc").log();
+/// assert_eq!(log.file_name().unwrap(), LOG_FILE);
+/// ```
 pub const LOG_FILE: &str = "manager.log";
 /// Bytes of `sun_path`, the terminating NUL included.
 const SUN_PATH_LEN: usize = 108;
 
-/// The manager's runtime directory and the files in it.
+/// The manager's runtime directory and the files in it: its socket, its lock and
+/// its log. Everything in it is private to the user (mode `0700`).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::runtime::RuntimeDir;
+///
+/// let uid = nix::unistd::geteuid().as_raw();
+/// let runtime = RuntimeDir::for_user(uid);
+/// println!("the manager's log: {}", runtime.log().display());
+/// assert!(runtime.socket()?.starts_with(runtime.path()));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RuntimeDir {
     dir: PathBuf,
@@ -28,6 +70,15 @@ pub struct RuntimeDir {
 impl RuntimeDir {
     /// The directory for this user: `$SHMRC_RUNTIME_DIR` if set, else
     /// `$XDG_RUNTIME_DIR/shmrc`, else `/tmp/shmrc-<uid>`. Nothing is checked yet.
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    ///
+    /// let runtime = RuntimeDir::for_user(1000);
+    /// if std::env::var_os("SHMRC_RUNTIME_DIR").is_none() && std::env::var_os("XDG_RUNTIME_DIR").is_none() {
+    ///     assert_eq!(runtime.path(), std::path::Path::new("/tmp/shmrc-1000"));
+    /// }
+    /// ```
     pub fn for_user(uid: u32) -> RuntimeDir {
         let env = |name| std::env::var_os(name).filter(|v| !v.is_empty());
         let dir = if let Some(dir) = env(RUNTIME_DIR_ENV) {
@@ -40,17 +91,40 @@ impl RuntimeDir {
         RuntimeDir { dir }
     }
 
-    /// A runtime directory at `dir`.
+    /// A runtime directory at `dir` (nothing is checked or created yet).
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    /// let runtime = RuntimeDir::at("/run/shmrc-test");
+    /// assert_eq!(runtime.path(), std::path::Path::new("/run/shmrc-test"));
+    /// ```
     pub fn at(dir: impl Into<PathBuf>) -> RuntimeDir {
         RuntimeDir { dir: dir.into() }
     }
 
     /// The directory.
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    /// let runtime = RuntimeDir::at("/tmp/shmrc-1000");
+    /// assert_eq!(runtime.path().file_name().unwrap(), "shmrc-1000");
+    /// ```
     pub fn path(&self) -> &Path {
         &self.dir
     }
 
-    /// The socket's path, checked to fit `sun_path`.
+    /// The socket's path, checked to fit `sun_path` (107 bytes):
+    /// [`Error::SocketPathTooLong`] when it does not.
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    ///
+    /// let socket = RuntimeDir::at("/tmp/shmrc-1000").socket()?;
+    /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager.sock"));
+    /// let deep = RuntimeDir::at(format!("/tmp/{}", "d".repeat(120)));
+    /// assert!(matches!(deep.socket(), Err(shmrc::Error::SocketPathTooLong { .. })));
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn socket(&self) -> Result<PathBuf> {
         let path = self.dir.join(SOCKET_FILE);
         let len = path.as_os_str().len();
@@ -64,27 +138,57 @@ impl RuntimeDir {
         Ok(path)
     }
 
-    /// The lock file's path.
+    /// The lock file's path: a process holding its `flock` is the manager.
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    /// let lock = RuntimeDir::at("/tmp/shmrc-1000").lock();
+    /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager.lock"));
+    /// ```
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)
     }
 
-    /// The log file's path.
+    /// The log file's path: where a detached manager writes one line per event (its
+    /// start, each client, each sweep, each refusal).
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    /// let log = RuntimeDir::at("/tmp/shmrc-1000").log();
+    /// assert_eq!(log, std::path::Path::new("/tmp/shmrc-1000/manager.log"));
+    /// ```
     pub fn log(&self) -> PathBuf {
         self.dir.join(LOG_FILE)
     }
 
     /// Opens (creating, mode 0600) the lock file for writing, refusing a symlink.
+    #[doc(hidden)]
     pub fn open_lock(&self) -> Result<File> {
         open_private(&self.lock(), false).map_err(|e| Error::os("open manager lock", e))
     }
 
     /// Opens (creating, mode 0600) the log file for appending, refusing a symlink.
+    #[doc(hidden)]
     pub fn open_log(&self) -> Result<File> {
         open_private(&self.log(), true).map_err(|e| Error::os("open manager log", e))
     }
 
     /// Creates the directory (mode `0700`) if it is missing, then [`RuntimeDir::check`]s it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::os::unix::fs::PermissionsExt;
+    /// use shmrc::manager::runtime::RuntimeDir;
+    ///
+    /// let uid = nix::unistd::geteuid().as_raw();
+    /// let parent = tempfile::tempdir().unwrap();
+    /// let runtime = RuntimeDir::at(parent.path().join("shmrc"));
+    /// runtime.ensure(uid)?;
+    /// let mode = std::fs::metadata(runtime.path()).unwrap().permissions().mode();
+    /// assert_eq!(mode & 0o777, 0o700);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn ensure(&self, uid: u32) -> Result<()> {
         match DirBuilder::new().mode(0o700).create(&self.dir) {
             Ok(()) => {}
@@ -95,7 +199,24 @@ impl RuntimeDir {
     }
 
     /// Checks that the directory is a real directory (not a symlink) owned by `uid` with
-    /// no permission for group or others.
+    /// no permission for group or others; else [`Error::UnsafeRuntimeDir`] says what is
+    /// wrong with it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::os::unix::fs::PermissionsExt;
+    /// use shmrc::manager::runtime::RuntimeDir;
+    ///
+    /// let uid = nix::unistd::geteuid().as_raw();
+    /// let dir = tempfile::tempdir().unwrap();
+    /// std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    /// let err = RuntimeDir::at(dir.path()).check(uid).unwrap_err();
+    /// assert!(matches!(err, shmrc::Error::UnsafeRuntimeDir { .. }));
+    /// std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+    /// RuntimeDir::at(dir.path()).check(uid)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn check(&self, uid: u32) -> Result<()> {
         let meta = fs::symlink_metadata(&self.dir)
             .map_err(|e| self.unsafe_dir(format!("cannot stat it: {e}")))?;

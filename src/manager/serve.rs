@@ -17,7 +17,7 @@
 //! starts its detached manager the same way (`shmrc manager`).
 //!
 //! # Safety
-//! The `ctor` crate places [`serve_when_asked`] in `.init_array` (its expansion is the
+//! The `ctor` crate places `serve_when_asked` in `.init_array` (its expansion is the
 //! only unsafe code here). The function is sound to run before `main`: it reads one
 //! environment variable and returns at once when it is absent (every ordinary start of
 //! a program); a manager process then uses only what std sets up lazily (environment,
@@ -37,11 +37,27 @@ use crate::os::Os;
 use crate::os::posix::PosixOs;
 
 /// Environment variable that makes a program linking shmrc serve as its user's manager
-/// instead of running: [`START`] or [`SERVE`].
+/// instead of running: [`START`] or [`SERVE`]. The library sets it when it starts a
+/// manager; a program never sets it for itself.
+///
+/// ```
+/// use shmrc::manager::serve::ROLE_ENV;
+/// assert_eq!(ROLE_ENV, "SHMRC_MANAGER_ROLE");
+/// // This process was started as a program, not as a manager:
+/// assert!(std::env::var_os(ROLE_ENV).is_none());
+/// ```
 pub const ROLE_ENV: &str = "SHMRC_MANAGER_ROLE";
 /// The role that starts a detached manager and exits once it answers.
+///
+/// ```
+/// assert_eq!(shmrc::manager::serve::START, "start");
+/// ```
 pub const START: &str = "start";
 /// The role that is the manager.
+///
+/// ```
+/// assert_eq!(shmrc::manager::serve::SERVE, "serve");
+/// ```
 pub const SERVE: &str = "serve";
 /// The program a role re-executes: this process's own image.
 pub(crate) const OWN_IMAGE: &str = "/proc/self/exe";
@@ -116,7 +132,28 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Command {
 /// Starts a manager for `runtime` detached (in a session of its own, logging to
 /// `manager.log`, exiting `grace` after its last client) unless one answers already,
 /// and returns the pid of the manager that answers (the one started, or one that won
-/// the race to start).
+/// the race to start). The manager is this program's own image in the [`SERVE`] role.
+/// [`Error::ManagerStart`] (naming the log) when none answers within 10 s.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::{client::status_at, runtime::RuntimeDir, serve::start_detached};
+/// use std::time::Duration;
+///
+/// // A manager of a runtime directory of its own, as a test harness would start it.
+/// let dir = tempfile::tempdir().unwrap();
+/// let runtime = RuntimeDir::at(dir.path().join("shmrc"));
+/// let pid = start_detached(&runtime, Duration::from_secs(1))?;
+/// assert_eq!(start_detached(&runtime, Duration::from_secs(1))?, pid, "one per directory");
+/// assert_eq!(status_at(&runtime)?.pid, pid);
+/// assert!(runtime.log().exists());
+/// // With no client, it exits once its grace period is over.
+/// while status_at(&runtime).is_ok() {
+///     std::thread::sleep(Duration::from_millis(50));
+/// }
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
     runtime.ensure(PosixOs.uid())?;
     if let Ok(status) = client::status_at(runtime) {

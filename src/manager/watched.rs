@@ -1,8 +1,8 @@
-//! [`Watched`]: the production OS. It is the real kernel ([`PosixOs`]) with one policy
-//! on top: before this process creates or attaches a file_system segment of a
-//! namespace, the user's manager is told to watch it there ([`client::watch`], as the
-//! [`ManagerMode`](super::ManagerMode) says), so that its death is swept within
-//! milliseconds. The backend itself knows nothing of the manager.
+//! [`Watched`]: the production OS. It is the real kernel with one policy on top:
+//! before this process creates or attaches a file_system segment of a namespace, the
+//! user's manager is told to watch it there (as the [`ManagerMode`](super::ManagerMode)
+//! says), so that its death is swept within milliseconds. The kernel backend itself
+//! knows nothing of the manager.
 
 use super::client;
 use crate::error::Result;
@@ -11,7 +11,17 @@ use crate::os::Layer;
 use crate::os::posix::PosixOs;
 
 /// The real kernel, with the user's manager watching each file_system use. This is
-/// [`crate::DefaultOs`]: what [`crate::ShmBuf`] and the rest run on when no OS is named.
+/// [`crate::DefaultOs`]: what [`crate::ShmBuf`] and the rest run on when no OS is named,
+/// so user code has no need to name it.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{ShmBuf, manager::Watched};
+///
+/// let buf: ShmBuf<Watched> = ShmBuf::new(64)?; // the same type as `ShmBuf`
+/// assert_eq!(buf.len(), 64);
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, Debug, Default)]
 pub struct Watched(PosixOs);
 

@@ -84,7 +84,29 @@ pub enum Reply {
     Status(ManagerStatus),
 }
 
-/// The manager's state as `shmrc status` shows it.
+/// The manager's state as `shmrc status` shows it: what
+/// [`manager::status`](crate::manager::status) returns.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::{self, ManagerMode, ManagerStatus};
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// manager::set_manager_mode(ManagerMode::Auto);
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(Namespace::new("shmrc-doc-manager-status")?);
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let status: ManagerStatus = manager::status()?;
+/// assert!(status.clients >= 1 && status.clients_ever >= u64::from(status.clients));
+/// println!(
+///     "manager {} up {} ms: {} sweeps, {} slots reclaimed, {} segments unlinked",
+///     status.pid, status.uptime_ms, status.sweeps, status.reclaimed, status.unlinked
+/// );
+/// # drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug, Default)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ManagerStatus {
@@ -111,7 +133,30 @@ pub struct ManagerStatus {
     pub rows: Vec<ClientRow>,
 }
 
-/// One live client of the manager.
+/// One live client of the manager: a row of [`ManagerStatus::rows`].
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::{self, ClientRow, ManagerMode};
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// manager::set_manager_mode(ManagerMode::Auto);
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(Namespace::new("shmrc-doc-client-row")?);
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let status = manager::status()?;
+/// let me: &ClientRow = status
+///     .rows
+///     .iter()
+///     .find(|row| row.pid == std::process::id())
+///     .expect("this process is watched");
+/// assert!(me.connected);
+/// assert!(me.namespaces.iter().any(|ns| ns == "shmrc-doc-client-row"));
+/// # drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Clone, PartialEq, Eq, Debug)]
 #[cfg_attr(feature = "serde", derive(serde::Serialize))]
 pub struct ClientRow {
