@@ -122,6 +122,22 @@ pub enum ClaimError {
 }
 
 /// How [`finalize`] ended.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, Outcome, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-outcome")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns);
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let in_flight = buf.share()?; // a reference on its way to another process
+/// let outcome = buf.release()?.expect("the last in-process reference").outcome;
+/// assert_eq!(outcome, Outcome::InUse); // the handle still holds the segment
+/// drop(in_flight); // given back: now it is unlinked
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Outcome {
     /// A live process holds a slot (or an in-flight reference): the segment lives.
@@ -135,6 +151,20 @@ pub enum Outcome {
 }
 
 /// What [`finalize`] did.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, Outcome, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-finalized")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns);
+/// let finalized = ShmBuf::with_options(64, &options)?.release()?.expect("the last reference");
+/// assert_eq!(finalized.outcome, Outcome::Unlinked); // nobody else held it
+/// assert_eq!(finalized.reclaimed, 0); // no dead holder's slot to take back
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Finalized {
     /// How it ended.
@@ -154,6 +184,23 @@ pub enum Reclaim {
 }
 
 /// A read-only count of slot states (for `ls` and dry-run sweeps).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-census")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// let census = segment.census.expect("a valid segment has a census");
+/// assert_eq!((census.live, census.in_flight, census.dead), (1, 0, 0)); // this process
+/// assert!(!census.unheld());
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
 pub struct Census {
     /// Free slots.
@@ -172,6 +219,20 @@ pub struct Census {
 
 impl Census {
     /// Whether a finalize would destroy the segment now.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    /// let ns = Namespace::new("shmrc-doc-unheld")?;
+    /// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let census = shmrc::inspect(&ns)?.segments[0].census.unwrap();
+    /// assert!(!census.unheld()); // this process holds it
+    /// drop(buf);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn unheld(&self) -> bool {
         self.live == 0 && self.in_flight == 0 && !self.finalizing
     }

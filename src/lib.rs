@@ -100,9 +100,14 @@ pub mod transport;
 pub use buf::{CreateOptions, ShmBuf};
 pub use error::{Error, Result};
 pub use handle::ShareHandle;
+pub use holders::{Census, Finalized, Outcome};
+pub use namespace::NameParts;
 pub use namespace::Namespace;
+pub use segment::{Fields, Layout};
+pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
 pub use sweep::{Action, SegmentReport, SweepReport};
+pub use token::Token;
 
 /// The OS that [`ShmBuf`], [`ShareHandle`] and [`transport`] run on when none is named:
 /// the real kernel, with the user's manager watching each file_system use

@@ -49,6 +49,22 @@ pub struct Namespace {
 }
 
 /// What a segment name says about its creation.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-nameparts")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// assert_eq!(segment.parts.creator.pid(), std::process::id());
+/// assert_eq!(segment.parts.uid, segment.fields.unwrap().uid);
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct NameParts {
     /// The uid in the name.

@@ -68,6 +68,24 @@ const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
 
 /// Where things are in a segment.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-layout")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// let layout = segment.fields.expect("a valid header").layout;
+/// assert_eq!(layout.data_len, buf.len());
+/// assert_eq!(layout.data_offset % 64, 0); // the data is cache-line aligned
+/// assert!(layout.capacity > 0);
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Layout {
     /// Offset of the data region.
@@ -79,6 +97,7 @@ pub struct Layout {
 }
 
 impl Layout {
+    #[doc(hidden)]
     /// The layout for `data_len` bytes and `capacity` slots, checked against the limits.
     pub fn new(data_len: usize, capacity: usize) -> Result<Layout> {
         if data_len == 0 || data_len as u64 > MAX_DATA_LEN {
@@ -98,6 +117,7 @@ impl Layout {
         })
     }
 
+    #[doc(hidden)]
     /// Length of the whole segment.
     pub fn total_len(&self) -> usize {
         self.data_offset + self.data_len
@@ -109,6 +129,24 @@ fn data_offset_for(capacity: usize) -> usize {
 }
 
 /// The immutable header fields, as written by the creator.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-fields")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// let fields = segment.fields.expect("a valid header");
+/// assert_eq!(fields.layout.data_len, 64);
+/// assert_eq!(fields.creator.pid(), std::process::id());
+/// assert!(fields.created_at_nanos > 0);
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Fields {
     /// Where the data and slots are.
@@ -126,6 +164,7 @@ pub struct Fields {
 }
 
 impl Fields {
+    #[doc(hidden)]
     /// The segment's identity.
     pub fn key(&self) -> SegmentKey {
         SegmentKey {

@@ -96,6 +96,14 @@ impl fmt::Display for Strategy {
 /// let err = "shm".parse::<shmrc::Strategy>().unwrap_err();
 /// assert!(err.to_string().contains("file_descriptor, file_system"));
 /// ```
+///
+/// ```
+/// use shmrc::{Strategy, UnknownStrategy};
+/// let unknown: UnknownStrategy = "shm".parse::<Strategy>().unwrap_err();
+/// assert_eq!(unknown.0, "shm");
+/// let error = shmrc::Error::from(unknown); // what `?` makes of it
+/// assert!(error.to_string().contains("file_descriptor, file_system"));
+/// ```
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UnknownStrategy(pub String);
 

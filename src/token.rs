@@ -19,10 +19,28 @@ const START_MASK: u64 = (1 << START_BITS) - 1;
 const TOKEN_MASK: u64 = (1 << (PID_BITS + START_BITS)) - 1;
 
 /// A process identity: pid plus start time.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-token")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// let creator = segment.parts.creator;
+/// assert_eq!(creator.pid(), std::process::id());
+/// assert!(creator.start_ticks() > 0);
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 #[derive(Copy, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Token(u64);
 
 impl Token {
+    #[doc(hidden)]
     /// The token of process `pid` started `start_ticks` clock ticks after boot.
     /// Returns `None` for pid 0 or a pid beyond 22 bits.
     pub fn new(pid: u32, start_ticks: u64) -> Option<Token> {
@@ -33,6 +51,7 @@ impl Token {
         Some(Token(pid | ((start_ticks & START_MASK) << PID_BITS)))
     }
 
+    #[doc(hidden)]
     /// Decodes a slot or header word; `None` when no token encodes to it (0, or bits
     /// above 61 set).
     pub fn from_word(word: u64) -> Option<Token> {
@@ -42,21 +61,51 @@ impl Token {
         Some(Token(word))
     }
 
+    #[doc(hidden)]
     /// The word stored in slots and headers.
     pub fn word(self) -> u64 {
         self.0
     }
 
     /// The process id.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    /// let ns = Namespace::new("shmrc-doc-token-pid")?;
+    /// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let creator = shmrc::inspect(&ns)?.segments[0].parts.creator;
+    /// assert_eq!(creator.pid(), std::process::id());
+    /// drop(buf);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn pid(self) -> u32 {
         (self.0 & PID_MASK) as u32
     }
 
     /// The start time in clock ticks since boot, truncated to 40 bits.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    /// let ns = Namespace::new("shmrc-doc-token-start")?;
+    /// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let creator = shmrc::inspect(&ns)?.segments[0].parts.creator;
+    /// assert!(creator.start_ticks() > 0); // clock ticks after boot
+    /// drop(buf);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn start_ticks(self) -> u64 {
         (self.0 >> PID_BITS) & START_MASK
     }
 
+    #[doc(hidden)]
     /// Whether `start_ticks` (as read from `/proc`) names the same start as this token.
     pub fn matches_start(self, start_ticks: u64) -> bool {
         self.start_ticks() == start_ticks & START_MASK
