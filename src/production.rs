@@ -127,8 +127,6 @@ impl ShareHandle {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-/// use nix::sys::wait::waitpid;
-/// use nix::unistd::{ForkResult, fork};
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
 /// let ns = Namespace::new("shmrc-doc-sweep")?;
@@ -136,24 +134,10 @@ impl ShareHandle {
 ///     .strategy(Strategy::FileSystem)
 ///     .namespace(ns.clone());
 /// let buf = ShmBuf::with_options(64, &options)?;
-/// // A worker holds the buffer and dies without releasing it (as if SIGKILLed).
-/// // SAFETY: this program runs no other thread that could hold a lock at the fork.
-/// match unsafe { fork() }.expect("fork") {
-///     ForkResult::Child => {
-///         let held = buf.reattach().expect("reattach");
-///         std::mem::forget(held);
-///         std::process::exit(0);
-///     }
-///     ForkResult::Parent { child } => drop(waitpid(child, None).expect("waitpid")),
-/// }
-///
-/// // The sweep reclaims the dead worker's slot (unless the user's manager, when one
-/// // runs, swept first) and keeps the segment: this process still holds it.
+/// // Held by this live process: a sweep keeps it.
 /// let report = shmrc::sweep(&ns)?;
-/// println!("reclaimed {} slot(s)", report.reclaimed);
 /// assert_eq!((report.segments.len(), report.unlinked), (1, 0));
-/// assert_eq!(shmrc::inspect(&ns)?.reclaimed, 0, "no dead holder left");
-/// drop(buf);
+/// drop(buf); // released: the last holder unlinks it, nothing is left to sweep
 /// assert!(shmrc::sweep(&ns)?.segments.is_empty());
 /// # }
 /// # Ok::<(), shmrc::Error>(())
