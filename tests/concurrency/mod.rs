@@ -179,15 +179,22 @@ impl World {
     }
 
     /// Sweeps the namespace as `os`, recording what it unlinked (P2). A sweep may skip
-    /// nothing: no segment of these models is damaged.
+    /// nothing (no segment of these models is damaged) unless its process was killed
+    /// part-way: the pass then goes on, every call failing without effect, and the
+    /// sweep counts as killed ([`Error::Killed`]) once what it did unlink is recorded.
     pub fn sweep(&self, os: &SimOs) -> Result<()> {
         let report = sweep_with(os, &self.ns, false)?;
+        let killed = self.kernel.is_killed(os.pid());
         for seg in report.segments {
             match seg.action {
                 Action::Unlinked | Action::RemovedHalfCreated => self.record_unlink(&seg.name),
+                Action::Skipped(Error::Killed) if killed => {}
                 Action::Skipped(e) => panic!("the sweep skipped {}: {e:?}", seg.name),
                 Action::Kept | Action::BeingCreated | Action::Vanished => {}
             }
+        }
+        if killed {
+            return Err(Error::Killed);
         }
         Ok(())
     }
