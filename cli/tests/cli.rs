@@ -265,3 +265,17 @@ fn ls_json_and_sweep_json_report_sizes_holders_and_counts() {
         serde_json::json!([])
     );
 }
+
+/// The manager roles are read by the library's constructor before `main`: a role it
+/// does not know stops the program there with the cause, before any command runs.
+#[test]
+fn an_unknown_manager_role_stops_the_program_before_main_naming_it() {
+    let out = shmrc_within(&["ls"], &[("SHMRC_MANAGER_ROLE", "bogus".into())]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("SHMRC_MANAGER_ROLE=\"bogus\": expected start or serve"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty(), "main ran: {out:?}");
+}

@@ -202,6 +202,45 @@ fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_kill
     println!("{status}");
 }
 
+/// With no program named, a worker's first file_system use starts the manager from the
+/// worker's own image (the library's constructor serves it), not through `shmrc
+/// manager`; the manager shows as `shmrc manager --foreground` and sweeps as usual.
+#[test]
+fn without_a_named_program_the_manager_is_served_from_the_clients_own_image() {
+    let t = namespace("mgr-own");
+    let rt = Runtime::new();
+    // An empty SHMRC_MANAGER_PROGRAM counts as unset.
+    let mut workers = rt.workers("mgr-own", 1, &[("SHMRC_MANAGER_PROGRAM", String::new())]);
+    let name = held_only_by(&t, &workers[0]);
+    let pid = field(&rt.status(), "pid");
+    let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the manager runs");
+    let worker_exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_shmrc")).unwrap();
+    assert_eq!(exe, worker_exe);
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap();
+    assert_eq!(cmdline, b"shmrc manager\0--foreground\0");
+
+    workers.remove(0).kill();
+    eventually("the manager unlinks the dead worker's segment", || {
+        !t.names().contains(&name)
+    });
+}
+
+/// A named program that fails is an error naming the program and what it said.
+#[test]
+fn a_named_program_that_fails_is_a_clear_error() {
+    let t = namespace("mgr-false");
+    let rt = Runtime::new();
+    let false_program = [("SHMRC_MANAGER_PROGRAM", "/bin/false".to_owned())];
+    let workers = rt.workers("mgr-false", 1, &false_program);
+    let buf = file_system_buf(&t);
+    let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
+    assert!(
+        reply.contains("starting the shmrc manager with /bin/false failed: it exited with"),
+        "{reply}"
+    );
+    assert!(!rt.socket().exists(), "no manager was started");
+}
+
 #[test]
 fn a_client_whose_manager_died_reconnects_to_a_new_one() {
     let t = namespace("mgr-again");
