@@ -7,15 +7,21 @@
 //! lives and makes no further call (no sweep). That can only be the manager, started by
 //! the library from the program's own image: the test checks that too.
 //!
+//! The same crate also builds as a shared library loaded into Python (`ctypes`): there
+//! the executable is the interpreter, which cannot serve the manager, and a
+//! file_system create must fail at once with an error that says so, instead of
+//! re-executing the interpreter.
+//!
 //! The test isolates the manager with a runtime directory of its own
 //! (`SHMRC_RUNTIME_DIR`), so that a manager some other program started cannot stand in
 //! for the one this program must start by itself.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
+
+use shmrc_testkit::process::{output_within, wait_gone};
 
 /// The downstream program. `README_EXAMPLE` is replaced by the README's Rust block.
 const MAIN_RS: &str = r#"
@@ -43,7 +49,8 @@ fn child(hex: &str) -> Result<(), Box<dyn Error>> {
     assert_eq!(&out, b"hello");
     println!("attached {}", buf.name().unwrap_or("?"));
     std::io::stdout().flush()?;
-    std::thread::sleep(Duration::from_secs(60));
+    // Until killed, or until the parent goes away (its end of our stdin closes).
+    std::io::copy(&mut std::io::stdin(), &mut std::io::sink())?;
     Ok(())
 }
 
@@ -57,6 +64,7 @@ fn parent(prefix: &str) -> Result<(), Box<dyn Error>> {
     let hex: String = buf.share()?.into_bytes()?.iter().map(|b| format!("{b:02x}")).collect();
     let mut kid = Command::new(std::env::current_exe()?)
         .args(["child", &hex])
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()?;
     let mut line = String::new();
@@ -91,44 +99,90 @@ fn main() -> Result<(), Box<dyn Error>> {
 }
 "#;
 
+/// The same crate as a shared library: `shmrc_probe` creates a file_system buffer in
+/// the namespace `$PROBE_PREFIX` and prints the outcome.
+const LIB_RS: &str = r#"
+use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+
+#[unsafe(no_mangle)]
+pub extern "C" fn shmrc_probe() -> i32 {
+    let prefix = std::env::var("PROBE_PREFIX").unwrap_or_default();
+    let created = Namespace::new(prefix).and_then(|ns| {
+        let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns);
+        ShmBuf::with_options(64, &options)
+    });
+    match created {
+        Ok(_) => {
+            println!("created");
+            0
+        }
+        Err(e) => {
+            println!("error: {e}");
+            1
+        }
+    }
+}
+"#;
+
 /// The Rust block of README.md's "Use" section.
 fn readme_example() -> String {
     let readme = std::fs::read_to_string(repo().join("README.md")).expect("README.md");
-    let start = readme
+    let at = readme
+        .find("\n## Use\n")
+        .expect("a Use section in README.md");
+    let section = &readme[at..];
+    let start = section
         .find("```rust\n")
-        .expect("a ```rust block in README.md")
+        .expect("a ```rust block under ## Use")
         + 8;
-    let len = readme[start..].find("```").expect("its end");
-    readme[start..start + len].to_owned()
+    let len = section[start..].find("```").expect("its end");
+    section[start..start + len].to_owned()
 }
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Writes the downstream crate (once per build of this test) and builds it.
+/// Writes the downstream crate (a program and a shared library) and builds it, at most
+/// once at a time (both tests call this; cargo's own lock serializes them).
 fn build_downstream(dir: &Path) -> PathBuf {
     std::fs::create_dir_all(dir.join("src")).unwrap();
     let manifest = format!(
-        "[package]\nname = \"downstream\"\nversion = \"0.0.0\"\nedition = \"2024\"\npublish = false\n\n\
+        "[package]\nname = \"downstream\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
+         publish = false\n\n[lib]\ncrate-type = [\"cdylib\"]\n\n\
          [dependencies]\nshmrc = {{ path = {:?} }}\n\n[workspace]\n",
         repo()
     );
-    std::fs::write(dir.join("Cargo.toml"), manifest).unwrap();
+    write_if_changed(&dir.join("Cargo.toml"), &manifest);
     let main = MAIN_RS.replace("README_EXAMPLE", &readme_example());
-    std::fs::write(dir.join("src/main.rs"), main).unwrap();
+    write_if_changed(&dir.join("src/main.rs"), &main);
+    write_if_changed(&dir.join("src/lib.rs"), LIB_RS);
     // The workspace's lock file pins the same versions; `--offline` uses the crates
     // this workspace's build already fetched.
-    std::fs::copy(repo().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
-    let status = Command::new(env!("CARGO"))
-        .args(["build", "--offline", "--quiet", "--manifest-path"])
-        .arg(dir.join("Cargo.toml"))
-        .env("CARGO_TARGET_DIR", dir.join("target"))
-        .env_remove("RUSTFLAGS")
-        .status()
-        .expect("run cargo");
-    assert!(status.success(), "the downstream crate does not build");
+    let lock = std::fs::read_to_string(repo().join("Cargo.lock")).unwrap();
+    write_if_changed(&dir.join("Cargo.lock"), &lock);
+    let built = output_within(
+        Command::new(env!("CARGO"))
+            .args(["build", "--offline", "--quiet", "--manifest-path"])
+            .arg(dir.join("Cargo.toml"))
+            .env("CARGO_TARGET_DIR", dir.join("target"))
+            .env_remove("RUSTFLAGS"),
+        Duration::from_secs(600),
+    );
+    assert!(
+        built.status.success(),
+        "the downstream crate does not build: {}",
+        String::from_utf8_lossy(&built.stderr)
+    );
     dir.join("target/debug/downstream")
+}
+
+/// Writes `text` to `path` unless it holds it already (a rewrite while the other test
+/// builds would make cargo build again, or see a half-written file).
+fn write_if_changed(path: &Path, text: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(text) {
+        std::fs::write(path, text).unwrap();
+    }
 }
 
 /// `PATH` without any directory that holds a `shmrc` program.
@@ -140,63 +194,40 @@ fn path_without_shmrc() -> std::ffi::OsString {
     std::env::join_paths(kept).unwrap()
 }
 
-/// Runs the downstream program with a clean environment and a time limit.
-fn run(program: &Path, runtime: &Path, args: &[&str]) -> String {
-    let mut command = Command::new(program);
-    command.args(args).env("PATH", path_without_shmrc());
+/// `command` with a clean environment: `PATH` without `shmrc`, no `SHMRC_*` variable but
+/// the runtime directory of this test.
+fn clean(mut command: Command, runtime: &Path) -> Command {
+    command.env("PATH", path_without_shmrc());
     for (key, _) in std::env::vars_os() {
         if key.to_string_lossy().starts_with("SHMRC_") {
             command.env_remove(key);
         }
     }
-    let mut child = command
-        .env("SHMRC_RUNTIME_DIR", runtime)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the downstream program");
-    wait_with_limit(&mut child, Duration::from_secs(60))
+    command.env("SHMRC_RUNTIME_DIR", runtime);
+    command
 }
 
-/// Waits for `child` at most `limit` (then kills it, by pid, and fails); returns its
-/// stdout, failing with its stderr when it did not succeed.
-fn wait_with_limit(child: &mut Child, limit: Duration) -> String {
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("the downstream program ran past {limit:?}");
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    };
-    let mut stdout = String::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        stdout.push_str(&line.unwrap());
-        stdout.push('\n');
-    }
-    let mut stderr = String::new();
-    for line in BufReader::new(child.stderr.take().unwrap()).lines() {
-        stderr.push_str(&line.unwrap());
-        stderr.push('\n');
-    }
-    assert!(status.success(), "downstream {status}: {stdout}{stderr}");
+/// Runs `command` with a time limit; returns its stdout, failing with its output when
+/// it did not succeed.
+fn succeed(mut command: Command) -> String {
+    let out = output_within(&mut command, Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{command:?} {}: {stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     stdout
 }
 
-/// Waits (at most 10 s) until process `pid` has exited: the manager must not linger.
-fn wait_gone(pid: u32) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(
-            Instant::now() < deadline,
-            "manager {pid} still runs 10 s later"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+/// Names of `/dev/shm` that start with `prefix`.
+fn left_in_dev_shm(prefix: &str) -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.starts_with(prefix))
+        .collect()
 }
 
 #[test]
@@ -205,11 +236,16 @@ fn a_program_that_only_depends_on_the_library_shares_and_is_swept_without_a_shmr
     let program = build_downstream(&dir);
     let runtime = tempfile::tempdir().unwrap();
     let runtime_dir = runtime.path().join("rt");
+    let run = |args: &[&str]| {
+        let mut command = Command::new(&program);
+        command.args(args);
+        succeed(clean(command, &runtime_dir))
+    };
 
-    run(&program, &runtime_dir, &["readme"]);
+    run(&["readme"]);
 
     let prefix = format!("shmrc-t-downstream-{}", std::process::id());
-    let out = run(&program, &runtime_dir, &["parent", &prefix]);
+    let out = run(&["parent", &prefix]);
     assert!(out.contains("gone "), "{out}");
     let manager: u32 = out
         .lines()
@@ -224,12 +260,34 @@ fn a_program_that_only_depends_on_the_library_shares_and_is_swept_without_a_shmr
         program.canonicalize().unwrap(),
         "the manager runs {exe:?}"
     );
-    wait_gone(manager);
-    let left: Vec<_> = std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    wait_gone(manager, Duration::from_secs(10));
+    assert_eq!(left_in_dev_shm(&prefix), Vec::<String>::new());
     eprintln!("{out}");
+}
+
+#[test]
+fn a_program_that_loads_the_library_as_a_plugin_gets_a_clear_error_not_a_copy_of_itself() {
+    let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("downstream");
+    build_downstream(&dir);
+    let plugin = dir.join("target/debug/libdownstream.so");
+    let runtime = tempfile::tempdir().unwrap();
+    let runtime_dir = runtime.path().join("rt");
+    let prefix = format!("shmrc-t-plugin-{}", std::process::id());
+    let mut python = Command::new("python3");
+    python
+        .arg("-c")
+        .arg("import ctypes, sys; sys.exit(ctypes.CDLL(sys.argv[1]).shmrc_probe())")
+        .arg(&plugin)
+        .env("PROBE_PREFIX", &prefix);
+    let out = output_within(&mut clean(python, &runtime_dir), Duration::from_secs(60));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{stdout}{out:?}");
+    assert!(
+        stdout.contains("shmrc is linked into a shared object")
+            && stdout.contains("SHMRC_MANAGER_PROGRAM"),
+        "{stdout}"
+    );
+    let socket = runtime_dir.join(shmrc::manager::runtime::SOCKET_FILE);
+    assert!(!socket.exists(), "no manager was started");
+    assert_eq!(left_in_dev_shm(&prefix), Vec::<String>::new());
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 use shmrc::DefaultOs;
 use shmrc::manager::runtime::RuntimeDir;
 use shmrc::manager::serve;
-use shmrc::manager::server::{self, Config, Ended};
+use shmrc::manager::server;
 use shmrc::os::Os;
 
 use crate::error::Result;
@@ -37,9 +37,5 @@ pub fn run(args: &ManagerArgs) -> Result<()> {
         println!("{}", serve::start_detached(&runtime, grace)?);
         return Ok(());
     }
-    let socket = runtime.socket()?;
-    if server::run(&Config { runtime, grace })? == Ended::AlreadyRunning {
-        eprintln!("a manager already runs at {}", socket.display());
-    }
-    Ok(())
+    Ok(serve::serve_here(runtime, grace)?)
 }

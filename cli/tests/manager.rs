@@ -14,14 +14,13 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{Worker, namespace, start_workers_with};
-use nix::sys::signal::kill;
-use nix::unistd::Pid;
 use shmrc::manager::wire::{self, Reply, Request};
 use shmrc::os::Os;
 use shmrc::token::Token;
 use shmrc::{CreateOptions, DefaultOs, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::data::{field, fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
+use shmrc_testkit::process::wait_gone;
 
 /// Grace period of the managers these tests start.
 const GRACE_MS: &str = "300";
@@ -74,7 +73,7 @@ impl Runtime {
     }
 
     fn socket(&self) -> std::path::PathBuf {
-        self.dir().join("manager.sock")
+        self.dir().join(shmrc::manager::runtime::SOCKET_FILE)
     }
 
     /// Workers whose file_system attaches use this runtime's manager (mode `auto`
@@ -100,15 +99,7 @@ impl Drop for Runtime {
 /// Waits until process `pid` (not our child: a detached manager, reaped by init) has
 /// exited.
 fn wait_for_exit(pid: u32) {
-    let pid = Pid::from_raw(i32::try_from(pid).expect("a pid"));
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while kill(pid, None).is_ok() {
-        assert!(
-            Instant::now() < deadline,
-            "pid {pid} still runs a minute later"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_gone(pid, Duration::from_secs(60));
 }
 
 /// Waits (bounded, generously) until `cond` holds.

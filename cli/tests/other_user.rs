@@ -224,7 +224,7 @@ impl Manager {
     }
 
     fn socket(&self) -> PathBuf {
-        self.runtime.join("manager.sock")
+        self.runtime.join(shmrc::manager::runtime::SOCKET_FILE)
     }
 
     fn running(&self) -> bool {

@@ -39,7 +39,7 @@ use crate::os::posix::PosixOs;
 /// ```
 pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
 /// How long a client waits for a manager to start, or to answer.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// How many times a client starts a manager and says Hello before giving up (a
 /// manager that is exiting at the very moment closes the new connection).
 const ATTEMPTS: u32 = 3;
@@ -263,25 +263,39 @@ fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
     Ok(stream)
 }
 
-/// Connects to the manager of `runtime`, starting one if none answers.
+/// Connects to the manager of `runtime`, starting one if none answers. A manager that
+/// answered the starter but ended its grace period before this connect is started
+/// again (at most [`ATTEMPTS`] times).
 fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
     runtime.ensure(PosixOs.uid())?;
-    match connect(runtime) {
-        Err(Error::NoManager { .. }) => {}
-        other => return other,
+    let mut attempt = 1;
+    loop {
+        match connect(runtime) {
+            Err(Error::NoManager { socket, source }) => {
+                if attempt > ATTEMPTS {
+                    return Err(Error::ManagerStart {
+                        program: manager_program().unwrap_or_else(|| serve::OWN_IMAGE.into()),
+                        why: format!(
+                            "it reported a manager running {ATTEMPTS} times, but none \
+                             answered at {}: {source}",
+                            socket.display()
+                        ),
+                    });
+                }
+            }
+            other => return other,
+        }
+        start(runtime)?;
+        attempt += 1;
     }
-    let program = start(runtime)?;
-    connect(runtime).map_err(|e| Error::ManagerStart {
-        program,
-        why: format!("it reported a manager running, but connecting failed: {e}"),
-    })
 }
 
 /// Starts a detached manager for `runtime` (or finds one running) and returns once it
 /// accepts connections: through `program manager` when [`manager_program`] names one,
 /// else by running this program's own image in the `start` role (see [`super::serve`]).
-/// Returns the program it ran.
-fn start(runtime: &RuntimeDir) -> Result<PathBuf> {
+/// The starter gets [`START_TIMEOUT`] and a little more; one that takes longer is
+/// killed (by its pid) and reaped.
+fn start(runtime: &RuntimeDir) -> Result<()> {
     let (program, mut command) = match manager_program() {
         Some(program) => {
             let mut command = Command::new(&program);
@@ -294,27 +308,53 @@ fn start(runtime: &RuntimeDir) -> Result<PathBuf> {
         }
         None => (
             PathBuf::from(serve::OWN_IMAGE),
-            serve::own_image(serve::START, runtime),
+            serve::own_image(serve::START, runtime)?,
         ),
     };
-    let output = command
+    let failed = |why: String| Error::ManagerStart {
+        program: program.clone(),
+        why,
+    };
+    let mut child = command
         .stderr(Stdio::piped())
-        .output()
-        .map_err(|e| Error::ManagerStart {
-            program: program.clone(),
-            why: format!("cannot run it: {e}"),
-        })?;
-    if output.status.success() {
-        return Ok(program);
+        .spawn()
+        .map_err(|e| failed(format!("cannot run it: {e}")))?;
+    // Read while it runs (a full pipe must not stall it), and at most 64 KiB of it.
+    let stderr = child.stderr.take().map(|pipe| {
+        std::thread::spawn(move || {
+            let mut said = Vec::new();
+            let _ = pipe.take(64 << 10).read_to_end(&mut said);
+            String::from_utf8_lossy(&said).trim().to_owned()
+        })
+    });
+    let said = || {
+        stderr
+            .map(|reader| reader.join().unwrap_or_default())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(5);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!(
+                    "it had not finished after {} s and was killed: {}",
+                    (START_TIMEOUT + Duration::from_secs(5)).as_secs(),
+                    said()
+                )));
+            }
+            Err(e) => return Err(failed(format!("cannot wait for it: {e}"))),
+        }
+    };
+    if status.success() {
+        return Ok(());
     }
-    Err(Error::ManagerStart {
-        why: format!(
-            "it exited with {}: {}",
-            output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
-        ),
-        program,
-    })
+    Err(failed(format!("it exited with {status}: {}", said())))
 }
 
 /// The program named to run the manager ([`set_manager_program`], else

@@ -28,7 +28,11 @@ pub const RUNTIME_DIR_ENV: &str = "SHMRC_RUNTIME_DIR";
 /// assert_eq!(socket.file_name().unwrap(), SOCKET_FILE);
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub const SOCKET_FILE: &str = "manager.sock";
+///
+/// The wire version is in the name: managers of shmrc builds that speak different wire
+/// versions live side by side, each serving the programs it can talk to, instead of
+/// the first one started refusing every other version's clients.
+pub const SOCKET_FILE: &str = "manager-v1.sock";
 /// The file whose `flock` makes one manager per directory ([`RuntimeDir::lock`]).
 ///
 /// ```
@@ -36,7 +40,9 @@ pub const SOCKET_FILE: &str = "manager.sock";
 /// let lock = RuntimeDir::at("/run/user/1000/shmrc").lock();
 /// assert_eq!(lock.file_name().unwrap(), LOCK_FILE);
 /// ```
-pub const LOCK_FILE: &str = "manager.lock";
+///
+/// Versioned like [`SOCKET_FILE`]: one manager per directory and wire version.
+pub const LOCK_FILE: &str = "manager-v1.lock";
 /// Where a detached manager's log goes ([`RuntimeDir::log`]).
 ///
 /// ```
@@ -120,7 +126,7 @@ impl RuntimeDir {
     /// use shmrc::manager::runtime::RuntimeDir;
     ///
     /// let socket = RuntimeDir::at("/tmp/shmrc-1000").socket()?;
-    /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager.sock"));
+    /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager-v1.sock"));
     /// let deep = RuntimeDir::at(format!("/tmp/{}", "d".repeat(120)));
     /// assert!(matches!(deep.socket(), Err(shmrc::Error::SocketPathTooLong { .. })));
     /// # Ok::<(), shmrc::Error>(())
@@ -143,7 +149,7 @@ impl RuntimeDir {
     /// ```
     /// use shmrc::manager::runtime::RuntimeDir;
     /// let lock = RuntimeDir::at("/tmp/shmrc-1000").lock();
-    /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager.lock"));
+    /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager-v1.lock"));
     /// ```
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)
@@ -257,6 +263,18 @@ fn open_private(path: &Path, append: bool) -> std::io::Result<File> {
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
+}
+
+#[cfg(test)]
+mod versioned_names {
+    use super::{LOCK_FILE, SOCKET_FILE};
+    use crate::manager::wire::VERSION;
+
+    #[test]
+    fn the_socket_and_lock_names_carry_the_wire_version() {
+        assert_eq!(SOCKET_FILE, format!("manager-v{VERSION}.sock"));
+        assert_eq!(LOCK_FILE, format!("manager-v{VERSION}.lock"));
+    }
 }
 
 #[cfg(test)]

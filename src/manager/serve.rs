@@ -24,6 +24,7 @@
 //! files, sockets, processes) and ends with `exit`, never returning into the program's
 //! own start-up.
 #![allow(unsafe_code)]
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -35,6 +36,7 @@ use super::sys;
 use crate::error::{Error, Result};
 use crate::os::Os;
 use crate::os::posix::PosixOs;
+use crate::sync::process::{AtomicBool, Ordering};
 
 /// Environment variable that makes a program linking shmrc serve as its user's manager
 /// instead of running: [`START`] or [`SERVE`]. The library sets it when it starts a
@@ -61,23 +63,32 @@ pub const START: &str = "start";
 pub const SERVE: &str = "serve";
 /// The program a role re-executes: this process's own image.
 pub(crate) const OWN_IMAGE: &str = "/proc/self/exe";
-/// How long [`start_detached`] waits for the manager it started to answer.
-const START_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Runs the role `$SHMRC_MANAGER_ROLE` names, if any, and exits; does nothing (and
-/// costs one `getenv`) in every other process.
+/// costs one `getenv`) in every other process, and in a program the kernel runs with
+/// privileges its caller lacks (setuid, setgid, file capabilities: `AT_SECURE`), whose
+/// environment is its caller's to set.
 #[ctor::ctor(unsafe)]
 fn serve_when_asked() {
     let Some(role) = std::env::var_os(ROLE_ENV) else {
         return;
     };
-    let outcome = match role.to_str() {
-        Some(START) => start_role(),
-        Some(SERVE) => serve_role(),
-        _ => Err(Error::InvalidArgument(format!(
-            "{ROLE_ENV}={role:?}: expected {START} or {SERVE}"
-        ))),
-    };
+    if runs_with_privileges() {
+        return;
+    }
+    IN_ROLE.store(true, Ordering::Relaxed);
+    // A panic must not unwind out of a constructor (the loader would abort the
+    // process without a word): it is reported like any other failure.
+    let outcome = std::panic::catch_unwind(|| run_role(&role)).unwrap_or_else(|panic| {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "a panic".into());
+        Err(Error::InvalidArgument(format!(
+            "the {role:?} role panicked: {what}"
+        )))
+    });
     std::process::exit(match outcome {
         Ok(()) => 0,
         Err(e) => {
@@ -87,11 +98,34 @@ fn serve_when_asked() {
     });
 }
 
+/// Whether this process runs a role (set by the constructor before it runs one): a
+/// role that starts the manager re-executes the image itself, and must not take its own
+/// role variable for a sign that the constructor did not run.
+static IN_ROLE: AtomicBool = AtomicBool::new(false);
+
+/// Runs `role`.
+fn run_role(role: &std::ffi::OsStr) -> Result<()> {
+    match role.to_str() {
+        Some(START) => start_role(),
+        Some(SERVE) => serve_role(),
+        _ => Err(Error::InvalidArgument(format!(
+            "{ROLE_ENV}={role:?}: expected {START} or {SERVE}"
+        ))),
+    }
+}
+
+/// Whether the kernel started this program with privileges its caller lacks.
+fn runs_with_privileges() -> bool {
+    // SAFETY: getauxval reads the auxiliary vector the kernel passed at exec; it takes
+    // a plain integer, has no precondition, and returns 0 for an absent entry.
+    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
+}
+
 /// Keeps the constructor in the program: the linker takes an object file of the
 /// library only for the symbols something uses, so the code that re-executes the image
 /// names the constructor.
-pub(crate) fn keep_constructor() {
-    std::hint::black_box(serve_when_asked as fn());
+fn keep_constructor() -> usize {
+    std::hint::black_box(serve_when_asked as fn() as usize)
 }
 
 /// The `start` role: a detached manager for `$SHMRC_RUNTIME_DIR` (set by the client).
@@ -102,18 +136,99 @@ fn start_role() -> Result<()> {
 
 /// The `serve` role: the manager itself, until its grace period passes with no client.
 fn serve_role() -> Result<()> {
-    let runtime = RuntimeDir::for_user(PosixOs.uid());
+    serve_here(
+        RuntimeDir::for_user(PosixOs.uid()),
+        server::grace_from_env()?,
+    )
+}
+
+/// Runs the manager of `runtime` in this process until `grace` passes with no client
+/// (`shmrc manager --foreground`, and the [`SERVE`] role); when another manager runs
+/// there already, says so on stderr and returns.
+pub fn serve_here(runtime: RuntimeDir, grace: Duration) -> Result<()> {
     let socket = runtime.socket()?;
-    let grace = server::grace_from_env()?;
     if server::run(&Config { runtime, grace })? == Ended::AlreadyRunning {
         eprintln!("a manager already runs at {}", socket.display());
     }
     Ok(())
 }
 
-/// A command that runs this program's image in `role` for `runtime`.
-pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Command {
-    keep_constructor();
+/// Checks that this program's own image can serve the manager, before it is
+/// re-executed for it: the executable must itself hold shmrc's constructor (not a
+/// shared library or plugin loaded into another program, a program run through
+/// `ld.so` or a tool that wraps it), must not run with privileges its caller lacks (its
+/// constructor then ignores the role), and this process must not be such a copy itself
+/// (a role addressed to it means the constructor did not run). Otherwise the copy would
+/// run the program's own `main`.
+fn check_own_image_serves() -> Result<()> {
+    let cannot = |why: String| Error::ManagerStart {
+        program: OWN_IMAGE.into(),
+        why: format!(
+            "{why}; name a program that serves it (SHMRC_MANAGER_PROGRAM=/path/to/shmrc) \
+             or turn the manager off (SHMRC_MANAGER=off)"
+        ),
+    };
+    if std::env::var_os(ROLE_ENV).is_some() && !IN_ROLE.load(Ordering::Relaxed) {
+        return Err(cannot(format!(
+            "this process was started to serve the manager ({ROLE_ENV} is set), yet it \
+             runs the program: shmrc's constructor did not run in this image"
+        )));
+    }
+    if runs_with_privileges() {
+        return Err(cannot(
+            "this program runs with privileges its caller lacks (setuid, setgid or file \
+             capabilities), and such a program never serves the manager"
+                .into(),
+        ));
+    }
+    let exe = std::fs::metadata(OWN_IMAGE)
+        .map_err(|e| cannot(format!("cannot read {OWN_IMAGE}: {e}")))?;
+    let exe_id = (
+        nix::sys::stat::major(exe.dev()),
+        nix::sys::stat::minor(exe.dev()),
+        exe.ino(),
+    );
+    let maps = std::fs::read_to_string("/proc/self/maps")
+        .map_err(|e| cannot(format!("cannot read /proc/self/maps: {e}")))?;
+    match file_mapped_at(&maps, keep_constructor() as u64) {
+        Some(id) if id == exe_id => Ok(()),
+        Some(_) => Err(cannot(
+            "shmrc is linked into a shared object loaded by this program, not into the \
+             executable, so the executable cannot serve the manager"
+                .into(),
+        )),
+        None => Err(cannot("shmrc's code is in no mapped file".into())),
+    }
+}
+
+/// The (major, minor, inode) of the file mapped at `address` in a `/proc/<pid>/maps`
+/// text, if a file is.
+fn file_mapped_at(maps: &str, address: u64) -> Option<(u64, u64, u64)> {
+    maps.lines().find_map(|line| {
+        let mut fields = line.split_whitespace();
+        let (start, end) = fields.next()?.split_once('-')?;
+        let (start, end) = (
+            u64::from_str_radix(start, 16).ok()?,
+            u64::from_str_radix(end, 16).ok()?,
+        );
+        if !(start..end).contains(&address) {
+            return None;
+        }
+        let (_perms, _offset) = (fields.next()?, fields.next()?);
+        let (major, minor) = fields.next()?.split_once(':')?;
+        let inode: u64 = fields.next()?.parse().ok()?;
+        (inode != 0).then_some((
+            u64::from_str_radix(major, 16).ok()?,
+            u64::from_str_radix(minor, 16).ok()?,
+            inode,
+        ))
+    })
+}
+
+/// A command that runs this program's image in `role` for `runtime`, once
+/// [`check_own_image_serves`] agrees it can.
+pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
+    check_own_image_serves()?;
     let mut command = Command::new(OWN_IMAGE);
     command
         .arg0("shmrc manager")
@@ -126,14 +241,18 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Command {
         .env(RUNTIME_DIR_ENV, runtime.path())
         .stdin(Stdio::null())
         .stdout(Stdio::null());
-    command
+    Ok(command)
 }
 
 /// Starts a manager for `runtime` detached (in a session of its own, logging to
 /// `manager.log`, exiting `grace` after its last client) unless one answers already,
 /// and returns the pid of the manager that answers (the one started, or one that won
 /// the race to start). The manager is this program's own image in the [`SERVE`] role.
-/// [`Error::ManagerStart`] (naming the log) when none answers within 10 s.
+/// [`Error::ManagerStart`] (naming the log) when none answers within 10 s, or when this
+/// program's image cannot serve the manager (shmrc linked into a shared object rather
+/// than the executable, a privileged program). The manager is a child of the caller
+/// until the caller exits: call this from a process that exits soon after (as the
+/// `start` role and `shmrc manager` do), or reap it.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -160,7 +279,7 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
         return Ok(status.pid);
     }
     let log = runtime.open_log()?;
-    let mut command = own_image(SERVE, runtime);
+    let mut command = own_image(SERVE, runtime)?;
     command
         .env(GRACE_ENV, grace.as_millis().to_string())
         .current_dir("/")
@@ -169,19 +288,55 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
         program: OWN_IMAGE.into(),
         why: format!("cannot spawn it: {e}"),
     })?;
-    let deadline = Instant::now() + START_TIMEOUT;
+    let deadline = Instant::now() + client::START_TIMEOUT;
     loop {
         if let Ok(status) = client::status_at(runtime) {
             return Ok(status.pid);
         }
         let exited = child.try_wait().ok().flatten();
         if exited.is_some_and(|s| !s.success()) || Instant::now() >= deadline {
-            let what = exited.map_or("it did not answer in time".into(), |s| format!("it {s}"));
+            let what = exited.map_or("it did not answer in time".into(), |s| {
+                format!("it exited with {s}")
+            });
             return Err(Error::ManagerStart {
                 program: OWN_IMAGE.into(),
                 why: format!("{what}; see {}", runtime.log().display()),
             });
         }
         std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAPS: &str = "\
+55d0c0a00000-55d0c0a20000 r--p 00000000 fd:01 1234567  /usr/bin/prog
+55d0c0a20000-55d0c0b00000 r-xp 00020000 fd:01 1234567  /usr/bin/prog
+7f0000000000-7f0000021000 rw-p 00000000 00:00 0
+7f1000000000-7f1000100000 r-xp 00000000 103:02 42  /usr/lib/libplugin.so (deleted)
+";
+
+    #[test]
+    fn the_file_mapped_at_an_address_is_found_by_device_and_inode() {
+        assert_eq!(
+            file_mapped_at(MAPS, 0x55d0_c0a2_1000),
+            Some((0xfd, 1, 1_234_567))
+        );
+        assert_eq!(file_mapped_at(MAPS, 0x7f10_0000_0010), Some((0x103, 2, 42)));
+        assert_eq!(
+            file_mapped_at(MAPS, 0x7f00_0000_0010),
+            None,
+            "anonymous memory"
+        );
+        assert_eq!(file_mapped_at(MAPS, 0x10), None, "nothing mapped there");
+        assert_eq!(file_mapped_at("garbage\n-\n", 0x10), None);
+    }
+
+    #[test]
+    fn this_test_program_can_serve_its_own_manager() {
+        // The test binary links shmrc statically, as any Rust program does.
+        check_own_image_serves().unwrap();
     }
 }

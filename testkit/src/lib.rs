@@ -6,10 +6,12 @@
 //! - [`attacks`]: the simulated worlds the decoder fuzz targets attack
 //!   (`fuzz/fuzz_targets/`, `tests/fuzz_seeds.rs`);
 //! - [`names`]: a `/dev/shm` namespace per test that leaves nothing behind;
-//! - [`data`]: test data, its checksum, handles as hex, JSON fields.
+//! - [`data`]: test data, its checksum, handles as hex, JSON fields;
+//! - [`process`]: child processes with a time limit.
 #![allow(missing_docs)]
 
 pub mod attacks;
 pub mod data;
 pub mod model_harness;
 pub mod names;
+pub mod process;

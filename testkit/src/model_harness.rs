@@ -18,7 +18,7 @@
 //! [`Harness::finish`] kills every process and sweeps: nothing of ours may remain (P3).
 //!
 //! Shared by `tests/model_based.rs` (proptest) and `fuzz/fuzz_targets/refcount.rs`
-//! (`#[path]`-included), so it depends on neither: operations come in as plain
+//! (through this package), so it depends on neither: operations come in as plain
 //! [`Op`] values. A process killed (by an op or inside one) has every value it owned
 //! dropped at once (its buffers, received handles, socket ends), as the kernel would.
 //! The process-wide strategy switch is shared by all simulated processes of this test

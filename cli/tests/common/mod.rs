@@ -4,7 +4,7 @@
 //! leave `/dev/shm` clean, test data, JSON fields) are `shmrc-testkit`'s.
 #![allow(dead_code)]
 
-use std::io::Read;
+use shmrc_testkit::process::output_within;
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -27,41 +27,12 @@ pub const LIMIT: Duration = Duration::from_secs(60);
 /// Runs `shmrc` with `args` and `env` and returns its output; if it runs past
 /// [`LIMIT`], SIGKILLs it (our child, by pid) and fails the test.
 pub fn shmrc_within(args: &[&str], env: &[(&str, String)]) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .args(args)
-        .envs(env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run shmrc");
-    // Drained while it runs, so that a full pipe cannot stall it.
-    let drain = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = drain(Box::new(child.stdout.take().expect("stdout")));
-    let stderr = drain(Box::new(child.stderr.take().expect("stderr")));
-    let deadline = Instant::now() + LIMIT;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("wait for shmrc") {
-            break status;
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!("shmrc {args:?} ran past {LIMIT:?}");
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    Output {
-        status,
-        stdout: stdout.join().expect("stdout reader"),
-        stderr: stderr.join().expect("stderr reader"),
-    }
+    output_within(
+        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v))),
+        LIMIT,
+    )
 }
 
 /// One worker process started by this test.
