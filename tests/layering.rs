@@ -14,7 +14,13 @@ const BELOW_OS: [&str; 4] = ["error", "token", "local", "sync"];
 /// Module name → the top-level modules it imports, with one place each.
 type Graph = BTreeMap<String, BTreeMap<String, String>>;
 
-/// The `crate::` imports of one file's non-test code, as top-level module names.
+/// Root aliases and the module each stands for (`crate::DefaultOs` is the manager's
+/// `Watched`).
+const ROOT_ALIASES: [(&str, &str); 1] = [("DefaultOs", "manager")];
+
+/// The `crate::` imports of one file's non-test code, as top-level module names with the
+/// line they are on. Groups are read whole, over several lines and nested
+/// (`use crate::{a::{b, c}, d};`).
 fn imports(source: &str, modules: &BTreeSet<String>) -> Vec<(String, usize)> {
     let code = match source.find("#[cfg(test)]\nmod tests") {
         Some(at) => &source[..at],
@@ -23,33 +29,70 @@ fn imports(source: &str, modules: &BTreeSet<String>) -> Vec<(String, usize)> {
             _ => source,
         },
     };
-    let mut found = Vec::new();
-    for (number, line) in code.lines().enumerate() {
-        if line.trim_start().starts_with("//") {
-            continue;
-        }
-        let mut rest = line;
-        while let Some(at) = rest.find("crate::") {
-            rest = &rest[at + "crate::".len()..];
-            let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
-                let end = group.find('}').unwrap_or(group.len());
-                group[..end].split(',').collect()
+    // Comment lines blanked (line numbers kept).
+    let code: String = code
+        .lines()
+        .map(|line| {
+            if line.trim_start().starts_with("//") {
+                ""
             } else {
-                vec![rest]
-            };
-            for name in names {
-                let ident: String = name
-                    .trim()
-                    .chars()
-                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                    .collect();
-                if modules.contains(&ident) {
-                    found.push((ident, number + 1));
-                }
+                line
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let line_of = |at: usize| code[..at].matches('\n').count() + 1;
+    let mut found = Vec::new();
+    let mut from = 0;
+    while let Some(at) = code[from..].find("crate::") {
+        let start = from + at + "crate::".len();
+        from = start;
+        let rest = &code[start..];
+        let names: Vec<&str> = if let Some(group) = rest.strip_prefix('{') {
+            top_level_items(group)
+        } else {
+            vec![rest]
+        };
+        for name in names {
+            let ident: String = name
+                .trim()
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            let module = ROOT_ALIASES
+                .iter()
+                .find(|(alias, _)| *alias == ident)
+                .map_or(ident.as_str(), |(_, module)| module);
+            if modules.contains(module) {
+                found.push((module.to_owned(), line_of(start)));
             }
         }
     }
     found
+}
+
+/// The items of a `{ ... }` group (`group` starts after the `{`), split at its own
+/// commas, nested groups kept whole.
+fn top_level_items(group: &str) -> Vec<&str> {
+    let mut items = Vec::new();
+    let (mut depth, mut item_start) = (0usize, 0);
+    for (i, c) in group.char_indices() {
+        match c {
+            '{' => depth += 1,
+            '}' if depth == 0 => {
+                items.push(&group[item_start..i]);
+                return items;
+            }
+            '}' => depth -= 1,
+            ',' if depth == 0 => {
+                items.push(&group[item_start..i]);
+                item_start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    items.push(&group[item_start..]);
+    items
 }
 
 /// The import graph of the top-level modules of `src`.

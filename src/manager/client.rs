@@ -420,7 +420,9 @@ pub fn status() -> Result<ManagerStatus> {
 /// assert_eq!(status.pid, pid);
 /// assert_eq!(status.runtime_dir, runtime.path().display().to_string());
 /// // With no client, it exits once its grace period is over.
+/// let deadline = std::time::Instant::now() + Duration::from_secs(30);
 /// while status_at(&runtime).is_ok() {
+///     assert!(std::time::Instant::now() < deadline, "the manager outlived its grace");
 ///     std::thread::sleep(Duration::from_millis(50));
 /// }
 /// # }

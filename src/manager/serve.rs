@@ -267,7 +267,9 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
 /// assert_eq!(status_at(&runtime)?.pid, pid);
 /// assert!(runtime.log().exists());
 /// // With no client, it exits once its grace period is over.
+/// let deadline = std::time::Instant::now() + Duration::from_secs(30);
 /// while status_at(&runtime).is_ok() {
+///     assert!(std::time::Instant::now() < deadline, "the manager outlived its grace");
 ///     std::thread::sleep(Duration::from_millis(50));
 /// }
 /// # }
