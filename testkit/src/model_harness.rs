@@ -197,6 +197,9 @@ impl Harness {
             // Its holder dies: a sweep of *that* namespace would reclaim it, ours must not.
             kernel.kill(other.pid());
             drop(buf);
+            // Dropping the dead planter's buffer changed nothing.
+            let effects = kernel.effects_after_death();
+            assert!(effects.is_empty(), "planting: {effects:?}");
         }
         Harness {
             ns: Namespace::new(NAMESPACE).expect("a valid prefix"),
@@ -498,6 +501,18 @@ impl Harness {
         // Handles whose receiver died are lost with it.
         let live: BTreeSet<u64> = self.oracle.handles.iter().map(|h| h.id).collect();
         self.handles.retain(|h| live.contains(&h.id));
+        // A killed process takes no further step: whatever it was doing, and dropping
+        // what it owned, must have left the kernel as it was at its death.
+        let effects = self.kernel.effects_after_death();
+        if !effects.is_empty() {
+            return Err(broken(
+                "P5",
+                format!(
+                    "{step:?}: a dead process changed the kernel: {}",
+                    effects.join("; ")
+                ),
+            ));
+        }
         if let Some(report) = sweep_report {
             self.check_sweep(&report)?;
         }

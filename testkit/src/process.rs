@@ -50,7 +50,10 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Output {
 pub fn wait_gone(pid: u32, limit: Duration) {
     let deadline = Instant::now() + limit;
     while Path::new(&format!("/proc/{pid}")).exists() {
-        assert!(Instant::now() < deadline, "pid {pid} still runs after {limit:?}");
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} still runs after {limit:?}"
+        );
         std::thread::sleep(Duration::from_millis(5));
     }
 }

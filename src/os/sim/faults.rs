@@ -25,6 +25,7 @@ impl SimKernel {
         self.with(|st, _| {
             if let Some(p) = st.procs.get_mut(&pid) {
                 p.killed = true;
+                st.record_death(pid);
             }
         });
     }
@@ -126,6 +127,7 @@ pub(super) fn crash_point(os: &SimOs) -> Result<()> {
         let p = st.caller(os.pid)?;
         if p.kill_at == Some(p.steps) {
             p.killed = true;
+            st.record_death(os.pid);
             return Err(Error::Killed);
         }
         p.steps += 1;

@@ -14,6 +14,7 @@ use super::process::Proc;
 use super::stream::Pair;
 use super::{FIRST_PID, os_error};
 use crate::error::{Error, Result};
+use crate::sync::Ordering;
 
 /// The simulated kernel, shared by every simulated process; cloning is cheap.
 #[derive(Clone)]
@@ -35,6 +36,31 @@ pub(super) struct State {
     pub(super) streams: BTreeMap<u64, Pair>,
     pub(super) space_limit: Option<u64>,
     pub(super) reserved: u64,
+    /// What each process that died left behind, taken at its death (see
+    /// [`SimKernel::effects_after_death`]).
+    pub(super) at_death: BTreeMap<u32, Footprint>,
+}
+
+/// What a dead process must leave as it was: every name, and each object's length,
+/// owner, mode, seal and memory. Open files, mappings and in-flight references are the
+/// kernel's to drop when a process dies, so they are not part of it, and an object
+/// freed with them is not compared.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub(super) struct Footprint {
+    names: BTreeMap<String, u64>,
+    objects: BTreeMap<u64, ObjectPrint>,
+}
+
+/// One object's part of a [`Footprint`].
+#[derive(Clone, PartialEq, Eq, Debug)]
+struct ObjectPrint {
+    len: u64,
+    uid: u32,
+    mode: u32,
+    sealed: bool,
+    named: bool,
+    /// FNV-1a over its memory words.
+    memory: u64,
 }
 
 /// Storages taken out of the tables under the lock, dropped after it is released.
@@ -49,6 +75,43 @@ pub(super) enum Ref {
 }
 
 impl State {
+    /// The footprint of the tables now.
+    fn footprint(&self) -> Footprint {
+        let objects = self
+            .objects
+            .iter()
+            .map(|(id, o)| {
+                let memory = o.storage.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, w| {
+                    (h ^ w.load(Ordering::Relaxed)).wrapping_mul(0x0100_0000_01b3)
+                });
+                let print = ObjectPrint {
+                    len: o.len,
+                    uid: o.uid,
+                    mode: o.mode,
+                    sealed: o.sealed,
+                    named: o.named,
+                    memory,
+                };
+                (*id, print)
+            })
+            .collect();
+        Footprint {
+            names: self.names.clone(),
+            objects,
+        }
+    }
+
+    /// Records what process `pid` leaves at its death (the first death counts). The
+    /// model checkers' builds skip it: reading every word would add steps to explore.
+    pub(super) fn record_death(&mut self, pid: u32) {
+        if cfg!(not(any(feature = "loom", feature = "shuttle")))
+            && !self.at_death.contains_key(&pid)
+        {
+            let footprint = self.footprint();
+            self.at_death.insert(pid, footprint);
+        }
+    }
+
     pub(super) fn fresh_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
@@ -168,6 +231,7 @@ impl SimKernel {
                 streams: BTreeMap::new(),
                 space_limit: None,
                 reserved: 0,
+                at_death: BTreeMap::new(),
             }),
         }))
     }
@@ -192,6 +256,38 @@ impl SimKernel {
                 "a file or stream of another simulated kernel".into(),
             ))
         }
+    }
+
+    /// What changed in the kernel since each recorded death (a SIGKILLed process takes
+    /// no further step, so nothing may have): names made or removed, an object made, or
+    /// an object's length, owner, mode, seal or memory changed. Open files, mappings
+    /// and in-flight references dropped, and objects freed with them, do not count.
+    /// Forgets the deaths it compared. Call it before any live process acts again.
+    /// Always empty in loom and shuttle builds (no death is recorded there).
+    pub fn effects_after_death(&self) -> Vec<String> {
+        self.with(|st, _| {
+            let now = st.footprint();
+            let mut effects = Vec::new();
+            for (pid, then) in std::mem::take(&mut st.at_death) {
+                if then.names != now.names {
+                    effects.push(format!(
+                        "names were {:?} when pid {pid} died, now {:?}",
+                        then.names.keys().collect::<Vec<_>>(),
+                        now.names.keys().collect::<Vec<_>>()
+                    ));
+                }
+                for (id, print) in &now.objects {
+                    match then.objects.get(id) {
+                        None => effects.push(format!("object {id} was made after pid {pid} died")),
+                        Some(old) if old != print => effects.push(format!(
+                            "object {id} changed after pid {pid} died: {old:?} -> {print:?}"
+                        )),
+                        Some(_) => {}
+                    }
+                }
+            }
+            effects
+        })
     }
 
     /// The names of the named objects, sorted.

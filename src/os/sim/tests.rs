@@ -784,6 +784,36 @@ mod plain {
             Err(Error::OtherPidNamespace { .. })
         ));
     }
+
+    #[test]
+    fn a_dead_process_that_still_writes_is_seen_by_effects_after_death() {
+        let k = SimKernel::new(7);
+        let a = k.spawn(1000);
+        let f = a.shm_create("shmrc-x").unwrap();
+        a.allocate(&f, 16).unwrap();
+        let m = a.map(&f, 16).unwrap();
+        k.kill_at_step(a.pid(), 0);
+        assert!(matches!(a.crash_point(), Err(Error::Killed)));
+        // Dropping what the dead process owned is the kernel's doing: no effect.
+        drop(f);
+        assert_eq!(k.effects_after_death(), Vec::<String>::new());
+        // A write to shared memory with no crash point before it would land after death:
+        k.kill(a.pid());
+        m.words(1).unwrap()[0].store(42, Ordering::SeqCst);
+        let effects = k.effects_after_death();
+        assert_eq!(effects.len(), 1, "{effects:?}");
+        assert!(effects[0].contains("changed after pid"), "{effects:?}");
+        // So would a name made or removed.
+        let b = k.spawn(1000);
+        k.kill(a.pid());
+        b.shm_unlink("shmrc-x").unwrap();
+        assert!(k.effects_after_death()[0].contains("names were"));
+        assert_eq!(
+            k.effects_after_death(),
+            Vec::<String>::new(),
+            "compared once"
+        );
+    }
 }
 
 /// The sim under loom: two simulated processes, each driven by a loom thread, claim
