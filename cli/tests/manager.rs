@@ -216,6 +216,29 @@ fn without_a_named_program_the_manager_is_served_from_the_clients_own_image() {
     });
 }
 
+/// Clients that find no manager at the same moment start one between them: the start
+/// lock lets one start it while the others wait, so the log shows one manager coming up
+/// and none finding another already there.
+#[test]
+fn clients_finding_no_manager_at_once_start_exactly_one() {
+    let t = namespace("mgr-herd");
+    let rt = Runtime::new();
+    let workers = rt.workers("mgr-herd", 4, &[("SHMRC_MANAGER_PROGRAM", String::new())]);
+    let bufs: Vec<ShmBuf> = (0..4).map(|_| file_system_buf(&t)).collect();
+    std::thread::scope(|scope| {
+        for (worker, buf) in workers.iter().zip(&bufs) {
+            let handle = buf.share().unwrap();
+            let hold = format!("hold {}", fnv1a(&vec![0; buf.len()]));
+            scope.spawn(move || worker.ask(&hold, vec![handle]));
+        }
+    });
+    assert_eq!(field(&rt.status(), "clients"), 4);
+    let log = std::fs::read_to_string(rt.dir().join("manager.log")).unwrap();
+    assert_eq!(log.matches(" listening at ").count(), 1, "{log}");
+    assert!(!log.contains("another manager runs"), "{log}");
+    drop(workers);
+}
+
 /// A named program that fails is an error naming the program and what it said.
 #[test]
 fn a_named_program_that_fails_is_a_clear_error() {

@@ -285,8 +285,32 @@ fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
             }
             other => return other,
         }
-        start(runtime)?;
+        // One starter at a time: whoever waited for the lock finds the manager the
+        // holder started, and connects.
+        let _starting = lock_start(runtime)?;
+        match connect(runtime) {
+            Err(Error::NoManager { .. }) => start(runtime)?,
+            other => return other,
+        }
         attempt += 1;
+    }
+}
+
+/// Takes the start lock of `runtime`, waiting for another client's start to finish
+/// ([`START_TIMEOUT`] and a margin at most: a start is bounded by then).
+fn lock_start(runtime: &RuntimeDir) -> Result<sys::FileLock> {
+    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(10);
+    loop {
+        if let Some(lock) = sys::try_lock_exclusive(runtime.open_start_lock()?)? {
+            return Ok(lock);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::ManagerStart {
+                program: manager_program().unwrap_or_else(|| serve::OWN_IMAGE.into()),
+                why: "another process has been starting the manager for too long".into(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

@@ -43,6 +43,13 @@ pub const SOCKET_FILE: &str = "manager-v1.sock";
 ///
 /// Versioned like [`SOCKET_FILE`]: one manager per directory and wire version.
 pub const LOCK_FILE: &str = "manager-v1.lock";
+/// The file whose `flock` a client holds while it starts a manager, so that of many
+/// clients finding none at once one starts it and the others wait for it.
+///
+/// ```
+/// assert_eq!(shmrc::manager::runtime::START_LOCK_FILE, "start-v1.lock");
+/// ```
+pub const START_LOCK_FILE: &str = "start-v1.lock";
 /// Where a detached manager's log goes ([`RuntimeDir::log`]).
 ///
 /// ```
@@ -167,6 +174,14 @@ impl RuntimeDir {
         self.dir.join(LOG_FILE)
     }
 
+    /// Opens (creating, mode 0600) the start lock ([`START_LOCK_FILE`]) for writing,
+    /// refusing a symlink.
+    #[doc(hidden)]
+    pub fn open_start_lock(&self) -> Result<File> {
+        open_private(&self.dir.join(START_LOCK_FILE), false)
+            .map_err(|e| Error::os("open manager start lock", e))
+    }
+
     /// Opens (creating, mode 0600) the lock file for writing, refusing a symlink.
     #[doc(hidden)]
     pub fn open_lock(&self) -> Result<File> {
@@ -274,6 +289,7 @@ mod versioned_names {
     fn the_socket_and_lock_names_carry_the_wire_version() {
         assert_eq!(SOCKET_FILE, format!("manager-v{VERSION}.sock"));
         assert_eq!(LOCK_FILE, format!("manager-v{VERSION}.lock"));
+        assert_eq!(super::START_LOCK_FILE, format!("start-v{VERSION}.lock"));
     }
 }
 
