@@ -6,8 +6,8 @@ use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::Result;
 use crate::handle::ShareHandle;
 use crate::namespace::Namespace;
-use crate::os::Os;
-use crate::os::posix::{DataRegion, PosixMap};
+
+use crate::os::posix::DataRegion;
 use crate::sweep::{SweepReport, sweep_with};
 
 impl ShmBuf {
@@ -56,7 +56,7 @@ impl ShmBuf {
     }
 }
 
-impl<O: Os<Map = PosixMap>> ShmBuf<O> {
+impl ShmBuf {
     /// The data as a raw region, for zero-copy access (`unsafe` slices with a stated
     /// contract, or a raw pointer).
     ///

@@ -7,8 +7,8 @@
 use super::client;
 use crate::error::Result;
 use crate::namespace::Namespace;
-use crate::os::Layer;
 use crate::os::posix::PosixOs;
+use crate::os::{Layer, Os};
 
 /// The real kernel, with the user's manager watching each file_system use. This is
 /// [`crate::DefaultOs`]: what [`crate::ShmBuf`] and the rest run on when no OS is named,
@@ -33,6 +33,7 @@ impl Layer for Watched {
     }
 
     fn on_named_use(&self, namespace: &str) -> Result<()> {
+        self.0.before_named_use(namespace)?;
         client::watch(&Namespace::new(namespace)?)
     }
 }

@@ -94,7 +94,7 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket).expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
-    let mut children: Vec<Option<Child>> = (0..count)
+    let mut children = Unclaimed((0..count)
         .map(|id| {
             Some(
                 Command::new(env!("CARGO_BIN_EXE_shmrc"))
@@ -108,7 +108,7 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
                     .expect("spawn worker"),
             )
         })
-        .collect();
+        .collect());
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut workers = Vec::new();
     while workers.len() < count as usize {
@@ -124,7 +124,7 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
                     .nth(1)
                     .and_then(|n| n.parse().ok())
                     .expect("hello <id>");
-                let child = children[id as usize].take().expect("one hello per worker");
+                let child = children.0[id as usize].take().expect("one hello per worker");
                 workers.push(Worker { child, stream, id });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -137,4 +137,17 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
     let _ = std::fs::remove_dir_all(&dir);
     workers.sort_by_key(|w| w.id);
     workers
+}
+
+/// Worker processes not yet connected: killed (by pid) and reaped if the test fails
+/// before they are, so that none outlives it.
+struct Unclaimed(Vec<Option<Child>>);
+
+impl Drop for Unclaimed {
+    fn drop(&mut self) {
+        for mut child in self.0.iter_mut().filter_map(Option::take) {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
 }
