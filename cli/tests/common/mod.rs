@@ -94,21 +94,23 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
     let _ = std::fs::remove_file(&socket);
     let listener = UnixListener::bind(&socket).expect("bind");
     listener.set_nonblocking(true).expect("nonblocking");
-    let mut children = Unclaimed((0..count)
-        .map(|id| {
-            Some(
-                Command::new(env!("CARGO_BIN_EXE_shmrc"))
-                    .args(["worker", "--socket"])
-                    .arg(&socket)
-                    .args(["--id", &id.to_string()])
-                    .env("SHMRC_MANAGER", "off")
-                    .envs(env.iter().map(|(k, v)| (k, v)))
-                    .stdin(Stdio::null())
-                    .spawn()
-                    .expect("spawn worker"),
-            )
-        })
-        .collect());
+    let mut children = Unclaimed(
+        (0..count)
+            .map(|id| {
+                Some(
+                    Command::new(env!("CARGO_BIN_EXE_shmrc"))
+                        .args(["worker", "--socket"])
+                        .arg(&socket)
+                        .args(["--id", &id.to_string()])
+                        .env("SHMRC_MANAGER", "off")
+                        .envs(env.iter().map(|(k, v)| (k, v)))
+                        .stdin(Stdio::null())
+                        .spawn()
+                        .expect("spawn worker"),
+                )
+            })
+            .collect(),
+    );
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut workers = Vec::new();
     while workers.len() < count as usize {
@@ -124,7 +126,9 @@ pub fn start_workers_with(test: &str, count: u32, env: &[(&str, String)]) -> Vec
                     .nth(1)
                     .and_then(|n| n.parse().ok())
                     .expect("hello <id>");
-                let child = children.0[id as usize].take().expect("one hello per worker");
+                let child = children.0[id as usize]
+                    .take()
+                    .expect("one hello per worker");
                 workers.push(Worker { child, stream, id });
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
