@@ -73,7 +73,7 @@ fn serve_when_asked() {
     let Some(role) = std::env::var_os(ROLE_ENV) else {
         return;
     };
-    if runs_with_privileges() {
+    if sys::runs_with_privileges() {
         return;
     }
     IN_ROLE.store(true, Ordering::Relaxed);
@@ -112,13 +112,6 @@ fn run_role(role: &std::ffi::OsStr) -> Result<()> {
             "{ROLE_ENV}={role:?}: expected {START} or {SERVE}"
         ))),
     }
-}
-
-/// Whether the kernel started this program with privileges its caller lacks.
-fn runs_with_privileges() -> bool {
-    // SAFETY: getauxval reads the auxiliary vector the kernel passed at exec; it takes
-    // a plain integer, has no precondition, and returns 0 for an absent entry.
-    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
 }
 
 /// Keeps the constructor in the program: the linker takes an object file of the
@@ -174,7 +167,7 @@ fn check_own_image_serves() -> Result<()> {
              runs the program: shmrc's constructor did not run in this image"
         )));
     }
-    if runs_with_privileges() {
+    if sys::runs_with_privileges() {
         return Err(cannot(
             "this program runs with privileges its caller lacks (setuid, setgid or file \
              capabilities), and such a program never serves the manager"
