@@ -21,6 +21,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::{output_within, wait_gone};
 
 /// The downstream program. `README_EXAMPLE` is replaced by the README's Rust block.
@@ -221,15 +222,6 @@ fn succeed(mut command: Command) -> String {
     stdout
 }
 
-/// Names of `/dev/shm` that start with `prefix`.
-fn left_in_dev_shm(prefix: &str) -> Vec<String> {
-    std::fs::read_dir("/dev/shm")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(prefix))
-        .collect()
-}
-
 #[test]
 fn a_program_that_only_depends_on_the_library_shares_and_is_swept_without_a_shmrc_program() {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("downstream");
@@ -244,8 +236,9 @@ fn a_program_that_only_depends_on_the_library_shares_and_is_swept_without_a_shmr
 
     run(&["readme"]);
 
-    let prefix = format!("shmrc-t-downstream-{}", std::process::id());
-    let out = run(&["parent", &prefix]);
+    // Emptied on drop, should the test fail with something left.
+    let t = TestNamespace::new("downstream");
+    let out = run(&["parent", t.ns.prefix()]);
     assert!(out.contains("gone "), "{out}");
     let manager: u32 = out
         .lines()
@@ -261,7 +254,7 @@ fn a_program_that_only_depends_on_the_library_shares_and_is_swept_without_a_shmr
         "the manager runs {exe:?}"
     );
     wait_gone(manager, Duration::from_secs(10));
-    assert_eq!(left_in_dev_shm(&prefix), Vec::<String>::new());
+    assert_eq!(t.names(), Vec::<String>::new());
     eprintln!("{out}");
 }
 
@@ -272,13 +265,13 @@ fn a_program_that_loads_the_library_as_a_plugin_gets_a_clear_error_not_a_copy_of
     let plugin = dir.join("target/debug/libdownstream.so");
     let runtime = tempfile::tempdir().unwrap();
     let runtime_dir = runtime.path().join("rt");
-    let prefix = format!("shmrc-t-plugin-{}", std::process::id());
+    let t = TestNamespace::new("plugin");
     let mut python = Command::new("python3");
     python
         .arg("-c")
         .arg("import ctypes, sys; sys.exit(ctypes.CDLL(sys.argv[1]).shmrc_probe())")
         .arg(&plugin)
-        .env("PROBE_PREFIX", &prefix);
+        .env("PROBE_PREFIX", t.ns.prefix());
     let out = output_within(&mut clean(python, &runtime_dir), Duration::from_secs(60));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{stdout}{out:?}");
@@ -289,5 +282,5 @@ fn a_program_that_loads_the_library_as_a_plugin_gets_a_clear_error_not_a_copy_of
     );
     let socket = runtime_dir.join(shmrc::manager::runtime::SOCKET_FILE);
     assert!(!socket.exists(), "no manager was started");
-    assert_eq!(left_in_dev_shm(&prefix), Vec::<String>::new());
+    assert_eq!(t.names(), Vec::<String>::new());
 }

@@ -7,11 +7,8 @@
 
 mod common;
 
-use common::{namespace, shmrc_within, start_workers};
+use common::{file_system_buf, held_only_by, shmrc_within, start_workers};
 use serde_json::Value;
-use shmrc::holders::Outcome;
-use shmrc::{CreateOptions, ShmBuf, Strategy};
-use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
 
 /// Runs `shmrc args`, which must succeed; its stdout.
@@ -27,30 +24,10 @@ fn shmrc(args: &[&str]) -> String {
 
 #[test]
 fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
-    let t = namespace("cli");
+    let t = TestNamespace::new("cli");
     let ns = t.ns.prefix().to_owned();
-    let buf = ShmBuf::with_options(
-        10_000,
-        &CreateOptions::new()
-            .strategy(Strategy::FileSystem)
-            .namespace(t.ns.clone())
-            .capacity(8),
-    )
-    .unwrap();
-    let data = pattern(buf.len(), 5);
-    buf.write_at(0, &data).unwrap();
-    let name = buf.name().unwrap().to_owned();
     let mut workers = start_workers("cli", 1);
-    let reply = workers[0].ask(
-        &format!("hold {}", fnv1a(&data)),
-        vec![buf.share().unwrap()],
-    );
-    assert_eq!(reply, "held 1");
-    assert_eq!(
-        buf.release().unwrap().unwrap().outcome,
-        Outcome::InUse,
-        "the worker holds it"
-    );
+    let name = held_only_by(&t, &workers[0], 10_000);
     // The last holder dies without releasing: the segment leaks until a sweep.
     workers.remove(0).kill();
 
@@ -125,15 +102,6 @@ fn a_failing_command_exits_1_naming_the_cause() {
     );
 }
 
-/// A file_system buffer of `t`'s namespace: 10,000 bytes, 8 holder slots.
-fn file_system_buf(t: &TestNamespace) -> ShmBuf {
-    let options = CreateOptions::new()
-        .strategy(Strategy::FileSystem)
-        .namespace(t.ns.clone())
-        .capacity(8);
-    ShmBuf::with_options(10_000, &options).unwrap()
-}
-
 /// `shmrc args` (which must succeed) as JSON.
 fn shmrc_json(args: &[&str]) -> Value {
     let out = shmrc(args);
@@ -160,22 +128,13 @@ fn segment<'a>(ns: &'a Value, name: &str) -> &'a Value {
 
 #[test]
 fn ls_json_and_sweep_json_report_sizes_holders_and_counts() {
-    let t = namespace("clijson");
+    let t = TestNamespace::new("clijson");
     let prefix = t.ns.prefix().to_owned();
     // `dead`: held only by a worker that is then SIGKILLed; `kept`: held by this test.
-    let dead = file_system_buf(&t);
-    let data = pattern(dead.len(), 9);
-    dead.write_at(0, &data).unwrap();
-    let dead_name = dead.name().unwrap().to_owned();
-    let kept = file_system_buf(&t);
-    let kept_name = kept.name().unwrap().to_owned();
     let mut workers = start_workers("clijson", 1);
-    let reply = workers[0].ask(
-        &format!("hold {}", fnv1a(&data)),
-        vec![dead.share().unwrap()],
-    );
-    assert_eq!(reply, "held 1");
-    assert_eq!(dead.release().unwrap().unwrap().outcome, Outcome::InUse);
+    let dead_name = held_only_by(&t, &workers[0], 10_000);
+    let kept = file_system_buf(&t, 10_000);
+    let kept_name = kept.name().unwrap().to_owned();
     workers.remove(0).kill();
 
     let ls = shmrc_json(&["ls", "--json", "--namespace", &prefix]);

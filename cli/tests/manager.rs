@@ -13,12 +13,12 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Worker, namespace, start_workers_with};
+use common::{Worker, file_system_buf, held_only_by, start_workers_with};
 use shmrc::manager::wire::{self, Reply, Request};
 use shmrc::os::Os;
 use shmrc::token::Token;
-use shmrc::{CreateOptions, DefaultOs, Namespace, ShmBuf, Strategy};
-use shmrc_testkit::data::{field, fnv1a, pattern};
+use shmrc::{DefaultOs, Namespace, ShmBuf};
+use shmrc_testkit::data::{field, fnv1a};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::wait_gone;
 
@@ -91,15 +91,9 @@ impl Drop for Runtime {
         let out = self.shmrc(&["status", "--json"]);
         if out.status.success() {
             let pid = field(&String::from_utf8_lossy(&out.stdout), "pid");
-            wait_for_exit(pid as u32);
+            wait_gone(pid as u32, Duration::from_secs(60));
         }
     }
-}
-
-/// Waits until process `pid` (not our child: a detached manager, reaped by init) has
-/// exited.
-fn wait_for_exit(pid: u32) {
-    wait_gone(pid, Duration::from_secs(60));
 }
 
 /// Waits (bounded, generously) until `cond` holds.
@@ -109,29 +103,6 @@ fn eventually(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "never happened: {what}");
         std::thread::sleep(Duration::from_millis(2));
     }
-}
-
-/// A new file_system buffer of `t`'s namespace (this process runs with the manager off).
-fn file_system_buf(t: &TestNamespace) -> ShmBuf {
-    let options = CreateOptions::new()
-        .strategy(Strategy::FileSystem)
-        .namespace(t.ns.clone());
-    ShmBuf::with_options(4096, &options).unwrap()
-}
-
-/// A file_system buffer of `t`'s namespace held only by `worker`; returns its name.
-fn held_only_by(t: &TestNamespace, worker: &Worker) -> String {
-    let buf = file_system_buf(t);
-    let data = pattern(buf.len(), 3);
-    buf.write_at(0, &data).unwrap();
-    let name = buf.name().unwrap().to_owned();
-    let reply = worker.ask(
-        &format!("hold {}", fnv1a(&data)),
-        vec![buf.share().unwrap()],
-    );
-    assert!(reply.starts_with("held "), "{reply}");
-    buf.release().unwrap();
-    name
 }
 
 #[test]
@@ -155,7 +126,7 @@ fn a_started_manager_answers_status_and_exits_after_its_grace_period() {
         pid.to_string()
     );
 
-    wait_for_exit(pid as u32);
+    wait_gone(pid as u32, Duration::from_secs(60));
     assert!(!rt.socket().exists(), "the socket went with it");
     let out = rt.shmrc(&["status"]);
     assert!(!out.status.success());
@@ -174,10 +145,10 @@ fn a_second_foreground_manager_finds_the_first_and_leaves() {
 
 #[test]
 fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_killed() {
-    let t = namespace("mgr-death");
+    let t = TestNamespace::new("mgr-death");
     let rt = Runtime::new();
     let mut workers = rt.workers("mgr-death", 1, &[]);
-    let name = held_only_by(&t, &workers[0]);
+    let name = held_only_by(&t, &workers[0], 4096);
     let status = rt.status();
     assert_eq!(field(&status, "clients"), 1);
     assert!(status.contains(t.ns.prefix()), "{status}");
@@ -198,11 +169,11 @@ fn a_workers_attach_starts_the_manager_which_unlinks_its_segment_when_it_is_kill
 /// manager`; the manager shows as `shmrc manager --foreground` and sweeps as usual.
 #[test]
 fn without_a_named_program_the_manager_is_served_from_the_clients_own_image() {
-    let t = namespace("mgr-own");
+    let t = TestNamespace::new("mgr-own");
     let rt = Runtime::new();
     // An empty SHMRC_MANAGER_PROGRAM counts as unset.
     let mut workers = rt.workers("mgr-own", 1, &[("SHMRC_MANAGER_PROGRAM", String::new())]);
-    let name = held_only_by(&t, &workers[0]);
+    let name = held_only_by(&t, &workers[0], 4096);
     let pid = field(&rt.status(), "pid");
     let exe = std::fs::read_link(format!("/proc/{pid}/exe")).expect("the manager runs");
     let worker_exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_shmrc")).unwrap();
@@ -221,10 +192,10 @@ fn without_a_named_program_the_manager_is_served_from_the_clients_own_image() {
 /// and none finding another already there.
 #[test]
 fn clients_finding_no_manager_at_once_start_exactly_one() {
-    let t = namespace("mgr-herd");
+    let t = TestNamespace::new("mgr-herd");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-herd", 4, &[("SHMRC_MANAGER_PROGRAM", String::new())]);
-    let bufs: Vec<ShmBuf> = (0..4).map(|_| file_system_buf(&t)).collect();
+    let bufs: Vec<ShmBuf> = (0..4).map(|_| file_system_buf(&t, 4096)).collect();
     std::thread::scope(|scope| {
         for (worker, buf) in workers.iter().zip(&bufs) {
             let handle = buf.share().unwrap();
@@ -242,11 +213,11 @@ fn clients_finding_no_manager_at_once_start_exactly_one() {
 /// A named program that fails is an error naming the program and what it said.
 #[test]
 fn a_named_program_that_fails_is_a_clear_error() {
-    let t = namespace("mgr-false");
+    let t = TestNamespace::new("mgr-false");
     let rt = Runtime::new();
     let false_program = [("SHMRC_MANAGER_PROGRAM", "/bin/false".to_owned())];
     let workers = rt.workers("mgr-false", 1, &false_program);
-    let buf = file_system_buf(&t);
+    let buf = file_system_buf(&t, 4096);
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
     assert!(
         reply.contains("starting the shmrc manager with /bin/false failed: it exited with"),
@@ -257,13 +228,13 @@ fn a_named_program_that_fails_is_a_clear_error() {
 
 #[test]
 fn a_client_whose_manager_died_reconnects_to_a_new_one() {
-    let t = namespace("mgr-again");
+    let t = TestNamespace::new("mgr-again");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-again", 1, &[]);
-    held_only_by(&t, &workers[0]);
+    held_only_by(&t, &workers[0], 4096);
     let first = kill_manager(&rt);
 
-    let second_name = held_only_by(&t, &workers[0]);
+    let second_name = held_only_by(&t, &workers[0], 4096);
     let status = rt.status();
     assert_ne!(field(&status, "pid") as u32, first);
     assert_eq!(field(&status, "clients"), 1);
@@ -282,16 +253,16 @@ fn kill_manager(rt: &Runtime) -> u32 {
         nix::sys::signal::Signal::SIGKILL,
     )
     .unwrap();
-    wait_for_exit(pid);
+    wait_gone(pid, Duration::from_secs(60));
     pid
 }
 
 #[test]
 fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
-    let t = namespace("mgr-idle");
+    let t = TestNamespace::new("mgr-idle");
     let rt = Runtime::new();
     let mut workers = rt.workers("mgr-idle", 1, &[]);
-    let name = held_only_by(&t, &workers[0]);
+    let name = held_only_by(&t, &workers[0], 4096);
     let first = kill_manager(&rt);
     // The worker does nothing more; its watcher thread starts a new manager.
     eventually("a new manager watches the idle worker", || {
@@ -307,10 +278,10 @@ fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
 
 #[test]
 fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
-    let t = namespace("mgr-errors");
+    let t = TestNamespace::new("mgr-errors");
     let rt = Runtime::new();
     let workers = rt.workers("mgr-errors", 1, &[("SHMRC_MANAGER", "connect".into())]);
-    let buf = file_system_buf(&t);
+    let buf = file_system_buf(&t, 4096);
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
     assert!(reply.contains("no shmrc manager is running"), "{reply}");
 

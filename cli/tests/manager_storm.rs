@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Worker, namespace, start_workers_with};
+use common::{Worker, start_workers_with};
 use proptest::prelude::*;
 use shmrc::transport;
 use shmrc_testkit::data::field;
@@ -116,7 +116,7 @@ struct Tally {
 
 impl Storm {
     fn new(label: &str, count: usize) -> Storm {
-        let t = namespace(label);
+        let t = TestNamespace::new(label);
         let scratch = tempfile::tempdir().expect("a temporary directory");
         let runtime = scratch.path().join("runtime");
         let workers = start_workers_with(label, count as u32, &manager_env(&runtime))

@@ -20,6 +20,8 @@
 
 mod common;
 
+use shmrc_testkit::names::TestNamespace;
+
 use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::net::UnixStream;
@@ -28,7 +30,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::namespace;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
 
@@ -59,7 +60,7 @@ fn other_user() -> Option<nix::unistd::User> {
 #[test]
 fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
     let Some(user) = other_user() else { return };
-    let t = namespace("otheruser");
+    let t = TestNamespace::new("otheruser");
     // This process stays off the manager; the one under test is started below.
     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     let buf = ShmBuf::with_options(

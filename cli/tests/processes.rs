@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{namespace, start_workers};
+use common::start_workers;
 use shmrc::holders::Outcome;
 use shmrc::{CreateOptions, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, pattern};
@@ -31,7 +31,7 @@ fn hold_command(sums: &[u64]) -> String {
 
 #[test]
 fn killed_holder_is_reclaimed_by_sweep_while_others_keep_their_data() {
-    let t = namespace("killsweep");
+    let t = TestNamespace::new("killsweep");
     let bufs: Vec<_> = (0..3)
         .map(|i| create(&t, Strategy::FileSystem, 64 << 10, i))
         .collect();
@@ -83,7 +83,7 @@ fn killed_holder_is_reclaimed_by_sweep_while_others_keep_their_data() {
 
 #[test]
 fn sweep_unlinks_what_only_dead_processes_held() {
-    let t = namespace("alldead");
+    let t = TestNamespace::new("alldead");
     let (buf, sum) = create(&t, Strategy::FileSystem, 4096, 1);
     let mut workers = start_workers("alldead", 2);
     for w in &workers {
@@ -110,7 +110,7 @@ fn sweep_unlinks_what_only_dead_processes_held() {
 #[test]
 fn a_worker_writes_and_the_creator_reads_it() {
     for strategy in shmrc::all_sharing_strategies() {
-        let t = namespace("write");
+        let t = TestNamespace::new("write");
         let (buf, sum) = create(&t, *strategy, 10_000, 3);
         let workers = start_workers("write", 1);
         assert_eq!(
@@ -134,7 +134,7 @@ fn a_worker_writes_and_the_creator_reads_it() {
 
 #[test]
 fn file_descriptor_buffers_outlive_a_killed_peer_and_leave_no_name() {
-    let t = namespace("fdkill");
+    let t = TestNamespace::new("fdkill");
     let bufs: Vec<_> = (0..300)
         .map(|i| create(&t, Strategy::FileDescriptor, 4096, i as u8))
         .collect();
@@ -162,7 +162,7 @@ fn file_descriptor_buffers_outlive_a_killed_peer_and_leave_no_name() {
 
 #[test]
 fn an_in_flight_handle_keeps_the_segment_after_its_sender_releases() {
-    let t = namespace("inflight");
+    let t = TestNamespace::new("inflight");
     let (buf, sum) = create(&t, Strategy::FileSystem, 4096, 9);
     let handle = buf.share().unwrap();
     assert_eq!(
@@ -187,7 +187,7 @@ fn an_in_flight_handle_keeps_the_segment_after_its_sender_releases() {
 
 #[test]
 fn an_unsent_handle_gives_its_reference_back_when_dropped() {
-    let t = namespace("unsent");
+    let t = TestNamespace::new("unsent");
     let (buf, _) = create(&t, Strategy::FileSystem, 4096, 2);
     let handle = buf.share().unwrap();
     assert_eq!(buf.census().unwrap().in_flight, 1);
@@ -199,7 +199,7 @@ fn an_unsent_handle_gives_its_reference_back_when_dropped() {
 
 #[test]
 fn a_handle_as_bytes_attaches_once_per_process() {
-    let t = namespace("bytes");
+    let t = TestNamespace::new("bytes");
     let (buf, _) = create(&t, Strategy::FileSystem, 4096, 4);
     let bytes = buf.share().unwrap().into_bytes().unwrap();
     let again = ShmBuf::attach(shmrc::ShareHandle::from_bytes(&bytes).unwrap()).unwrap();

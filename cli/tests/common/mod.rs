@@ -10,15 +10,38 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use shmrc::{ShareHandle, transport};
+use shmrc::{CreateOptions, Outcome, ShareHandle, ShmBuf, Strategy, transport};
+use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
 
-/// The namespace of test `test` in this process (emptied on drop), with the manager
-/// off in this process: these tests sweep by themselves and must leave no manager
-/// behind (`manager.rs` tests the manager).
-pub fn namespace(test: &str) -> TestNamespace {
-    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    TestNamespace::new(test)
+/// A new file_system buffer of `len` bytes and 8 holder slots in `t`'s namespace.
+pub fn file_system_buf(t: &TestNamespace, len: usize) -> ShmBuf {
+    let options = CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(t.ns.clone())
+        .capacity(8);
+    ShmBuf::with_options(len, &options).unwrap()
+}
+
+/// A file_system buffer of `len` bytes in `t`'s namespace, filled with a pattern and
+/// held only by `worker`: this process hands it over, then releases its own reference
+/// (the segment stays, in use by the worker). Returns its name.
+pub fn held_only_by(t: &TestNamespace, worker: &Worker, len: usize) -> String {
+    let buf = file_system_buf(t, len);
+    let data = pattern(len, 3);
+    buf.write_at(0, &data).unwrap();
+    let name = buf.name().unwrap().to_owned();
+    let reply = worker.ask(
+        &format!("hold {}", fnv1a(&data)),
+        vec![buf.share().unwrap()],
+    );
+    assert!(reply.starts_with("held "), "{reply}");
+    let released = buf
+        .release()
+        .unwrap()
+        .expect("the last reference of this process");
+    assert_eq!(released.outcome, Outcome::InUse, "the worker holds {name}");
+    name
 }
 
 /// How long one `shmrc` command or one worker's reply may take before the test fails.
