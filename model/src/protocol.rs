@@ -74,6 +74,9 @@ use std::task::Poll;
 
 use shmrc::Error;
 use shmrc::holders::{self, Claim, Finalize, Holders, Reclaim, StepOs};
+use shmrc::os::Mapping;
+use shmrc::segment::{self, Fields, Layout};
+use shmrc::sweep::{self, Decision, Found};
 use shmrc::sync::process::AtomicU64 as Counter;
 use shmrc::sync::{AtomicU64, Ordering::SeqCst};
 use shmrc::token::Token;
@@ -591,22 +594,28 @@ impl State {
             }
             Op::Sweep(Target::Foreign) => self.end(p), // not a name of the namespace
             Op::Sweep(Target::Segment(s)) => {
-                let seg = *self.seg(s);
-                match (seg.named, seg.phase) {
-                    (false, _) | (_, Phase::Absent) => self.end(p), // Vanished
-                    (true, Phase::Unpublished) => {
-                        if self.alive(p, seg.creator) {
-                            self.end(p); // BeingCreated
-                        } else {
-                            self.set_pc(p, Pc::At(op, Step::HalfCreated));
-                        }
-                    }
-                    (true, Phase::Published) => {
+                let creator = self.seg(s).creator;
+                SWEEP_DECISIONS.fetch_add(1, Relaxed);
+                match sweep::decide(self.found(s), || self.alive(p, creator)) {
+                    Decision::OpenAgain => self.set_pc(p, Pc::At(op, Step::HalfCreated)),
+                    Decision::Finalize => {
                         let fin = self.fin_start(op);
                         self.set_pc(p, fin);
                     }
+                    // Vanished, BeingCreated (or, never here, Skip and Keep).
+                    _ => self.end(p),
                 }
             }
+        }
+    }
+
+    /// What `segment::open_named` of segment `s` finds now, as the sweep sees it.
+    fn found(&self, s: u8) -> Found {
+        let seg = self.seg(s);
+        match (seg.named, seg.phase) {
+            (false, _) | (_, Phase::Absent) => Found::Vanished,
+            (true, Phase::Unpublished) => Found::HalfCreated,
+            (true, Phase::Published) => Found::Published,
         }
     }
 
@@ -629,9 +638,19 @@ impl State {
             Step::Map => self.set_pc(p, Pc::At(op, Step::Initialize)),
             Step::Initialize => {
                 let Op::Create(s) = op else { unreachable!() };
+                // Production's header write, on a scratch mapping of the segment: the
+                // slots and the publication are what it wrote.
+                PUBLISHES.fetch_add(1, Relaxed);
+                let header = Scratch::initialized(p, s, self.slots());
+                let n = self.slots();
                 let seg = self.seg_mut(s);
-                seg.slots[0] = Word::Held(p);
-                seg.phase = Phase::Published;
+                for (i, word) in seg.slots[..n].iter_mut().enumerate() {
+                    *word = Word::decode(header.slot(i));
+                }
+                if header.published() {
+                    seg.phase = Phase::Published;
+                }
+                // `segment::create` hands its caller slot 0 (`Backing::Named`).
                 self.proc_mut(p).holds[usize::from(s)] = Some(0);
                 self.set_pc(p, Pc::At(op, Step::Return));
             }
@@ -696,7 +715,8 @@ impl State {
                 let Op::Sweep(Target::Segment(s)) = op else {
                     unreachable!()
                 };
-                if self.seg(s).named && self.seg(s).phase == Phase::Unpublished {
+                SWEEP_DECISIONS.fetch_add(1, Relaxed);
+                if sweep::decide_again(self.found(s)) == Decision::Unlink {
                     if self.alive(p, self.seg(s).creator) {
                         self.flaw = Some(Flaw::UnlinkBeingCreated(s));
                     }
@@ -802,6 +822,57 @@ impl State {
     }
 }
 
+/// A segment's mapping as create's publish step writes it: the header words and the
+/// slots, initialized by production's [`segment::initialize`].
+struct Scratch(Vec<AtomicU64>);
+
+impl Scratch {
+    /// Segment `s`'s header, `slots` slots, as process `p` creating it writes them.
+    fn initialized(p: Pid, s: u8, slots: usize) -> Scratch {
+        let layout = Layout::new(8, slots).expect("a small layout is valid");
+        let fields = Fields {
+            layout,
+            creator: token(p),
+            uid: 1000,
+            pid_namespace: 1,
+            created_at_nanos: 1,
+            nonce: u128::from(s),
+        };
+        let words = layout.total_len().div_ceil(8);
+        let header = Scratch((0..words).map(|_| AtomicU64::new(0)).collect());
+        segment::initialize(&header, &fields, Some(token(p))).expect("the mapping is long enough");
+        header
+    }
+
+    /// Slot `i`'s word.
+    fn slot(&self, i: usize) -> u64 {
+        self.0[segment::HEADER_WORDS + i].load(SeqCst)
+    }
+
+    /// Whether the magic (word 0) is published.
+    fn published(&self) -> bool {
+        self.0[0].load(SeqCst) == segment::MAGIC
+    }
+}
+
+impl Mapping for Scratch {
+    fn len(&self) -> usize {
+        self.0.len() * 8
+    }
+
+    fn words(&self, n: usize) -> Option<&[AtomicU64]> {
+        self.0.get(..n)
+    }
+
+    fn read(&self, _offset: usize, _out: &mut [u8]) -> bool {
+        false
+    }
+
+    fn write(&self, _offset: usize, _data: &[u8]) -> bool {
+        false
+    }
+}
+
 /// What a process sees of the OS inside a protocol step ([`StepOs`]): its token, the
 /// liveness of the others, and the unlink of the segment the step works on.
 struct Kernel {
@@ -836,10 +907,12 @@ impl StepOs for Kernel {
 static CLAIM_STEPS: Counter = Counter::new(0);
 static FINALIZE_STEPS: Counter = Counter::new(0);
 static TRANSFER_STEPS: Counter = Counter::new(0);
+static PUBLISHES: Counter = Counter::new(0);
+static SWEEP_DECISIONS: Counter = Counter::new(0);
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
-pub fn production_steps() -> [(&'static str, u64); 3] {
+pub fn production_steps() -> [(&'static str, u64); 5] {
     [
         ("shmrc::holders::Claim::step", CLAIM_STEPS.load(Relaxed)),
         (
@@ -849,6 +922,11 @@ pub fn production_steps() -> [(&'static str, u64); 3] {
         (
             "shmrc::holders::transfer_step",
             TRANSFER_STEPS.load(Relaxed),
+        ),
+        ("shmrc::segment::initialize", PUBLISHES.load(Relaxed)),
+        (
+            "shmrc::sweep::decide and decide_again",
+            SWEEP_DECISIONS.load(Relaxed),
         ),
     ]
 }
