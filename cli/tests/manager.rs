@@ -83,11 +83,24 @@ impl Runtime {
 }
 
 impl Drop for Runtime {
+    /// A passing test waits for its manager to exit by itself (a manager must not
+    /// linger); a failing one kills it, by its pid, at once (it may watch this very
+    /// process), rather than panic again while unwinding.
     fn drop(&mut self) {
         let out = self.shmrc(&["status", "--json"]);
-        if out.status.success() {
-            let pid = field(&String::from_utf8_lossy(&out.stdout), "pid");
-            wait_gone(pid as u32, Duration::from_secs(60));
+        if !out.status.success() {
+            return;
+        }
+        let pid = field(&String::from_utf8_lossy(&out.stdout), "pid") as u32;
+        if std::thread::panicking() {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        } else {
+            wait_gone(pid, Duration::from_secs(60));
         }
     }
 }
