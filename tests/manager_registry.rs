@@ -759,6 +759,14 @@ fn poll(m: u8) -> Op {
     Op::Poll { m, crash_at: None }
 }
 
+fn share(c: u8, buf: u8, to: u8) -> Op {
+    Op::Share { c, buf, to }
+}
+
+fn start(m: u8) -> Op {
+    Op::StartManager { m, crash_at: None }
+}
+
 #[test]
 fn a_dead_clients_segments_are_reclaimed_when_its_manager_polls() {
     let ops = [
@@ -766,11 +774,7 @@ fn a_dead_clients_segments_are_reclaimed_when_its_manager_polls() {
         Op::Connect { c: 1, m: 0 },
         create(0, 0),
         create(0, 1),
-        Op::Share {
-            c: 0,
-            buf: 0,
-            to: 1,
-        },
+        share(0, 0, 1),
         Op::KillClient { c: 0 },
         poll(0),
     ];
@@ -780,19 +784,12 @@ fn a_dead_clients_segments_are_reclaimed_when_its_manager_polls() {
 #[test]
 fn two_managers_each_sweep_for_their_own_clients() {
     let ops = [
-        Op::StartManager {
-            m: 1,
-            crash_at: None,
-        },
+        start(1),
         Op::Connect { c: 0, m: 0 },
         Op::Connect { c: 1, m: 1 },
         create(0, 0),
         create(1, 0),
-        Op::Share {
-            c: 0,
-            buf: 0,
-            to: 1,
-        },
+        share(0, 0, 1),
         Op::KillClient { c: 0 },
         Op::KillClient { c: 1 },
         poll(1),
@@ -811,11 +808,7 @@ fn a_manager_killed_mid_sweep_is_made_good_by_its_restart() {
             Op::Connect { c: 1, m: 0 },
             create(0, 0),
             create(0, 1),
-            Op::Share {
-                c: 0,
-                buf: 1,
-                to: 1,
-            },
+            share(0, 1, 1),
             create(1, 0),
             Op::KillClient { c: 0 },
             Op::Poll {
@@ -833,10 +826,7 @@ fn a_manager_killed_mid_sweep_is_made_good_by_its_restart() {
         } else {
             completed += 1;
         }
-        let restart = Op::StartManager {
-            m: 0,
-            crash_at: None,
-        };
+        let restart = start(0);
         world
             .run(&restart)
             .and_then(|()| world.finish())
@@ -855,10 +845,7 @@ fn a_reconnected_client_is_swept_by_the_new_manager() {
         Op::Connect { c: 0, m: 0 },
         create(0, 1),
         Op::KillManager { m: 0 },
-        Op::StartManager {
-            m: 1,
-            crash_at: None,
-        },
+        start(1),
         Op::Connect { c: 0, m: 1 },
         Op::KillClient { c: 0 },
         poll(1),
