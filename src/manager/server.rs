@@ -192,10 +192,12 @@ impl<'a> Manager<'a> {
                 }
             };
             let (listener_ready, conns_ready, dead) = self.wait(listener, timeout)?;
+            // Connections that hung up are closed before new ones are counted against
+            // MAX_CONNECTIONS (a newcomer is not refused for room that is free).
+            self.read_connections(&conns_ready);
             if listener_ready {
                 self.accept_all(listener);
             }
-            self.read_connections(&conns_ready);
             self.bury(&dead);
         }
     }
