@@ -5,6 +5,7 @@
 //! whole flow runs across real processes without a GPU.
 
 use std::fmt;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use crate::error::{Error, Result};
 
@@ -367,6 +368,131 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn synchronize(&self) -> Result<()>;
+
+    /// Whether the device can share memory as a POSIX file descriptor
+    /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`): the
+    /// [`HandleKind::PosixFd`] path of the `vmm_*` calls below.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// assert!(driver.supports_posix_fd()?);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn supports_posix_fd(&self) -> Result<bool>;
+    /// The size every `vmm_alloc` must be a multiple of (`cuMemGetAllocationGranularity`,
+    /// minimum granularity of a pinned device allocation exportable as a POSIX fd).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// assert_eq!(driver.vmm_granularity()?, 2 << 20); // as on current NVIDIA GPUs
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_granularity(&self) -> Result<u64>;
+    /// Allocates `size` bytes (a multiple of [`Driver::vmm_granularity`], else
+    /// `CUDA_ERROR_INVALID_VALUE`) exportable as a POSIX fd, mapped read-write for this
+    /// device: `cuMemCreate`, `cuMemAddressReserve`, `cuMemMap`, `cuMemSetAccess`.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let size = driver.vmm_granularity()?;
+    /// let ptr = driver.vmm_alloc(size)?;
+    /// assert_eq!(driver.address_range(ptr)?, (ptr, size));
+    /// assert!(driver.vmm_alloc(size + 1).is_err(), "not a multiple of the granularity");
+    /// driver.vmm_free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_alloc(&self, size: u64) -> Result<DevicePtr>;
+    /// A POSIX file descriptor for the allocation whose base is `ptr`
+    /// (`cuMemRetainAllocationHandle`, `cuMemExportToShareableHandle`). It holds a
+    /// reference to the memory of its own: send it to another process with
+    /// `SCM_RIGHTS` ([`super::transport`]), close it when done.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
+    /// let fd: std::os::fd::OwnedFd = driver.vmm_export(ptr)?;
+    /// driver.vmm_free(ptr)?;
+    /// drop(fd);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_export(&self, ptr: DevicePtr) -> Result<OwnedFd>;
+    /// Maps the `size`-byte allocation that `fd` shares (`cuMemImportFromShareableHandle`,
+    /// then reserve, map and set access as [`Driver::vmm_alloc`]); returns its base.
+    /// The mapping holds the memory until [`Driver::vmm_free`], whatever the exporter
+    /// does; `fd` may be closed at once.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::os::fd::AsFd;
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let size = driver.vmm_granularity()?;
+    /// let ptr = driver.vmm_alloc(size)?;
+    /// driver.copy_to_device(ptr, b"by fd")?;
+    /// let fd = driver.vmm_export(ptr)?;
+    /// driver.vmm_free(ptr)?; // the exported fd still holds the memory
+    /// let mapped = driver.vmm_import(fd.as_fd(), size)?;
+    /// let mut out = [0u8; 5];
+    /// driver.copy_from_device(mapped, &mut out)?;
+    /// assert_eq!(&out, b"by fd");
+    /// driver.vmm_free(mapped)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr>;
+    /// Unmaps an allocation made by [`Driver::vmm_alloc`] or [`Driver::vmm_import`]
+    /// and drops this process's reference (`cuMemUnmap`, `cuMemAddressFree`); the
+    /// memory is freed once no mapping and no exported fd refers to it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
+    /// driver.vmm_free(ptr)?;
+    /// assert!(driver.vmm_free(ptr).is_err(), "unmapped already");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_free(&self, ptr: DevicePtr) -> Result<()>;
+}
+
+/// How a device allocation is shared with another process.
+///
+/// ```
+/// use shmrc::cuda::HandleKind;
+/// assert_eq!(HandleKind::PosixFd.to_string(), "posix_fd");
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Hash)]
+pub enum HandleKind {
+    /// A legacy IPC handle (`cuIpcGetMemHandle`, 64 bytes): travels as bytes; the
+    /// memory lives only while the exporting process does.
+    LegacyIpc,
+    /// A POSIX file descriptor of a `cuMemCreate` allocation
+    /// (`cuMemExportToShareableHandle`): travels only over a Unix socket
+    /// (`SCM_RIGHTS`); each importer's mapping holds the memory.
+    PosixFd,
+}
+
+impl fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandleKind::LegacyIpc => "legacy_ipc",
+            HandleKind::PosixFd => "posix_fd",
+        })
+    }
 }
 
 /// The [`Error::Cuda`] for `call` failing with `code`, named `name`: what a [`Driver`]

@@ -10,9 +10,19 @@
 //! cache is needed), freeing or copying outside an allocation fails
 //! (`CUDA_ERROR_INVALID_VALUE`), and allocating past the device's size fails
 //! (`CUDA_ERROR_OUT_OF_MEMORY`).
+//!
+//! Its VMM allocations (`vmm_*`, the POSIX-fd path) are memfds: the exported "shareable
+//! handle" is a duplicate of the memfd, an import maps (here: keeps) a duplicate of its
+//! own, so the memory lives while any mapping or exported fd refers to it and goes
+//! when the last closes, which is the kernel's refcount on the file, as the driver's
+//! is on a `cuMemCreate` allocation. Sizes must be multiples of a 2 MiB granularity
+//! (`CUDA_ERROR_INVALID_VALUE` otherwise), and an fd of the wrong size does not map.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use super::driver::{
@@ -47,6 +57,8 @@ const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 8 + 1 + 8 <= MAX_NAME);
 /// Fake device addresses start here; each allocation gets its own 4 GiB window.
 const ADDRESS_BASE: u64 = 0x7000_0000_0000;
 const WINDOW: u64 = 1 << 32;
+/// The fake device's VMM allocation granularity (2 MiB, as on current NVIDIA GPUs).
+const GRANULARITY: u64 = 2 << 20;
 /// The UUID the fake device reports.
 const FAKE_UUID: [u8; 16] = *b"shmrc-fake-gpu-0";
 
@@ -73,6 +85,16 @@ struct State<O: Os> {
     own: BTreeMap<u64, Region<O>>,
     /// Other processes' allocations opened here, by base address.
     opened: BTreeMap<u64, Region<O>>,
+    /// VMM mappings (allocated here or imported from an fd), by base address.
+    vmm: BTreeMap<u64, VmmRegion>,
+}
+
+/// One VMM mapping: its memfd (this mapping's reference to the memory).
+struct VmmRegion {
+    file: File,
+    size: u64,
+    /// Allocated here (counts against the device's size), not imported.
+    own: bool,
 }
 
 /// A fake CUDA driver: device memory that is shared memory, one named object per
@@ -149,6 +171,7 @@ impl<O: Os> FakeDriver<O> {
                 allocated: 0,
                 own: BTreeMap::new(),
                 opened: BTreeMap::new(),
+                vmm: BTreeMap::new(),
             }),
         })
     }
@@ -170,7 +193,8 @@ impl<O: Os> FakeDriver<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn live_allocations(&self) -> usize {
-        lock(&self.state).own.len()
+        let state = lock(&self.state);
+        state.own.len() + state.vmm.values().filter(|r| r.own).count()
     }
 
     /// Number of other processes' allocations opened here and not yet closed.
@@ -213,7 +237,36 @@ impl<O: Os> FakeDriver<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn open_handles(&self) -> usize {
-        lock(&self.state).opened.len()
+        let state = lock(&self.state);
+        state.opened.len() + state.vmm.values().filter(|r| !r.own).count()
+    }
+
+    /// The VMM mapping containing `ptr`, with its base address.
+    fn vmm_at(state: &State<O>, ptr: DevicePtr) -> Option<(u64, &VmmRegion)> {
+        state
+            .vmm
+            .range(..=ptr.0)
+            .next_back()
+            .filter(|(base, region)| ptr.0 - **base < region.size)
+            .map(|(base, region)| (*base, region))
+    }
+
+    /// Runs `f` on the memfd of the VMM mapping containing `[ptr, ptr + len)` and the
+    /// offset of `ptr` in it; `None` when no VMM mapping contains `ptr`.
+    fn with_vmm_range(
+        &self,
+        call: &'static str,
+        ptr: DevicePtr,
+        len: usize,
+        f: impl FnOnce(&File, u64) -> std::io::Result<()>,
+    ) -> Option<Result<()>> {
+        let state = lock(&self.state);
+        let (base, region) = Self::vmm_at(&state, ptr)?;
+        let offset = ptr.0 - base;
+        if offset.saturating_add(len as u64) > region.size {
+            return Some(Err(fail(call, INVALID_VALUE)));
+        }
+        Some(f(&region.file, offset).map_err(|_| fail(call, INVALID_VALUE)))
     }
 
     fn encode_handle(name: &str) -> IpcMemHandle {
@@ -384,6 +437,7 @@ impl<O: Os> Driver for FakeDriver<O> {
         let state = lock(&self.state);
         Self::region_at(&state, ptr)
             .map(|(base, region)| (DevicePtr(base), region.size))
+            .or_else(|| Self::vmm_at(&state, ptr).map(|(base, r)| (DevicePtr(base), r.size)))
             .ok_or_else(|| fail("cuMemGetAddressRange", INVALID_VALUE))
     }
 
@@ -396,6 +450,12 @@ impl<O: Os> Driver for FakeDriver<O> {
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let vmm = self.with_vmm_range("cuMemcpyHtoD", dst, src.len(), |file, offset| {
+            file.write_all_at(src, offset)
+        });
+        if let Some(done) = vmm {
+            return done;
+        }
         self.with_range("cuMemcpyHtoD", dst, src.len(), |region, offset| {
             region.map.write(offset, src)
         })
@@ -403,12 +463,91 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
         let len = dst.len();
+        let vmm = self.with_vmm_range("cuMemcpyDtoH", src, len, |file, offset| {
+            file.read_exact_at(dst, offset)
+        });
+        if let Some(done) = vmm {
+            return done;
+        }
+        let len = dst.len();
         self.with_range("cuMemcpyDtoH", src, len, |region, offset| {
             region.map.read(offset, dst)
         })
     }
 
     fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn supports_posix_fd(&self) -> Result<bool> {
+        Ok(true)
+    }
+
+    fn vmm_granularity(&self) -> Result<u64> {
+        Ok(GRANULARITY)
+    }
+
+    fn vmm_alloc(&self, size: u64) -> Result<DevicePtr> {
+        const CALL: &str = "cuMemCreate";
+        if size == 0 || size % GRANULARITY != 0 || size >= WINDOW {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let mut state = lock(&self.state);
+        if state.allocated.saturating_add(size) > self.total {
+            return Err(fail(CALL, OUT_OF_MEMORY));
+        }
+        let fd = nix::sys::memfd::memfd_create(
+            c"shmrc-fake-vmm",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )
+        .map_err(|e| Error::os("memfd_create", e))?;
+        let file = File::from(fd);
+        file.set_len(size).map_err(|e| Error::os("ftruncate", e))?;
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
+        state.allocated += size;
+        let own = true;
+        state.vmm.insert(base, VmmRegion { file, size, own });
+        Ok(DevicePtr(base))
+    }
+
+    fn vmm_export(&self, ptr: DevicePtr) -> Result<OwnedFd> {
+        const CALL: &str = "cuMemExportToShareableHandle";
+        let state = lock(&self.state);
+        let region = state
+            .vmm
+            .get(&ptr.0)
+            .ok_or_else(|| fail(CALL, INVALID_VALUE))?;
+        region
+            .file
+            .try_clone()
+            .map(OwnedFd::from)
+            .map_err(|e| Error::os("dup", e))
+    }
+
+    fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr> {
+        const CALL: &str = "cuMemImportFromShareableHandle";
+        let file = File::from(fd.try_clone_to_owned().map_err(|e| Error::os("dup", e))?);
+        // A file that is no allocation of this size does not map (cuMemMap refuses).
+        let actual = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if size == 0 || size % GRANULARITY != 0 || actual != size {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let mut state = lock(&self.state);
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
+        let own = false;
+        state.vmm.insert(base, VmmRegion { file, size, own });
+        Ok(DevicePtr(base))
+    }
+
+    fn vmm_free(&self, ptr: DevicePtr) -> Result<()> {
+        let mut state = lock(&self.state);
+        let region = state
+            .vmm
+            .remove(&ptr.0)
+            .ok_or_else(|| fail("cuMemUnmap", INVALID_VALUE))?;
+        if region.own {
+            state.allocated -= region.size;
+        }
         Ok(())
     }
 }
