@@ -2,21 +2,29 @@
 //! device buffer with consumer processes (this test binary re-executed in the
 //! `child_consumer_role` role), both sides write, one consumer is SIGKILLed, and the
 //! producer frees the device memory only once the live consumer released and the
-//! killed one was reclaimed. On the fake driver everywhere; on the real driver only
-//! with `--ignored` on a machine with an NVIDIA GPU.
+//! killed one was reclaimed. Both handle kinds: legacy IPC handles (sent as bytes on
+//! the consumer's stdin) and POSIX fds (sent with `SCM_RIGHTS` over a Unix socket the
+//! consumer connects to). On the fake driver everywhere; on the real driver only with
+//! `--ignored` (`bash .ci/cuda --gpu`) on a machine with an NVIDIA GPU.
 #![cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
 
 use shmrc::cuda::real::RealDriver;
-use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
+use shmrc::cuda::{
+    CudaDevice, DeviceAllocator, DeviceHandle, DeviceView, DriverAllocator, HandleKind,
+    VmmAllocator, transport,
+};
 use shmrc::manager::{ManagerMode, set_manager_mode};
 use shmrc::{CreateOptions, Error, Namespace};
 use shmrc_testkit::data::{fnv1a, hex, unhex};
 
 const ROLE: &str = "SHMRC_T_CUDA_ROLE";
 const NAMESPACE: &str = "SHMRC_T_CUDA_NS";
+const SOCKET: &str = "SHMRC_T_CUDA_SOCKET";
 const REPLY: &str = "cuda-child: ";
 const FAKE_DEVICE_BYTES: u64 = 1 << 30;
 
@@ -42,6 +50,19 @@ impl Backend {
             Backend::Real => CudaDevice::real(0, &keepalive),
         }
     }
+
+    /// A device whose buffers are shared as `kind` (chosen explicitly: the tests of
+    /// this binary run in parallel, so none changes the process-wide strategy).
+    fn device_sharing(&self, ns: &Namespace, kind: HandleKind) -> shmrc::Result<CudaDevice> {
+        let device = self.device(ns)?;
+        let driver = Arc::clone(device.driver());
+        let allocator: Arc<dyn DeviceAllocator> = match kind {
+            HandleKind::LegacyIpc => Arc::new(DriverAllocator::new(driver)),
+            HandleKind::PosixFd => Arc::new(VmmAllocator::new(driver)?),
+        };
+        device.set_allocator(allocator);
+        Ok(device)
+    }
 }
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -61,6 +82,7 @@ fn child_consumer_role() {
         None => Backend::Real,
     };
     let device = backend.device(&Namespace::new(ns).unwrap()).unwrap();
+    let socket = UnixStream::connect(std::env::var(SOCKET).unwrap()).unwrap();
     let mut views: Vec<DeviceView> = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
@@ -70,6 +92,14 @@ fn child_consumer_role() {
                 let bytes = unhex(words.next().unwrap());
                 let handle = DeviceHandle::from_bytes(&bytes).unwrap();
                 let view = device.attach(handle).unwrap();
+                let mut data = vec![0u8; view.len()];
+                view.read_at(0, &mut data).unwrap();
+                views.push(view);
+                format!("attached {}", fnv1a(&data))
+            }
+            Some("recv") => {
+                let mut message = transport::recv(&socket).unwrap();
+                let view = device.attach(message.handles.remove(0)).unwrap();
                 let mut data = vec![0u8; view.len()];
                 view.read_at(0, &mut data).unwrap();
                 views.push(view);
@@ -95,10 +125,14 @@ struct Consumer {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    socket: UnixStream,
 }
 
 impl Consumer {
     fn start(backend: &Backend, ns: &Namespace) -> Consumer {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("consumer.sock");
+        let listener = UnixListener::bind(&path).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -110,16 +144,40 @@ impl Consumer {
             .env("SHMRC_MANAGER", "off")
             .env(ROLE, backend.env())
             .env(NAMESPACE, ns.prefix())
+            .env(SOCKET, &path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn consumer");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
+        // The child connects first thing; a child that dies before doing so makes
+        // accept wait, so accept in steps and give up after 30 s.
+        listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let socket = loop {
+            match listener.accept() {
+                Ok((socket, _)) => break socket,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "consumer never connected"
+                    );
+                    assert!(
+                        child.try_wait().unwrap().is_none(),
+                        "consumer died at start"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        socket.set_nonblocking(false).unwrap();
         Consumer {
             child,
             stdin,
             stdout,
+            socket,
         }
     }
 
@@ -139,8 +197,18 @@ impl Consumer {
         }
     }
 
+    /// Sends `handle` as its kind travels (bytes on stdin, or over the socket with its
+    /// descriptor) and returns the consumer's answer to attaching it.
     fn attach(&mut self, handle: DeviceHandle) -> String {
-        self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
+        match handle.handle_kind() {
+            HandleKind::LegacyIpc => {
+                self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
+            }
+            HandleKind::PosixFd => {
+                transport::send(&self.socket, b"", vec![handle]).unwrap();
+                self.ask("recv")
+            }
+        }
     }
 
     fn kill(mut self) {
@@ -185,17 +253,19 @@ fn fake(test: &str) -> (Backend, Namespace) {
 
 /// Producer, two consumers; both sides write; one consumer SIGKILLed; the producer
 /// frees once the other released and the dead one was reclaimed.
-fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace) {
-    let device = backend.device(ns).unwrap();
+fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace, kind: HandleKind) {
+    let device = backend.device_sharing(ns, kind).unwrap();
     let len = 1 << 20;
     let data = pattern(len);
     let buf = device.alloc(len).unwrap();
     buf.write_at(0, &data).unwrap();
+    assert_eq!(buf.handle_kind(), None);
     let mut live = Consumer::start(backend, ns);
     let mut doomed = Consumer::start(backend, ns);
     let expect = format!("attached {}", fnv1a(&data));
     assert_eq!(live.attach(buf.share().unwrap()), expect);
     assert_eq!(doomed.attach(buf.share().unwrap()), expect);
+    assert_eq!(buf.handle_kind(), Some(kind));
     assert_eq!(live.ask("write from-the-consumer"), "wrote");
     let mut back = [0u8; 17];
     buf.read_at(0, &mut back).unwrap();
@@ -222,11 +292,41 @@ fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace) {
 #[test]
 fn two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
     let (backend, ns) = fake("both");
-    share_both_ways_then_free_after_a_kill(&backend, &ns);
+    share_both_ways_then_free_after_a_kill(&backend, &ns, HandleKind::LegacyIpc);
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
     assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn posix_fd_buffers_go_to_two_consumers_by_scm_rights_and_are_freed_after_a_kill() {
+    let (backend, ns) = fake("fd");
+    let Backend::Fake(prefix) = &backend else {
+        unreachable!()
+    };
+    share_both_ways_then_free_after_a_kill(&backend, &ns, HandleKind::PosixFd);
+    assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn a_posix_fd_handle_refuses_to_travel_as_bytes_and_gives_its_reference_back() {
+    let (backend, ns) = fake("fdbytes");
+    let device = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let buf = device.alloc(4096).unwrap();
+    let err = buf.share().unwrap().into_bytes().unwrap_err();
+    assert!(matches!(err, Error::WrongStrategy { .. }), "{err}");
+    let err = buf.share().unwrap().into_share_handle().unwrap_err();
+    assert!(matches!(err, Error::WrongStrategy { .. }), "{err}");
+    let census = buf.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (1, 0),
+        "both handles gave back"
+    );
+    drop(buf);
+    assert_eq!(device.limbo_len(), 0, "nobody else held it: freed at once");
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
 }
 
 #[test]
@@ -235,7 +335,7 @@ fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
-    let device = backend.device(&ns).unwrap();
+    let device = backend.device_sharing(&ns, HandleKind::LegacyIpc).unwrap();
     let buf = device.alloc(4096).unwrap();
     let mut doomed = Consumer::start(&backend, &ns);
     assert!(doomed.attach(buf.share().unwrap()).starts_with("attached"));
@@ -274,6 +374,15 @@ fn without_a_driver_every_real_call_is_cuda_unavailable() {
 fn real_gpu_two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
     set_manager_mode(ManagerMode::Off);
     let ns = Namespace::new("shmrc-t-cudareal").unwrap();
-    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns);
+    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::LegacyIpc);
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and driver"]
+fn real_gpu_posix_fd_buffers_go_to_two_consumers_and_are_freed_after_a_kill() {
+    set_manager_mode(ManagerMode::Off);
+    let ns = Namespace::new("shmrc-t-cudarealfd").unwrap();
+    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::PosixFd);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
 }

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
     CleanupDeferral, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DevicePtr, DeviceView,
-    Driver, DriverAllocator, FakeDriver, IpcExport,
+    Driver, DriverAllocator, FakeDriver, HandleKind, IpcExport,
 };
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::sweep::{inspect, sweep_with};
@@ -24,13 +24,18 @@ fn ns() -> Namespace {
     Namespace::new("shmrc-t-cudasim").unwrap()
 }
 
+/// A fake device on `os` that shares by legacy IPC handle (handles travel as bytes on
+/// the simulated kernel; the POSIX-fd path runs across real processes in tests/cuda.rs).
 fn device(os: &SimOs) -> CudaDevice<SimOs> {
-    let driver = FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
-    CudaDevice::with_driver(
+    let driver: Arc<dyn Driver> =
+        Arc::new(FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap());
+    let dev = CudaDevice::with_driver(
         os.clone(),
-        Arc::new(driver),
+        Arc::clone(&driver),
         &CreateOptions::new().namespace(ns()).capacity(4),
-    )
+    );
+    dev.set_allocator(Arc::new(DriverAllocator::new(driver)));
+    dev
 }
 
 fn device_objects(kernel: &SimKernel) -> Vec<String> {
@@ -504,6 +509,8 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
     let (dev_p, dev_a) = (device(&p), device(&a));
     let real = dev_p.alloc(64).unwrap();
     let good = Identity {
+        kind: HandleKind::LegacyIpc,
+        allocation: 0,
         ipc: dev_p.driver().ipc_get_mem_handle(real.ptr()).unwrap(),
         offset: 0,
         size: 64,
@@ -547,6 +554,22 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
         Identity::decode(&no_process, name),
         Err(Error::CudaBadIdentity { .. })
     ));
+    let mut unknown_kind = good.encode();
+    unknown_kind[120] = 7;
+    let err = Identity::decode(&unknown_kind, name).unwrap_err();
+    assert!(err.to_string().contains("handle kind 7"), "{err}");
+    let fd_beyond = Identity {
+        kind: HandleKind::PosixFd,
+        allocation: 32,
+        ..good
+    };
+    let err = Identity::decode(&fd_beyond.encode(), name).unwrap_err();
+    assert!(err.to_string().contains("32-byte allocation"), "{err}");
+    let fd_fits = Identity {
+        allocation: 2 << 20,
+        ..fd_beyond
+    };
+    assert_eq!(Identity::decode(&fd_fits.encode(), name).unwrap(), fd_fits);
     assert_eq!(Identity::decode(&good.encode(), name).unwrap(), good);
 }
 
@@ -599,7 +622,7 @@ fn a_device_handle_travels_over_the_transport_with_its_reference() {
     let scene = Scene::new(&SimKernel::new(13), 1);
     let consumer = &scene.consumers[0];
     let (to_consumer, at_consumer) = scene.kernel.stream_pair(&scene.producer.os, &consumer.os);
-    let handle = scene.buf.share().unwrap().into_share_handle();
+    let handle = scene.buf.share().unwrap().into_share_handle().unwrap();
     shmrc::transport::send_with(&scene.producer.os, &to_consumer, b"tensor 7", vec![handle])
         .unwrap();
     assert_eq!(

@@ -10,11 +10,12 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use super::allocator::DeviceAllocator;
+use super::allocator::{DeviceAllocator, DeviceExport};
 use super::device::CudaDevice;
-use super::driver::{DevicePtr, Driver, IpcMemHandle};
+use super::driver::{DevicePtr, Driver, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle};
 use super::identity::{IDENTITY_BYTES, Identity};
 use super::limbo::Entry;
 use super::lock;
@@ -32,6 +33,7 @@ use crate::strategy::Strategy;
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, DeviceSpan};
 ///
@@ -57,6 +59,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -76,6 +79,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-len", 1 << 20, &shmrc::CreateOptions::new())?;
     /// assert_eq!(device.alloc(4096)?.len(), 4096);
     /// # }
@@ -90,6 +94,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-empty", 1 << 20, &shmrc::CreateOptions::new())?;
     /// assert!(!device.alloc(1)?.is_empty());
     /// # }
@@ -105,6 +110,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -126,6 +132,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-read", 1 << 20, &shmrc::CreateOptions::new())?;
     /// let buf = device.alloc(8)?;
     /// buf.write_at(0, &1.5f64.to_le_bytes())?;
@@ -177,6 +184,7 @@ impl fmt::Debug for DeviceSpan {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceBuf};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -196,7 +204,8 @@ pub struct DeviceBuf<O: Os = crate::DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
     span: DeviceSpan,
-    keepalive: Mutex<Option<ShmBuf<O>>>,
+    /// The keep-alive, and how the buffer is shared, from the first share on.
+    keepalive: Mutex<Option<(ShmBuf<O>, HandleKind)>>,
 }
 
 impl<O: Os> DeviceBuf<O> {
@@ -224,6 +233,7 @@ impl<O: Os> DeviceBuf<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -260,23 +270,61 @@ impl<O: Os> DeviceBuf<O> {
     pub fn share(&self) -> Result<DeviceHandle<O>> {
         self.span.driver.synchronize()?;
         let mut keepalive = lock(&self.keepalive);
+        let mut first_export = None;
         if keepalive.is_none() {
-            *keepalive = Some(self.create_keepalive()?);
+            let export = self.allocator.export(self.span.ptr)?;
+            let kind = match export {
+                DeviceExport::Legacy(_) => HandleKind::LegacyIpc,
+                DeviceExport::PosixFd { .. } => HandleKind::PosixFd,
+            };
+            *keepalive = Some((self.create_keepalive(&export)?, kind));
+            first_export = Some(export);
         }
-        let held = keepalive.as_ref().ok_or_else(|| Error::NotHolder {
-            segment: "device keep-alive".into(),
-        })?;
+        let Some((held, kind)) = keepalive.as_ref() else {
+            return Err(Error::NotHolder {
+                segment: "device keep-alive".into(),
+            });
+        };
+        // A POSIX-fd handle carries a descriptor of its own (the one the keep-alive
+        // was made with, else a new export).
+        let export = match (kind, first_export) {
+            (HandleKind::LegacyIpc, _) => None,
+            (HandleKind::PosixFd, Some(export)) => Some(export),
+            (HandleKind::PosixFd, None) => Some(self.allocator.export(self.span.ptr)?),
+        };
+        let fd = match export {
+            Some(DeviceExport::PosixFd { fd, .. }) => Some(fd),
+            Some(DeviceExport::Legacy(_)) => {
+                return Err(Error::CudaUnsupported {
+                    op: "a legacy export of a buffer first shared as a POSIX fd",
+                });
+            }
+            None => None,
+        };
         Ok(DeviceHandle {
             keepalive: held.share()?,
+            fd,
         })
     }
 
-    fn create_keepalive(&self) -> Result<ShmBuf<O>> {
+    fn create_keepalive(&self, export: &DeviceExport) -> Result<ShmBuf<O>> {
         let inner = &self.device.inner;
-        let export = self.allocator.get_ipc_handle(self.span.ptr)?;
+        let (kind, ipc, allocation, offset) = match export {
+            DeviceExport::Legacy(e) => (HandleKind::LegacyIpc, e.handle, 0, e.offset),
+            DeviceExport::PosixFd {
+                allocation, offset, ..
+            } => (
+                HandleKind::PosixFd,
+                IpcMemHandle([0; IPC_HANDLE_BYTES]),
+                *allocation,
+                *offset,
+            ),
+        };
         let identity = Identity {
-            ipc: export.handle,
-            offset: export.offset,
+            kind,
+            ipc,
+            allocation,
+            offset,
             size: self.span.size,
             device: inner.driver.device()?,
             producer: inner.os.current(),
@@ -286,12 +334,36 @@ impl<O: Os> DeviceBuf<O> {
         Ok(buf)
     }
 
+    /// How this buffer is shared, once it was ([`HandleKind::LegacyIpc`] or
+    /// [`HandleKind::PosixFd`], as its allocator exports it); `None` before.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use shmrc::cuda::{CudaDevice, HandleKind};
+    /// use shmrc::{CreateOptions, Strategy};
+    ///
+    /// shmrc::set_sharing_strategy(Strategy::FileSystem); // legacy IPC handles, as bytes
+    /// let device = CudaDevice::fake("shmrc-doc-handle-kind", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(64)?;
+    /// assert_eq!(buf.handle_kind(), None);
+    /// let _handle = buf.share()?;
+    /// assert_eq!(buf.handle_kind(), Some(HandleKind::LegacyIpc));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn handle_kind(&self) -> Option<HandleKind> {
+        lock(&self.keepalive).as_ref().map(|(_, kind)| *kind)
+    }
+
     /// The keep-alive segment's name, once the buffer was shared (`None` before: a
     /// buffer never shared has no keep-alive). It is what [`crate::inspect()`] lists.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -308,20 +380,20 @@ impl<O: Os> DeviceBuf<O> {
     pub fn keepalive_name(&self) -> Option<String> {
         lock(&self.keepalive)
             .as_ref()
-            .and_then(|k| k.name().map(str::to_owned))
+            .and_then(|(k, _)| k.name().map(str::to_owned))
     }
 
     /// The keep-alive's holder slots, once the buffer was shared.
     #[doc(hidden)]
     pub fn census(&self) -> Option<Census> {
-        lock(&self.keepalive).as_ref().and_then(ShmBuf::census)
+        lock(&self.keepalive).as_ref().and_then(|(k, _)| k.census())
     }
 }
 
 impl<O: Os> Drop for DeviceBuf<O> {
     fn drop(&mut self) {
         let keepalive = lock(&self.keepalive).take();
-        let still_named = keepalive.and_then(|k| {
+        let still_named = keepalive.and_then(|(k, _)| {
             let name = k.name().map(str::to_owned);
             match k.release() {
                 Ok(Some(Finalized {
@@ -364,6 +436,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceHandle};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -382,6 +455,8 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 #[derive(Debug)]
 pub struct DeviceHandle<O: Os = crate::DefaultOs> {
     keepalive: ShareHandle<O>,
+    /// The allocation's descriptor, for a [`HandleKind::PosixFd`] buffer.
+    fd: Option<OwnedFd>,
 }
 
 impl<O: Os> DeviceHandle<O> {
@@ -391,6 +466,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -427,8 +503,55 @@ impl<O: Os> DeviceHandle<O> {
     /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
-    pub fn into_share_handle(self) -> ShareHandle<O> {
-        self.keepalive
+    pub fn into_share_handle(self) -> Result<ShareHandle<O>> {
+        self.without_fd("sending a device handle as a host handle")
+    }
+
+    /// How the buffer is shared: a [`HandleKind::PosixFd`] handle carries a file
+    /// descriptor and travels only with [`super::transport::send`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{CudaDevice, HandleKind, VmmAllocator};
+    /// use shmrc::{CreateOptions, Error};
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-dev-handle-kind", 1 << 30, &CreateOptions::new())?;
+    /// device.set_allocator(Arc::new(VmmAllocator::new(Arc::clone(device.driver()))?));
+    /// let handle = device.alloc(64)?.share()?;
+    /// assert_eq!(handle.handle_kind(), HandleKind::PosixFd);
+    /// assert!(matches!(handle.into_bytes(), Err(Error::WrongStrategy { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn handle_kind(&self) -> HandleKind {
+        match self.fd {
+            Some(_) => HandleKind::PosixFd,
+            None => HandleKind::LegacyIpc,
+        }
+    }
+
+    /// The keep-alive handle, for a handle that carries no descriptor.
+    fn without_fd(self, op: &'static str) -> Result<ShareHandle<O>> {
+        match self.fd {
+            None => Ok(self.keepalive),
+            Some(_) => Err(Error::WrongStrategy {
+                op,
+                strategy: Strategy::FileDescriptor,
+            }),
+        }
+    }
+
+    /// The keep-alive handle and the descriptor (what [`super::transport`] sends).
+    pub(crate) fn into_parts(self) -> (ShareHandle<O>, Option<OwnedFd>) {
+        (self.keepalive, self.fd)
+    }
+
+    /// A handle from its parts (what [`super::transport`] received).
+    pub(crate) fn from_parts(keepalive: ShareHandle<O>, fd: Option<OwnedFd>) -> DeviceHandle<O> {
+        DeviceHandle { keepalive, fd }
     }
 
     /// A device handle from a keep-alive handle received over a socket (see
@@ -439,6 +562,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
     ///
@@ -453,7 +577,10 @@ impl<O: Os> DeviceHandle<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn from_share_handle(keepalive: ShareHandle<O>) -> DeviceHandle<O> {
-        DeviceHandle { keepalive }
+        DeviceHandle {
+            keepalive,
+            fd: None,
+        }
     }
 
     /// The handle as bytes (it names a file_system segment), to send by any means; the
@@ -463,6 +590,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -476,13 +604,38 @@ impl<O: Os> DeviceHandle<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn into_bytes(self) -> Result<Vec<u8>> {
-        self.keepalive.into_bytes()
+        self.without_fd("encoding a device handle as bytes")?
+            .into_bytes()
     }
 
     /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
     #[doc(hidden)]
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
+    }
+}
+
+/// A consumer's mapping of the device memory, undone on drop.
+enum Lease<O: Os> {
+    /// One use of a legacy IPC mapping (shared by the process's views of it).
+    Legacy { _use: IpcLease<O> },
+    /// A POSIX-fd import of this view's own.
+    Vmm(VmmLease),
+}
+
+/// A VMM mapping imported from an fd; dropping it unmaps it here (the memory goes
+/// once no process maps it and no exported fd is open).
+struct VmmLease {
+    driver: Arc<dyn Driver>,
+    base: DevicePtr,
+    /// The descriptor it came with, kept to pass the buffer on ([`DeviceView::share`]).
+    fd: OwnedFd,
+}
+
+impl Drop for VmmLease {
+    fn drop(&mut self) {
+        // A failed unmap leaves the mapping until the process exits; nothing to undo.
+        let _ = self.driver.vmm_free(self.base);
     }
 }
 
@@ -508,6 +661,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
 /// #     use nix::sys::wait::{WaitStatus, waitpid};
 /// #     use nix::unistd::{ForkResult, fork};
@@ -546,7 +700,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// ```
 pub struct DeviceView<O: Os = crate::DefaultOs> {
     // Field order is drop order: unmap first, then release the reference.
-    lease: IpcLease<O>,
+    lease: Lease<O>,
     keepalive: ShmBuf<O>,
     span: DeviceSpan,
     identity: Identity,
@@ -554,7 +708,8 @@ pub struct DeviceView<O: Os = crate::DefaultOs> {
 
 impl<O: Os> DeviceView<O> {
     pub(crate) fn attach(device: &CudaDevice<O>, handle: DeviceHandle<O>) -> Result<DeviceView<O>> {
-        let keepalive = ShmBuf::attach(handle.keepalive)?;
+        let (keepalive, fd) = handle.into_parts();
+        let keepalive = ShmBuf::attach(keepalive)?;
         let segment = keepalive
             .name()
             .unwrap_or("a file_descriptor buffer")
@@ -576,12 +731,32 @@ impl<O: Os> DeviceView<O> {
         if identity.producer == device.inner.os.current() {
             return Err(Error::CudaOwnExport { segment });
         }
-        let base = device.open_ipc(&identity.ipc)?;
-        let lease = IpcLease {
-            device: device.clone(),
-            handle: identity.ipc,
-        };
         let driver = Arc::clone(&device.inner.driver);
+        let (base, lease) = match (identity.kind, fd) {
+            (HandleKind::LegacyIpc, _) => {
+                let base = device.open_ipc(&identity.ipc)?;
+                let lease = IpcLease {
+                    device: device.clone(),
+                    handle: identity.ipc,
+                };
+                (base, Lease::Legacy { _use: lease })
+            }
+            (HandleKind::PosixFd, Some(fd)) => {
+                let base = driver.vmm_import(fd.as_fd(), identity.allocation)?;
+                let lease = VmmLease {
+                    driver: Arc::clone(&driver),
+                    base,
+                    fd,
+                };
+                (base, Lease::Vmm(lease))
+            }
+            (HandleKind::PosixFd, None) => {
+                return Err(bad(
+                    "a posix_fd buffer's handle came without its descriptor (send it with shmrc::cuda::transport)"
+                        .into(),
+                ));
+            }
+        };
         let (_, mapped) = driver.address_range(base)?;
         let ptr = base
             .offset(identity.offset)
@@ -610,6 +785,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -653,6 +829,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -678,15 +855,20 @@ impl<O: Os> DeviceView<O> {
     ///     let consumer = CudaDevice::fake("shmrc-doc-view-share", 1 << 20, &keepalive)?;
     ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
     ///     let onward = view.share()?; // for the next stage of a pipeline
-    ///     assert_eq!(onward.into_share_handle().name(), view.keepalive_name());
+    ///     assert_eq!(onward.into_share_handle()?.name(), view.keepalive_name());
     ///     Ok(())
     /// });
     /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
+        let fd = match &self.lease {
+            Lease::Legacy { .. } => None,
+            Lease::Vmm(lease) => Some(lease.fd.try_clone().map_err(|e| Error::os("dup", e))?),
+        };
         Ok(DeviceHandle {
             keepalive: self.keepalive.share()?,
+            fd,
         })
     }
 
@@ -696,6 +878,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -744,7 +927,7 @@ impl<O: Os> fmt::Debug for DeviceView<O> {
         f.debug_struct("DeviceView")
             .field("span", &self.span)
             .field("keepalive", &self.keepalive.name())
-            .field("ipc", &self.lease.handle)
+            .field("kind", &self.identity.kind)
             .finish()
     }
 }

@@ -43,6 +43,7 @@ const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::DefaultOs;
 /// use shmrc::cuda::{FakeDriver, fake::MAX_FAKE_PREFIX};
 ///
@@ -106,6 +107,7 @@ struct VmmRegion {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
 /// use shmrc::cuda::{CudaDevice, FakeDriver};
 /// use shmrc::{CreateOptions, DefaultOs};
@@ -146,6 +148,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// use shmrc::{DefaultOs, Error};
     ///
@@ -181,6 +184,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// use shmrc::DefaultOs;
     ///
@@ -202,6 +206,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};

@@ -45,6 +45,7 @@ pub enum Drain {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CollectReport, CudaDevice};
 /// use shmrc::{CreateOptions, Namespace};
 ///

@@ -16,10 +16,13 @@
 //!   table of opened IPC handles).
 //! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
 //! - [`limbo`]: when a dropped buffer may be freed.
+//! - [`transport`]: device handles over a Unix socket (a `posix_fd` handle's
+//!   descriptor rides with `SCM_RIGHTS`).
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 //! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+//! # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 //! # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
 //! #     use nix::sys::wait::{WaitStatus, waitpid};
 //! #     use nix::unistd::{ForkResult, fork};
@@ -76,13 +79,16 @@ pub mod identity;
 pub mod limbo;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod real;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod transport;
 
 pub use allocator::{
-    CleanupDeferral, DeferGuard, DeviceAllocator, DriverAllocator, EMM_INTERFACE_VERSION, IpcExport,
+    CleanupDeferral, DeferGuard, DeviceAllocator, DeviceExport, DriverAllocator,
+    EMM_INTERFACE_VERSION, IpcExport, VmmAllocator,
 };
 pub use buf::{DeviceBuf, DeviceHandle, DeviceSpan, DeviceView};
 pub use device::CudaDevice;
-pub use driver::{DeviceId, DevicePtr, Driver, IpcMemHandle, MemoryInfo};
+pub use driver::{DeviceId, DevicePtr, Driver, HandleKind, IpcMemHandle, MemoryInfo};
 pub use fake::FakeDriver;
 pub use limbo::CollectReport;
 
@@ -110,6 +116,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::cuda::CudaDevice;
         /// use shmrc::{CreateOptions, Error, Namespace};
         ///
@@ -143,6 +150,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::CreateOptions;
         /// use shmrc::cuda::CudaDevice;
         ///
@@ -171,6 +179,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
         /// #     use nix::sys::wait::{WaitStatus, waitpid};
         /// #     use nix::unistd::{ForkResult, fork};

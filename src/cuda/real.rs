@@ -200,6 +200,7 @@ impl Api {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
 /// use shmrc::cuda::{CudaDevice, Driver, real::RealDriver};
 /// use shmrc::{CreateOptions, DefaultOs, Error};
@@ -249,6 +250,7 @@ impl RealDriver {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, real::RealDriver};
     /// use shmrc::Error;
     ///
