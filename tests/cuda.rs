@@ -341,7 +341,12 @@ fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
     assert!(doomed.attach(buf.share().unwrap()).starts_with("attached"));
     drop(buf);
     assert_eq!(device.limbo_len(), 1);
-    assert_eq!(shm_names(&[prefix]).len(), 1, "the device memory lives");
+    let objects = shm_names(&[prefix]);
+    assert_eq!(
+        objects.len(),
+        2,
+        "the device memory and its IPC event live: {objects:?}"
+    );
 
     doomed.kill();
     let report = shmrc::sweep(&ns).unwrap();

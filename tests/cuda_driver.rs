@@ -11,7 +11,7 @@
 use std::os::fd::AsFd;
 
 use shmrc::cuda::real::RealDriver;
-use shmrc::cuda::{DevicePtr, Driver, FakeDriver};
+use shmrc::cuda::{DevicePtr, Driver, FakeDriver, IpcEventHandle};
 use shmrc::{DefaultOs, Error};
 
 /// Bytes `i * 31 % 251`: a pattern a stale or shifted copy cannot reproduce.
@@ -135,6 +135,21 @@ fn an_fd_does_not_map_at_a_size_larger_than_its_allocation(driver: &dyn Driver) 
     driver.vmm_free(ptr).unwrap();
 }
 
+fn ipc_events_record_wait_and_refuse_a_forged_handle(driver: &dyn Driver) {
+    let event = driver.ipc_event_create().unwrap();
+    let handle = driver.ipc_event_handle(event).unwrap();
+    assert_eq!(handle, driver.ipc_event_handle(event).unwrap());
+    assert_ne!(handle.0, [0; 64]);
+    driver.event_record(event).unwrap();
+    driver.stream_wait_event(event).unwrap();
+    driver.synchronize().unwrap();
+    driver.event_destroy(event).unwrap();
+    assert_driver_error(
+        driver.ipc_event_open(&IpcEventHandle([0; 64])),
+        "opening an all-zero event handle",
+    );
+}
+
 // ---- the instances --------------------------------------------------------------
 
 /// The fake driver, one object-name prefix per check.
@@ -202,4 +217,5 @@ conformance!(
     vmm_memory_is_not_legacy_memory,
     an_exported_fd_outlives_the_exporters_unmap,
     an_fd_does_not_map_at_a_size_larger_than_its_allocation,
+    ipc_events_record_wait_and_refuse_a_forged_handle,
 );

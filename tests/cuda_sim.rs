@@ -38,11 +38,25 @@ fn device(os: &SimOs) -> CudaDevice<SimOs> {
     dev
 }
 
+/// The fake device's allocations on `kernel` (objects `<prefix>-<pid>-<n>-<random>`).
 fn device_objects(kernel: &SimKernel) -> Vec<String> {
+    fake_objects(kernel, false)
+}
+
+/// The fake device's IPC events on `kernel` (objects `<prefix>-<pid>-e<n>-<random>`).
+fn device_events(kernel: &SimKernel) -> Vec<String> {
+    fake_objects(kernel, true)
+}
+
+fn fake_objects(kernel: &SimKernel, events: bool) -> Vec<String> {
     let names = kernel.names();
     names
         .into_iter()
-        .filter(|n| n.starts_with(DEVICE_PREFIX))
+        .filter(|n| {
+            n.strip_prefix(DEVICE_PREFIX)
+                .and_then(|rest| rest.split('-').nth(2))
+                .is_some_and(|counter| counter.starts_with('e') == events)
+        })
         .collect()
 }
 
@@ -131,6 +145,11 @@ fn the_producer_frees_only_after_the_last_live_consumer_releases() {
     assert_eq!(dev.limbo_len(), 1, "A holds it: the memory waits in limbo");
     assert_eq!(dev.collect().freed, 0);
     assert_eq!(device_objects(&kernel).len(), 1);
+    assert_eq!(
+        device_events(&kernel).len(),
+        1,
+        "the IPC event lives as long as the memory"
+    );
     assert_reads_payload(&view_a);
 
     drop(view_a);
@@ -516,6 +535,7 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
         size: 64,
         device: dev_p.driver().device().unwrap(),
         producer: p.token(),
+        event: None,
     };
     let too_long = Identity { size: 65, ..good };
     let err = attach(&dev_a, &a, &forged_keepalive(&p, &too_long)).unwrap_err();
@@ -673,4 +693,34 @@ fn a_free_the_driver_refuses_stays_in_limbo_and_collect_reports_it() {
         ),
         "{report:?}"
     );
+}
+
+#[test]
+fn each_attach_waits_on_the_producers_event_instead_of_a_device_synchronize() {
+    let kernel = SimKernel::new(12);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let dev_p = device(&p);
+    let driver_a = Arc::new(FakeDriver::new(a.clone(), DEVICE_PREFIX, 1 << 20).unwrap());
+    let dev_a = CudaDevice::with_driver(
+        a.clone(),
+        driver_a.clone(),
+        &CreateOptions::new().namespace(ns()).capacity(4),
+    );
+    let buf = dev_p.alloc(64).unwrap();
+    buf.write_at(0, b"ordered").unwrap();
+    let (first, second) = (share_bytes(&buf), share_bytes(&buf));
+    assert_eq!(device_events(&kernel).len(), 1, "one event per buffer");
+    let view = attach(&dev_a, &a, &first).unwrap();
+    assert!(view.identity().event.is_some());
+    assert_eq!(
+        driver_a.event_counts(),
+        (0, 1),
+        "waited once, opened event destroyed"
+    );
+    let again = attach(&dev_a, &a, &second).unwrap();
+    assert_eq!(driver_a.event_counts(), (0, 2));
+    drop((view, again));
+    drop(buf);
+    assert_eq!(dev_p.limbo_len(), 0);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use super::allocator::{DeviceAllocator, DeviceExport};
 use super::device::CudaDevice;
-use super::driver::{DevicePtr, Driver, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle};
+use super::driver::{DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle};
 use super::identity::{IDENTITY_BYTES, Identity};
 use super::limbo::Entry;
 use super::lock;
@@ -204,8 +204,16 @@ pub struct DeviceBuf<O: Os = crate::DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
     span: DeviceSpan,
-    /// The keep-alive, and how the buffer is shared, from the first share on.
-    keepalive: Mutex<Option<(ShmBuf<O>, HandleKind)>>,
+    /// The keep-alive, from the first share on.
+    keepalive: Mutex<Option<Shared<O>>>,
+}
+
+/// What a buffer's first share set up.
+struct Shared<O: Os> {
+    keepalive: ShmBuf<O>,
+    kind: HandleKind,
+    /// Recorded at every share; consumers' streams wait on it.
+    event: EventId,
 }
 
 impl<O: Os> DeviceBuf<O> {
@@ -268,23 +276,33 @@ impl<O: Os> DeviceBuf<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
-        self.span.driver.synchronize()?;
-        let mut keepalive = lock(&self.keepalive);
+        let driver = &self.span.driver;
+        let mut shared = lock(&self.keepalive);
         let mut first_export = None;
-        if keepalive.is_none() {
+        if shared.is_none() {
             let export = self.allocator.export(self.span.ptr)?;
-            let kind = match export {
-                DeviceExport::Legacy(_) => HandleKind::LegacyIpc,
-                DeviceExport::PosixFd { .. } => HandleKind::PosixFd,
-            };
-            *keepalive = Some((self.create_keepalive(&export)?, kind));
+            let event = driver.ipc_event_create()?;
+            match self.create_keepalive(&export, event) {
+                Ok(made) => *shared = Some(made),
+                Err(e) => {
+                    let _ = driver.event_destroy(event);
+                    return Err(e);
+                }
+            }
             first_export = Some(export);
         }
-        let Some((held, kind)) = keepalive.as_ref() else {
+        let Some(Shared {
+            keepalive,
+            kind,
+            event,
+        }) = shared.as_ref()
+        else {
             return Err(Error::NotHolder {
                 segment: "device keep-alive".into(),
             });
         };
+        // The consumer's stream waits for this: the work queued before the share.
+        driver.event_record(*event)?;
         // A POSIX-fd handle carries a descriptor of its own (the one the keep-alive
         // was made with, else a new export).
         let export = match (kind, first_export) {
@@ -302,12 +320,12 @@ impl<O: Os> DeviceBuf<O> {
             None => None,
         };
         Ok(DeviceHandle {
-            keepalive: held.share()?,
+            keepalive: keepalive.share()?,
             fd,
         })
     }
 
-    fn create_keepalive(&self, export: &DeviceExport) -> Result<ShmBuf<O>> {
+    fn create_keepalive(&self, export: &DeviceExport, event: EventId) -> Result<Shared<O>> {
         let inner = &self.device.inner;
         let (kind, ipc, allocation, offset) = match export {
             DeviceExport::Legacy(e) => (HandleKind::LegacyIpc, e.handle, 0, e.offset),
@@ -328,10 +346,15 @@ impl<O: Os> DeviceBuf<O> {
             size: self.span.size,
             device: inner.driver.device()?,
             producer: inner.os.current(),
+            event: Some(inner.driver.ipc_event_handle(event)?),
         };
-        let buf = ShmBuf::create_with(&inner.os, IDENTITY_BYTES, &inner.keepalive_options)?;
-        buf.write_at(0, &identity.encode())?;
-        Ok(buf)
+        let keepalive = ShmBuf::create_with(&inner.os, IDENTITY_BYTES, &inner.keepalive_options)?;
+        keepalive.write_at(0, &identity.encode())?;
+        Ok(Shared {
+            keepalive,
+            kind,
+            event,
+        })
     }
 
     /// How this buffer is shared, once it was ([`HandleKind::LegacyIpc`] or
@@ -354,7 +377,7 @@ impl<O: Os> DeviceBuf<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn handle_kind(&self) -> Option<HandleKind> {
-        lock(&self.keepalive).as_ref().map(|(_, kind)| *kind)
+        lock(&self.keepalive).as_ref().map(|shared| shared.kind)
     }
 
     /// The keep-alive segment's name, once the buffer was shared (`None` before: a
@@ -380,22 +403,27 @@ impl<O: Os> DeviceBuf<O> {
     pub fn keepalive_name(&self) -> Option<String> {
         lock(&self.keepalive)
             .as_ref()
-            .and_then(|(k, _)| k.name().map(str::to_owned))
+            .and_then(|shared| shared.keepalive.name().map(str::to_owned))
     }
 
     /// The keep-alive's holder slots, once the buffer was shared.
     #[doc(hidden)]
     pub fn census(&self) -> Option<Census> {
-        lock(&self.keepalive).as_ref().and_then(|(k, _)| k.census())
+        lock(&self.keepalive)
+            .as_ref()
+            .and_then(|shared| shared.keepalive.census())
     }
 }
 
 impl<O: Os> Drop for DeviceBuf<O> {
     fn drop(&mut self) {
-        let keepalive = lock(&self.keepalive).take();
-        let still_named = keepalive.and_then(|(k, _)| {
-            let name = k.name().map(str::to_owned);
-            match k.release() {
+        let shared = lock(&self.keepalive).take();
+        let event = shared
+            .as_ref()
+            .map(|shared| (Arc::clone(&self.span.driver), shared.event));
+        let still_named = shared.and_then(|Shared { keepalive, .. }| {
+            let name = keepalive.name().map(str::to_owned);
+            match keepalive.release() {
                 Ok(Some(Finalized {
                     outcome: Outcome::Unlinked | Outcome::AlreadyGone,
                     ..
@@ -408,6 +436,7 @@ impl<O: Os> Drop for DeviceBuf<O> {
             ptr: self.span.ptr,
             allocator: Arc::clone(&self.allocator),
             keepalive: still_named,
+            event,
         });
     }
 }
@@ -490,7 +519,7 @@ impl<O: Os> DeviceHandle<O> {
     /// let (to_consumer, at_consumer) = UnixStream::pair().unwrap();
     /// let buf = producer.alloc(64)?;
     /// buf.write_at(0, b"batch 3")?;
-    /// transport::send(&to_consumer, b"device batch", vec![buf.share()?.into_share_handle()])?;
+    /// transport::send(&to_consumer, b"device batch", vec![buf.share()?.into_share_handle()?])?;
     /// in_child(|| {
     ///     let consumer = CudaDevice::fake("shmrc-doc-into-share", 1 << 20, &keepalive)?;
     ///     let mut message = transport::recv(&at_consumer)?;
@@ -518,7 +547,7 @@ impl<O: Os> DeviceHandle<O> {
     /// use shmrc::cuda::{CudaDevice, HandleKind, VmmAllocator};
     /// use shmrc::{CreateOptions, Error};
     ///
-    /// let device = CudaDevice::fake("shmrc-doc-dev-handle-kind", 1 << 30, &CreateOptions::new())?;
+    /// let device = CudaDevice::fake("shmrc-doc-dev-kind", 1 << 30, &CreateOptions::new())?;
     /// device.set_allocator(Arc::new(VmmAllocator::new(Arc::clone(device.driver()))?));
     /// let handle = device.alloc(64)?.share()?;
     /// assert_eq!(handle.handle_kind(), HandleKind::PosixFd);
@@ -613,6 +642,15 @@ impl<O: Os> DeviceHandle<O> {
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
     }
+}
+
+/// Makes this process's default stream wait for the producer's event (recorded at
+/// the share), so work queued here after the attach sees what the producer wrote.
+fn wait_for_producer(driver: &dyn Driver, handle: &super::driver::IpcEventHandle) -> Result<()> {
+    let event = driver.ipc_event_open(handle)?;
+    let waited = driver.stream_wait_event(event);
+    let destroyed = driver.event_destroy(event);
+    waited.and(destroyed)
 }
 
 /// A consumer's mapping of the device memory, undone on drop.
@@ -732,6 +770,9 @@ impl<O: Os> DeviceView<O> {
             return Err(Error::CudaOwnExport { segment });
         }
         let driver = Arc::clone(&device.inner.driver);
+        if let Some(handle) = &identity.event {
+            wait_for_producer(driver.as_ref(), handle)?;
+        }
         let (base, lease) = match (identity.kind, fd) {
             (HandleKind::LegacyIpc, _) => {
                 let base = device.open_ipc(&identity.ipc)?;

@@ -482,7 +482,117 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn vmm_free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// Creates an event other processes can wait on (`cuEventCreate` with
+    /// `CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?; // after the work a consumer must see
+    /// let _handle = driver.ipc_event_handle(event)?; // for the consumer
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_create(&self) -> Result<EventId>;
+    /// The IPC handle of an event made by [`Driver::ipc_event_create`]
+    /// (`cuIpcGetEventHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// assert_eq!(driver.ipc_event_handle(event)?, driver.ipc_event_handle(event)?);
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_handle(&self, event: EventId) -> Result<IpcEventHandle>;
+    /// Opens another process's event here (`cuIpcOpenEventHandle`); destroy it with
+    /// [`Driver::event_destroy`] when done.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver, IpcEventHandle};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// assert!(driver.ipc_event_open(&IpcEventHandle([0; 64])).is_err(), "no event's handle");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<EventId>;
+    /// Records `event` on this context's default stream (`cuEventRecord`): it
+    /// completes when the work queued there before it has.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?;
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn event_record(&self, event: EventId) -> Result<()>;
+    /// Makes this context's default stream wait, on the device, until `event`
+    /// completes (`cuStreamWaitEvent`); the host does not block.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?;
+    /// driver.stream_wait_event(event)?; // later work on the stream runs after it
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn stream_wait_event(&self, event: EventId) -> Result<()>;
+    /// Destroys an event created or opened here (`cuEventDestroy`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn event_destroy(&self, event: EventId) -> Result<()>;
 }
+
+/// An event created or opened in this process (`CUevent`), as the [`Driver`] that
+/// made it names it; meaningless elsewhere.
+///
+/// ```
+/// use shmrc::cuda::EventId;
+/// assert_eq!(format!("{:?}", EventId(7)), "EventId(7)");
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct EventId(pub u64);
+
+/// An IPC event handle (`CUipcEventHandle`, 64 opaque bytes): what another process
+/// opens to wait on a producer's event. shmrc carries it in the keep-alive.
+///
+/// ```
+/// use shmrc::cuda::IpcEventHandle;
+/// let handle = IpcEventHandle([0; 64]);
+/// assert_eq!(handle.0.len(), 64);
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct IpcEventHandle(pub [u8; IPC_HANDLE_BYTES]);
 
 /// How a device allocation is shared with another process.
 ///

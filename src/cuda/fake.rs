@@ -26,7 +26,8 @@ use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use super::driver::{
-    DeviceId, DevicePtr, Driver, IPC_HANDLE_BYTES, IpcMemHandle, MemoryInfo, driver_error,
+    DeviceId, DevicePtr, Driver, EventId, IPC_HANDLE_BYTES, IpcEventHandle, IpcMemHandle,
+    MemoryInfo, driver_error,
 };
 use super::lock;
 use crate::error::{Error, Result};
@@ -38,7 +39,7 @@ const HANDLE_MAGIC: &[u8; 8] = b"SHMRCFK1";
 const NAME_AT: usize = HANDLE_MAGIC.len() + 1;
 /// The longest object name a fake IPC handle carries.
 const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
-/// The longest name prefix (room for `-<pid>-<n, 8 hex>-<8 hex>`).
+/// The longest name prefix (room for `-<pid>-<tag><n, 8 hex>-<8 hex>`).
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -54,7 +55,7 @@ const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub const MAX_FAKE_PREFIX: usize = 24;
-const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 8 + 1 + 8 <= MAX_NAME);
+const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 1 + 8 + 1 + 8 <= MAX_NAME);
 /// Fake device addresses start here; each allocation gets its own 4 GiB window.
 const ADDRESS_BASE: u64 = 0x7000_0000_0000;
 const WINDOW: u64 = 1 << 32;
@@ -67,6 +68,9 @@ const INVALID_VALUE: (i32, &str) = (1, "CUDA_ERROR_INVALID_VALUE");
 const OUT_OF_MEMORY: (i32, &str) = (2, "CUDA_ERROR_OUT_OF_MEMORY");
 const INVALID_CONTEXT: (i32, &str) = (201, "CUDA_ERROR_INVALID_CONTEXT");
 const ALREADY_MAPPED: (i32, &str) = (208, "CUDA_ERROR_ALREADY_MAPPED");
+const INVALID_HANDLE: (i32, &str) = (400, "CUDA_ERROR_INVALID_HANDLE");
+/// Bytes of a fake event's object: its record count.
+const EVENT_BYTES: u64 = 8;
 
 fn fail(call: &'static str, (code, name): (i32, &str)) -> Error {
     driver_error(call, code, name)
@@ -88,6 +92,20 @@ struct State<O: Os> {
     opened: BTreeMap<u64, Region<O>>,
     /// VMM mappings (allocated here or imported from an fd), by base address.
     vmm: BTreeMap<u64, VmmRegion>,
+    /// Events created (`own`) or opened here, by id.
+    events: BTreeMap<u64, FakeEvent<O>>,
+    next_event: u64,
+    /// Successful `stream_wait_event` calls.
+    waits: u64,
+}
+
+/// A fake IPC event: a named 8-byte object holding how often it was recorded (the
+/// fake runs no asynchronous work, so a record is complete at once and a wait only
+/// checks the event is valid).
+struct FakeEvent<O: Os> {
+    name: String,
+    map: O::Map,
+    own: bool,
 }
 
 /// One VMM mapping: its memfd (this mapping's reference to the memory).
@@ -175,6 +193,9 @@ impl<O: Os> FakeDriver<O> {
                 own: BTreeMap::new(),
                 opened: BTreeMap::new(),
                 vmm: BTreeMap::new(),
+                events: BTreeMap::new(),
+                next_event: 1,
+                waits: 0,
             }),
         })
     }
@@ -246,6 +267,27 @@ impl<O: Os> FakeDriver<O> {
         state.opened.len() + state.vmm.values().filter(|r| !r.own).count()
     }
 
+    /// Events this process created or opened and has not destroyed, and how often its
+    /// default stream waited on one (what a test checks the ordering with).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-fake-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.stream_wait_event(event)?;
+    /// assert_eq!(driver.event_counts(), (1, 1));
+    /// driver.event_destroy(event)?;
+    /// assert_eq!(driver.event_counts(), (0, 1));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn event_counts(&self) -> (usize, u64) {
+        let state = lock(&self.state);
+        (state.events.len(), state.waits)
+    }
+
     /// The VMM mapping containing `ptr`, with its base address.
     fn vmm_at(state: &State<O>, ptr: DevicePtr) -> Option<(u64, &VmmRegion)> {
         state
@@ -294,6 +336,33 @@ impl<O: Os> FakeDriver<O> {
             .strip_prefix(&self.prefix)
             .is_some_and(|rest| rest.starts_with('-'));
         ours.then(|| name.to_owned())
+    }
+
+    /// A fresh object name `<prefix>-<pid>-<tag><n>-<random>` (at most 54 bytes: it
+    /// fits a handle); `tag` is "" for allocations and "e" for events.
+    fn fresh_name(&self, tag: &str, n: u64) -> Result<String> {
+        Ok(format!(
+            "{}-{}-{tag}{:x}-{:08x}",
+            self.prefix,
+            self.os.current().pid(),
+            n as u32,
+            self.os.random_u128()? as u32
+        ))
+    }
+
+    /// Runs `f` on the event `event` of this process.
+    fn with_event<T>(
+        &self,
+        call: &'static str,
+        event: EventId,
+        f: impl FnOnce(&FakeEvent<O>) -> Option<T>,
+    ) -> Result<T> {
+        let state = lock(&self.state);
+        state
+            .events
+            .get(&event.0)
+            .and_then(f)
+            .ok_or_else(|| fail(call, INVALID_HANDLE))
     }
 
     /// The base address of a fresh 4 GiB window; `None` once the address space is used
@@ -359,14 +428,7 @@ impl<O: Os> Driver for FakeDriver<O> {
             return Err(fail(CALL, OUT_OF_MEMORY));
         }
         let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
-        // At most 24 + 1 + 10 + 1 + 8 + 1 + 8 = 53 bytes: it fits a handle.
-        let name = format!(
-            "{}-{}-{:x}-{:08x}",
-            self.prefix,
-            self.os.current().pid(),
-            state.next_window as u32,
-            self.os.random_u128()? as u32
-        );
+        let name = self.fresh_name("", state.next_window)?;
         let file = self.os.shm_create(&name)?;
         let mapped = self
             .os
@@ -552,6 +614,84 @@ impl<O: Os> Driver for FakeDriver<O> {
             .ok_or_else(|| fail("cuMemUnmap", INVALID_VALUE))?;
         if region.own {
             state.allocated -= region.size;
+        }
+        Ok(())
+    }
+
+    fn ipc_event_create(&self) -> Result<EventId> {
+        let mut state = lock(&self.state);
+        let id = state.next_event;
+        let name = self.fresh_name("e", id)?;
+        let file = self.os.shm_create(&name)?;
+        let map = self
+            .os
+            .allocate(&file, EVENT_BYTES)
+            .and_then(|()| self.os.map(&file, EVENT_BYTES as usize));
+        let map = match map {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = self.os.shm_unlink(&name);
+                return Err(e);
+            }
+        };
+        state.next_event += 1;
+        let own = true;
+        state.events.insert(id, FakeEvent { name, map, own });
+        Ok(EventId(id))
+    }
+
+    fn ipc_event_handle(&self, event: EventId) -> Result<IpcEventHandle> {
+        self.with_event("cuIpcGetEventHandle", event, |e| {
+            e.own
+                .then(|| IpcEventHandle(Self::encode_handle(&e.name).0))
+        })
+    }
+
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<EventId> {
+        const CALL: &str = "cuIpcOpenEventHandle";
+        let name = self
+            .decode_handle(&IpcMemHandle(handle.0))
+            .ok_or_else(|| fail(CALL, INVALID_VALUE))?;
+        let file = self.os.shm_open(&name).map_err(|e| match e {
+            Error::Gone { .. } => fail(CALL, INVALID_VALUE),
+            e => e,
+        })?;
+        if self.os.stat(&file)?.len != EVENT_BYTES {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let map = self.os.map(&file, EVENT_BYTES as usize)?;
+        let mut state = lock(&self.state);
+        let id = state.next_event;
+        state.next_event += 1;
+        let own = false;
+        state.events.insert(id, FakeEvent { name, map, own });
+        Ok(EventId(id))
+    }
+
+    fn event_record(&self, event: EventId) -> Result<()> {
+        self.with_event("cuEventRecord", event, |e| {
+            let mut count = [0u8; 8];
+            (e.map.read(0, &mut count)
+                && e.map
+                    .write(0, &(u64::from_le_bytes(count) + 1).to_le_bytes()))
+            .then_some(())
+        })
+    }
+
+    fn stream_wait_event(&self, event: EventId) -> Result<()> {
+        self.with_event("cuStreamWaitEvent", event, |e| {
+            let mut count = [0u8; 8];
+            e.map.read(0, &mut count).then_some(())
+        })?;
+        lock(&self.state).waits += 1;
+        Ok(())
+    }
+
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        let removed = lock(&self.state).events.remove(&event.0);
+        let event = removed.ok_or_else(|| fail("cuEventDestroy", INVALID_HANDLE))?;
+        if event.own {
+            self.os.shm_unlink(&event.name)?;
         }
         Ok(())
     }

@@ -6,10 +6,11 @@
 //! Layout (version 2, little-endian): magic 0..8, version 8..12, ordinal 12..16, UUID
 //! 16..32, legacy IPC handle 32..96 (zero for posix_fd), offset 96..104, size
 //! 104..112, producer 112..120, kind 120 (1 legacy_ipc, 2 posix_fd), allocation size
-//! 128..136 (posix_fd), the rest zero. Encoded at share time by the producer,
+//! 128..136 (posix_fd), event flag 136 (1: an IPC event follows), IPC event handle
+//! 144..208, the rest zero. Encoded at share time by the producer,
 //! decoded and validated by every consumer before it opens anything.
 
-use super::driver::{DeviceId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle};
+use super::driver::{DeviceId, HandleKind, IPC_HANDLE_BYTES, IpcEventHandle, IpcMemHandle};
 use crate::error::{Error, Result};
 use crate::token::Token;
 
@@ -30,7 +31,9 @@ const AT_SIZE: usize = AT_OFFSET + 8;
 const AT_PRODUCER: usize = AT_SIZE + 8;
 const AT_KIND: usize = AT_PRODUCER + 8;
 const AT_ALLOCATION: usize = AT_KIND + 8;
-const END: usize = AT_ALLOCATION + 8;
+const AT_EVENT_FLAG: usize = AT_ALLOCATION + 8;
+const AT_EVENT: usize = AT_EVENT_FLAG + 8;
+const END: usize = AT_EVENT + IPC_HANDLE_BYTES;
 const _: () = assert!(END <= IDENTITY_BYTES);
 
 /// The device allocation a keep-alive segment stands for, as a consumer's
@@ -91,6 +94,9 @@ pub struct Identity {
     pub device: DeviceId,
     /// The process that exported it (and alone may free it).
     pub producer: Token,
+    /// The producer's IPC event, recorded at each share after the work queued on the
+    /// buffer; a consumer's stream waits on it before using the buffer.
+    pub event: Option<IpcEventHandle>,
 }
 
 impl Identity {
@@ -110,7 +116,11 @@ impl Identity {
             HandleKind::LegacyIpc => 1,
             HandleKind::PosixFd => 2,
         };
-        b[AT_ALLOCATION..END].copy_from_slice(&self.allocation.to_le_bytes());
+        b[AT_ALLOCATION..AT_EVENT_FLAG].copy_from_slice(&self.allocation.to_le_bytes());
+        if let Some(event) = &self.event {
+            b[AT_EVENT_FLAG] = 1;
+            b[AT_EVENT..END].copy_from_slice(&event.0);
+        }
         b
     }
 
@@ -151,7 +161,13 @@ impl Identity {
             }
             other => return Err(bad(format!("handle kind {other} is none of this build's"))),
         };
+        let event = match b[AT_EVENT_FLAG] {
+            0 => None,
+            1 => Some(IpcEventHandle(bytes_at(b, AT_EVENT))),
+            other => return Err(bad(format!("event flag {other} is neither 0 nor 1"))),
+        };
         Ok(Identity {
+            event,
             kind,
             ipc: IpcMemHandle(bytes_at(b, AT_IPC)),
             allocation,

@@ -88,7 +88,9 @@ pub use allocator::{
 };
 pub use buf::{DeviceBuf, DeviceHandle, DeviceSpan, DeviceView};
 pub use device::CudaDevice;
-pub use driver::{DeviceId, DevicePtr, Driver, HandleKind, IpcMemHandle, MemoryInfo};
+pub use driver::{
+    DeviceId, DevicePtr, Driver, EventId, HandleKind, IpcEventHandle, IpcMemHandle, MemoryInfo,
+};
 pub use fake::FakeDriver;
 pub use limbo::CollectReport;
 

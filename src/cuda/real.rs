@@ -24,7 +24,8 @@ use std::sync::Mutex;
 use libloading::Library;
 
 use crate::cuda::driver::{
-    DeviceId, DevicePtr, Driver, IPC_HANDLE_BYTES, IpcMemHandle, MemoryInfo, driver_error,
+    DeviceId, DevicePtr, Driver, EventId, IPC_HANDLE_BYTES, IpcEventHandle, IpcMemHandle,
+    MemoryInfo, driver_error,
 };
 use crate::error::{Error, Result};
 
@@ -49,6 +50,18 @@ struct CuIpcMemHandle {
 
 /// `CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS`.
 const LAZY_ENABLE_PEER_ACCESS: c_uint = 1;
+
+type CuEvent = *mut c_void;
+type CuStream = *mut c_void;
+/// `CU_EVENT_DISABLE_TIMING | CU_EVENT_INTERPROCESS`.
+const EVENT_IPC_FLAGS: c_uint = 0x2 | 0x4;
+
+/// `CUipcEventHandle`: 64 opaque bytes, passed by value.
+#[repr(C)]
+#[derive(Copy, Clone)]
+struct CuIpcEventHandle {
+    reserved: [u8; IPC_HANDLE_BYTES],
+}
 
 /// `CUmemGenericAllocationHandle`.
 type CuMemHandle = c_ulonglong;
@@ -144,6 +157,12 @@ struct Api {
         unsafe extern "C" fn(*mut c_void, CuMemHandle, c_int, c_ulonglong) -> CuResult,
     mem_import_from_shareable_handle:
         unsafe extern "C" fn(*mut CuMemHandle, *mut c_void, c_int) -> CuResult,
+    event_create: unsafe extern "C" fn(*mut CuEvent, c_uint) -> CuResult,
+    event_record: unsafe extern "C" fn(CuEvent, CuStream) -> CuResult,
+    event_destroy: unsafe extern "C" fn(CuEvent) -> CuResult,
+    stream_wait_event: unsafe extern "C" fn(CuStream, CuEvent, c_uint) -> CuResult,
+    ipc_get_event_handle: unsafe extern "C" fn(*mut CuIpcEventHandle, CuEvent) -> CuResult,
+    ipc_open_event_handle: unsafe extern "C" fn(*mut CuEvent, CuIpcEventHandle) -> CuResult,
 }
 
 /// Resolves `name` in `lib` as a function pointer of type `T`.
@@ -190,6 +209,12 @@ impl Api {
             mem_retain_allocation_handle: symbol(lib, "cuMemRetainAllocationHandle")?,
             mem_export_to_shareable_handle: symbol(lib, "cuMemExportToShareableHandle")?,
             mem_import_from_shareable_handle: symbol(lib, "cuMemImportFromShareableHandle")?,
+            event_create: symbol(lib, "cuEventCreate")?,
+            event_record: symbol(lib, "cuEventRecord")?,
+            event_destroy: symbol(lib, "cuEventDestroy_v2")?,
+            stream_wait_event: symbol(lib, "cuStreamWaitEvent")?,
+            ipc_get_event_handle: symbol(lib, "cuIpcGetEventHandle")?,
+            ipc_open_event_handle: symbol(lib, "cuIpcOpenEventHandle")?,
         })
     }
 }
@@ -599,5 +624,58 @@ impl Driver for RealDriver {
         };
         let code = self.unmap(ptr.0, size as usize);
         self.check("cuMemUnmap", code)
+    }
+
+    fn ipc_event_create(&self) -> Result<EventId> {
+        self.enter()?;
+        let mut event: CuEvent = std::ptr::null_mut();
+        // SAFETY: the out-pointer is a local CUevent; flags go by value.
+        let code = unsafe { (self.api.event_create)(&mut event, EVENT_IPC_FLAGS) };
+        self.check("cuEventCreate", code)?;
+        Ok(EventId(event as u64))
+    }
+
+    fn ipc_event_handle(&self, event: EventId) -> Result<IpcEventHandle> {
+        self.enter()?;
+        let mut handle = CuIpcEventHandle {
+            reserved: [0; IPC_HANDLE_BYTES],
+        };
+        // SAFETY: the out-pointer is a local CUipcEventHandle; `event` is a CUevent this
+        // driver created (EventId is only made here).
+        let code = unsafe { (self.api.ipc_get_event_handle)(&mut handle, event.0 as CuEvent) };
+        self.check("cuIpcGetEventHandle", code)?;
+        Ok(IpcEventHandle(handle.reserved))
+    }
+
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<EventId> {
+        self.enter()?;
+        let mut event: CuEvent = std::ptr::null_mut();
+        let by_value = CuIpcEventHandle { reserved: handle.0 };
+        // SAFETY: the out-pointer is a local CUevent; the handle goes by value.
+        let code = unsafe { (self.api.ipc_open_event_handle)(&mut event, by_value) };
+        self.check("cuIpcOpenEventHandle", code)?;
+        Ok(EventId(event as u64))
+    }
+
+    fn event_record(&self, event: EventId) -> Result<()> {
+        self.enter()?;
+        // SAFETY: a CUevent of this driver; the null stream is the context's default.
+        let code = unsafe { (self.api.event_record)(event.0 as CuEvent, std::ptr::null_mut()) };
+        self.check("cuEventRecord", code)
+    }
+
+    fn stream_wait_event(&self, event: EventId) -> Result<()> {
+        self.enter()?;
+        // SAFETY: the default stream, a CUevent of this driver, flags 0.
+        let code =
+            unsafe { (self.api.stream_wait_event)(std::ptr::null_mut(), event.0 as CuEvent, 0) };
+        self.check("cuStreamWaitEvent", code)
+    }
+
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        self.enter()?;
+        // SAFETY: a CUevent of this driver, destroyed once by its owner.
+        let code = unsafe { (self.api.event_destroy)(event.0 as CuEvent) };
+        self.check("cuEventDestroy", code)
     }
 }
