@@ -58,6 +58,18 @@ fn legacy_alloc_round_trips_bytes_and_knows_its_range(driver: &dyn Driver) {
     assert_driver_error(driver.free(ptr), "a second free");
 }
 
+fn device_to_device_copies_land_after_a_synchronize(driver: &dyn Driver) {
+    let len = 1 << 20;
+    let (a, b) = (driver.alloc(len).unwrap(), driver.alloc(len).unwrap());
+    let data = pattern(len);
+    driver.copy_to_device(a, &data).unwrap();
+    driver.copy_on_device(b, a, len).unwrap();
+    driver.synchronize().unwrap();
+    assert_eq!(read(driver, b, len), data);
+    driver.free(a).unwrap();
+    driver.free(b).unwrap();
+}
+
 fn legacy_ipc_handle_is_stable_and_not_openable_by_its_exporter(driver: &dyn Driver) {
     let ptr = driver.alloc(4096).unwrap();
     let handle = driver.ipc_get_mem_handle(ptr).unwrap();
@@ -212,6 +224,7 @@ conformance!(
     device_reports_identity_and_memory,
     legacy_alloc_round_trips_bytes_and_knows_its_range,
     legacy_ipc_handle_is_stable_and_not_openable_by_its_exporter,
+    device_to_device_copies_land_after_a_synchronize,
     vmm_granularity_is_a_power_of_two,
     vmm_alloc_round_trips_bytes_and_knows_its_range,
     vmm_memory_is_not_legacy_memory,

@@ -366,6 +366,28 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+    /// Copies `len` bytes from device address `src` to device address `dst`
+    /// (`cuMemcpyDtoD`; asynchronous on the device: [`Driver::synchronize`] to wait).
+    /// Either side may be an IPC or fd mapping of another process's memory.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let (a, b) = (driver.alloc(16)?, driver.alloc(16)?);
+    /// driver.copy_to_device(a, b"device to device")?;
+    /// driver.copy_on_device(b, a, 16)?;
+    /// driver.synchronize()?;
+    /// let mut out = [0u8; 16];
+    /// driver.copy_from_device(b, &mut out)?;
+    /// assert_eq!(&out, b"device to device");
+    /// driver.free(a)?;
+    /// driver.free(b)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()>;
     /// Waits for all work of this context (`cuCtxSynchronize`): what a producer does
     /// before it shares a buffer its kernels wrote.
     ///

@@ -109,8 +109,8 @@ struct CuMemAccessDesc {
     flags: c_int,
 }
 
-// The sizes `cuda.h` gives these structs on 64-bit Linux (checked against its
-// bindgen output, e.g. cudarc's `driver::sys`).
+// The sizes `cuda.h` gives these structs on 64-bit Linux (its field list: two ints, a
+// CUmemLocation of two ints, a pointer, and allocFlags of 1 + 1 + 2 + 4 bytes).
 const _: () = assert!(std::mem::size_of::<CuMemLocation>() == 8);
 const _: () = assert!(std::mem::size_of::<CuMemAllocationProp>() == 32);
 const _: () = assert!(std::mem::size_of::<CuMemAccessDesc>() == 12);
@@ -132,6 +132,7 @@ struct Api {
         unsafe extern "C" fn(*mut CuDevicePtr, *mut usize, CuDevicePtr) -> CuResult,
     memcpy_htod: unsafe extern "C" fn(CuDevicePtr, *const c_void, usize) -> CuResult,
     memcpy_dtoh: unsafe extern "C" fn(*mut c_void, CuDevicePtr, usize) -> CuResult,
+    memcpy_dtod: unsafe extern "C" fn(CuDevicePtr, CuDevicePtr, usize) -> CuResult,
     ipc_get_mem_handle: unsafe extern "C" fn(*mut CuIpcMemHandle, CuDevicePtr) -> CuResult,
     ipc_open_mem_handle: unsafe extern "C" fn(*mut CuDevicePtr, CuIpcMemHandle, c_uint) -> CuResult,
     ipc_close_mem_handle: unsafe extern "C" fn(CuDevicePtr) -> CuResult,
@@ -194,6 +195,7 @@ impl Api {
             mem_get_address_range: symbol(lib, "cuMemGetAddressRange_v2")?,
             memcpy_htod: symbol(lib, "cuMemcpyHtoD_v2")?,
             memcpy_dtoh: symbol(lib, "cuMemcpyDtoH_v2")?,
+            memcpy_dtod: symbol(lib, "cuMemcpyDtoD_v2")?,
             ipc_get_mem_handle: symbol(lib, "cuIpcGetMemHandle")?,
             ipc_open_mem_handle: symbol(lib, "cuIpcOpenMemHandle_v2")?,
             ipc_close_mem_handle: symbol(lib, "cuIpcCloseMemHandle")?,
@@ -528,6 +530,13 @@ impl Driver for RealDriver {
         // SAFETY: `dst` is writable for `dst.len()` bytes; the driver checks `src`.
         let code = unsafe { (self.api.memcpy_dtoh)(dst.as_mut_ptr().cast(), src.0, dst.len()) };
         self.check("cuMemcpyDtoH", code)
+    }
+
+    fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
+        self.enter()?;
+        // SAFETY: device addresses and a length by value; the driver checks both ranges.
+        let code = unsafe { (self.api.memcpy_dtod)(dst.0, src.0, len) };
+        self.check("cuMemcpyDtoD", code)
     }
 
     fn synchronize(&self) -> Result<()> {

@@ -9,7 +9,6 @@
 //! then one byte per handle: 1 if a descriptor rides with it (in order), else 0
 //! ```
 
-use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 
 use super::buf::DeviceHandle;
@@ -155,7 +154,7 @@ pub fn recv(stream: &UnixStream) -> Result<DeviceMessage> {
             message.handles.len()
         )));
     }
-    let mut files = files.into_iter().map(|f| OwnedFd::from(f.into_inner()));
+    let mut files = files.into_iter().map(|f| f.into_inner());
     let handles = message
         .handles
         .into_iter()
