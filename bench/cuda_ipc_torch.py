@@ -22,6 +22,17 @@ def pattern(torch, n):
     return (torch.arange(n, dtype=torch.int64) * 31 % 251).to(torch.uint8)
 
 
+def time_copies(torch, dst, src, iters):
+    """Seconds for `iters` copies of src into dst, after one warm-up copy."""
+    dst.copy_(src)
+    torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(iters):
+        dst.copy_(src)
+    torch.cuda.synchronize()
+    return time.perf_counter() - start
+
+
 def consumer(tensors, results, iters):
     import torch
 
@@ -29,13 +40,7 @@ def consumer(tensors, results, iters):
     src = tensors.get()
     attach_us = (time.perf_counter() - start) * 1e6
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
+    seconds = time_copies(torch, dst, src, iters)
     n = min(CHECKED, dst.numel())
     ok = bool(torch.equal(dst[:n].cpu(), pattern(torch, n)))
     del src
@@ -63,13 +68,7 @@ def main():
     n = min(CHECKED, nbytes)
     src[:n] = pattern(torch, n).cuda()
     dst = torch.empty_like(src)
-    dst.copy_(src)
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(iters):
-        dst.copy_(src)
-    torch.cuda.synchronize()
-    local = nbytes * iters / (time.perf_counter() - start) / 1e9
+    local = nbytes * iters / time_copies(torch, dst, src, iters) / 1e9
     del dst
 
     ctx = mp.get_context("spawn")

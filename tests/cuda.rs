@@ -391,3 +391,55 @@ fn real_gpu_posix_fd_buffers_go_to_two_consumers_and_are_freed_after_a_kill() {
     share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::PosixFd);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
 }
+
+/// What `cuda::transport::recv` makes of `bytes` written raw to its socket.
+fn recv_raw(bytes: &[u8]) -> Error {
+    let (mut to, from) = UnixStream::pair().unwrap();
+    to.write_all(bytes).unwrap();
+    drop(to);
+    transport::recv(&from).unwrap_err()
+}
+
+#[test]
+fn device_frames_that_are_no_message_are_malformed_and_say_why() {
+    set_manager_mode(ManagerMode::Off);
+    let header = |magic: &[u8; 4], count: u32| {
+        let mut h = magic.to_vec();
+        h.extend_from_slice(&1u16.to_le_bytes());
+        h.extend_from_slice(&[0, 0]);
+        h.extend_from_slice(&count.to_le_bytes());
+        h
+    };
+    let why = |e: Error| match e {
+        Error::Malformed { why, .. } => why,
+        other => panic!("expected Malformed, got {other}"),
+    };
+    assert!(why(recv_raw(&header(b"SHMX", 0))).contains("header"));
+    assert!(why(recv_raw(&header(b"SHMD", 1 << 20))).contains("device handles in one message"));
+    let mut announced_fd = header(b"SHMD", 1);
+    announced_fd.push(1); // a descriptor announced, none attached
+    assert!(why(recv_raw(&announced_fd)).contains("1 descriptors, 0 arrived"));
+    let mut cut = header(b"SHMD", 2);
+    cut.push(0); // one of the two flag bytes, then the end
+    let err = recv_raw(&cut);
+    assert!(matches!(err, Error::Malformed { .. }), "{err}");
+}
+
+#[test]
+fn more_posix_fd_handles_than_one_message_carries_are_refused_and_given_back() {
+    let (backend, ns) = fake("fdmany");
+    let device = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let bufs: Vec<_> = (0..254).map(|_| device.alloc(64).unwrap()).collect();
+    let handles = bufs.iter().map(|b| b.share().unwrap()).collect();
+    let (to, _from) = UnixStream::pair().unwrap();
+    let err = transport::send(&to, b"", handles).unwrap_err();
+    assert!(err.to_string().contains("at most 253"), "{err}");
+    assert_eq!(
+        bufs[0].census().unwrap().in_flight,
+        0,
+        "the refused handles gave back"
+    );
+    drop(bufs);
+    assert_eq!(device.limbo_len(), 0);
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}

@@ -525,9 +525,9 @@ impl DeviceAllocator for DriverAllocator {
 /// ```
 #[derive(Debug)]
 pub struct VmmAllocator {
-    driver: Arc<dyn Driver>,
+    /// Memory information, reset and deferral are the default allocator's.
+    base: DriverAllocator,
     granularity: u64,
-    deferral: CleanupDeferral,
 }
 
 impl VmmAllocator {
@@ -551,9 +551,8 @@ impl VmmAllocator {
         }
         let granularity = driver.vmm_granularity()?.max(1);
         Ok(VmmAllocator {
-            driver,
+            base: DriverAllocator::new(driver),
             granularity,
-            deferral: CleanupDeferral::default(),
         })
     }
 
@@ -567,11 +566,11 @@ impl VmmAllocator {
 
 impl DeviceAllocator for VmmAllocator {
     fn memalloc(&self, size: usize) -> Result<DevicePtr> {
-        self.driver.vmm_alloc(self.rounded(size)?)
+        self.base.driver.vmm_alloc(self.rounded(size)?)
     }
 
     fn memfree(&self, ptr: DevicePtr) -> Result<()> {
-        self.driver.vmm_free(ptr)
+        self.base.driver.vmm_free(ptr)
     }
 
     fn get_ipc_handle(&self, _ptr: DevicePtr) -> Result<IpcExport> {
@@ -581,9 +580,10 @@ impl DeviceAllocator for VmmAllocator {
     }
 
     fn export(&self, ptr: DevicePtr) -> Result<DeviceExport> {
-        let (base, allocation) = self.driver.address_range(ptr)?;
+        let driver = &self.base.driver;
+        let (base, allocation) = driver.address_range(ptr)?;
         Ok(DeviceExport::PosixFd {
-            fd: self.driver.vmm_export(base)?,
+            fd: driver.vmm_export(base)?,
             allocation,
             offset: ptr.0 - base.0,
         })
@@ -594,14 +594,14 @@ impl DeviceAllocator for VmmAllocator {
     }
 
     fn memory_info(&self) -> Result<MemoryInfo> {
-        self.driver.memory_info()
+        self.base.memory_info()
     }
 
     fn reset(&self) -> Result<()> {
-        self.driver.synchronize()
+        self.base.reset()
     }
 
     fn deferral(&self) -> &CleanupDeferral {
-        &self.deferral
+        self.base.deferral()
     }
 }

@@ -14,8 +14,8 @@ use std::os::unix::net::UnixStream;
 use super::buf::DeviceHandle;
 use crate::DefaultOs;
 use crate::error::{Error, Result};
-use crate::os::MAX_FDS_PER_SEND;
-use crate::os::Os;
+use crate::os::{MAX_FDS_PER_SEND, Os};
+use crate::transport::read_exact;
 
 const MAGIC: [u8; 4] = *b"SHMD";
 const VERSION: u16 = 1;
@@ -125,7 +125,7 @@ pub fn recv(stream: &UnixStream) -> Result<DeviceMessage> {
     let os = DefaultOs::default();
     let mut files = Vec::new();
     let mut header = [0u8; HEADER];
-    if !read_exact(&os, stream, &mut header, &mut files)? {
+    if !read_exact(&os, stream, &mut header, &mut files, true)? {
         return Err(Error::Disconnected);
     }
     let version = u16::from_le_bytes([header[4], header[5]]);
@@ -137,7 +137,7 @@ pub fn recv(stream: &UnixStream) -> Result<DeviceMessage> {
         return Err(malformed(format!("{count} device handles in one message")));
     }
     let mut has_fd = vec![0u8; count];
-    if count > 0 && !read_exact(&os, stream, &mut has_fd, &mut files)? {
+    if count > 0 && !read_exact(&os, stream, &mut has_fd, &mut files, false)? {
         return Err(malformed("connection closed inside a device frame".into()));
     }
     let announced = has_fd.iter().filter(|b| **b == 1).count();
@@ -167,30 +167,6 @@ pub fn recv(stream: &UnixStream) -> Result<DeviceMessage> {
         payload: message.payload,
         handles,
     })
-}
-
-/// Fills `buf` from `stream`; `false` at end of stream before the first byte.
-fn read_exact<O: Os>(
-    os: &O,
-    stream: &O::Stream,
-    buf: &mut [u8],
-    files: &mut Vec<O::File>,
-) -> Result<bool> {
-    let mut filled = 0;
-    while filled < buf.len() {
-        let n = os.recv(stream, &mut buf[filled..], files)?;
-        if n == 0 {
-            if filled == 0 {
-                return Ok(false);
-            }
-            return Err(malformed(format!(
-                "connection closed after {filled} of {} bytes",
-                buf.len()
-            )));
-        }
-        filled += n;
-    }
-    Ok(true)
 }
 
 fn malformed(why: String) -> Error {
