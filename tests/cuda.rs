@@ -15,8 +15,8 @@ use std::sync::Arc;
 
 use shmrc::cuda::real::RealDriver;
 use shmrc::cuda::{
-    CudaDevice, DeviceAllocator, DeviceHandle, DeviceView, DriverAllocator, HandleKind,
-    VmmAllocator, transport,
+    AnyBuf, AnyHandle, CudaDevice, DeviceAllocator, DeviceHandle, DeviceView, DriverAllocator,
+    HandleKind, Placement, VmmAllocator, transport,
 };
 use shmrc::manager::{ManagerMode, set_manager_mode};
 use shmrc::{CreateOptions, Error, Namespace};
@@ -99,10 +99,18 @@ fn child_consumer_role() {
             }
             Some("recv") => {
                 let mut message = transport::recv(&socket).unwrap();
-                let view = device.attach(message.handles.remove(0)).unwrap();
+                let handle = message.handles.remove(0);
+                assert_eq!(
+                    handle.placement(),
+                    Placement::Cuda(Some(device.driver().device().unwrap()))
+                );
+                let AnyBuf::Cuda(view) = handle.attach(std::slice::from_ref(&device)).unwrap()
+                else {
+                    panic!("a device buffer attached as a host one");
+                };
                 let mut data = vec![0u8; view.len()];
                 view.read_at(0, &mut data).unwrap();
-                views.push(view);
+                views.push(*view);
                 format!("attached {}", fnv1a(&data))
             }
             Some("write") => {
@@ -205,7 +213,7 @@ impl Consumer {
                 self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
             }
             HandleKind::PosixFd => {
-                transport::send(&self.socket, b"", vec![handle]).unwrap();
+                transport::send(&self.socket, b"", vec![handle.into()]).unwrap();
                 self.ask("recv")
             }
         }
@@ -416,11 +424,19 @@ fn device_frames_that_are_no_message_are_malformed_and_say_why() {
     };
     assert!(why(recv_raw(&header(b"SHMX", 0))).contains("header"));
     assert!(why(recv_raw(&header(b"SHMD", 1 << 20))).contains("device handles in one message"));
+    let entry = |kind: u8| {
+        let mut e = vec![kind, 0];
+        e.extend_from_slice(&[0; 20]);
+        e
+    };
     let mut announced_fd = header(b"SHMD", 1);
-    announced_fd.push(1); // a descriptor announced, none attached
+    announced_fd.extend(entry(2)); // a descriptor announced, none attached
     assert!(why(recv_raw(&announced_fd)).contains("1 descriptors, 0 arrived"));
+    let mut unknown = header(b"SHMD", 1);
+    unknown.extend(entry(9));
+    assert!(why(recv_raw(&unknown)).contains("handle kind 9"));
     let mut cut = header(b"SHMD", 2);
-    cut.push(0); // one of the two flag bytes, then the end
+    cut.extend(entry(0)); // one of the two entries, then the end
     let err = recv_raw(&cut);
     assert!(matches!(err, Error::Malformed { .. }), "{err}");
 }
@@ -430,7 +446,7 @@ fn more_posix_fd_handles_than_one_message_carries_are_refused_and_given_back() {
     let (backend, ns) = fake("fdmany");
     let device = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
     let bufs: Vec<_> = (0..254).map(|_| device.alloc(64).unwrap()).collect();
-    let handles = bufs.iter().map(|b| b.share().unwrap()).collect();
+    let handles = bufs.iter().map(|b| b.share().unwrap().into()).collect();
     let (to, _from) = UnixStream::pair().unwrap();
     let err = transport::send(&to, b"", handles).unwrap_err();
     assert!(err.to_string().contains("at most 253"), "{err}");
@@ -442,4 +458,42 @@ fn more_posix_fd_handles_than_one_message_carries_are_refused_and_given_back() {
     drop(bufs);
     assert_eq!(device.limbo_len(), 0);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn host_and_device_handles_go_in_one_message_and_attach_where_they_live() {
+    let (backend, ns) = fake("mixed");
+    let producer = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let gpu = producer.alloc(64).unwrap();
+    let host = shmrc::ShmBuf::new(64).unwrap();
+    host.write_at(0, b"host").unwrap();
+    let (to, from) = UnixStream::pair().unwrap();
+    let handles: Vec<AnyHandle> = vec![gpu.share().unwrap().into(), host.share().unwrap().into()];
+    transport::send(&to, b"mixed", handles).unwrap();
+    let message = transport::recv(&from).unwrap();
+    let placements: Vec<String> = message
+        .handles
+        .iter()
+        .map(|h| h.placement().to_string())
+        .collect();
+    assert_eq!(placements, ["cuda:0", "host"]);
+    let mut handles = message.handles.into_iter();
+    // This process exported the device buffer: its attach is refused as CUDA would.
+    let err = handles
+        .next()
+        .unwrap()
+        .attach(std::slice::from_ref(&producer))
+        .unwrap_err();
+    assert!(matches!(err, Error::CudaOwnExport { .. }), "{err}");
+    let AnyBuf::Host(received) = handles.next().unwrap().attach(&[]).unwrap() else {
+        panic!("a host buffer attached as a device one");
+    };
+    let mut out = [0u8; 4];
+    received.read_at(0, &mut out).unwrap();
+    assert_eq!(&out, b"host");
+    assert_eq!(
+        gpu.census().unwrap().in_flight,
+        0,
+        "the refused handle gave back"
+    );
 }

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 
 use super::allocator::{DeviceAllocator, DeviceExport};
 use super::device::CudaDevice;
-use super::driver::{DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle};
+use super::driver::{
+    DeviceId, DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle,
+};
 use super::identity::{IDENTITY_BYTES, Identity};
 use super::limbo::Entry;
 use super::lock;
@@ -214,6 +216,8 @@ struct Shared<O: Os> {
     kind: HandleKind,
     /// Recorded at every share; consumers' streams wait on it.
     event: EventId,
+    /// The device the memory is on (every handle says so).
+    device: DeviceId,
 }
 
 impl<O: Os> DeviceBuf<O> {
@@ -295,6 +299,7 @@ impl<O: Os> DeviceBuf<O> {
             keepalive,
             kind,
             event,
+            device,
         }) = shared.as_ref()
         else {
             return Err(Error::NotHolder {
@@ -322,6 +327,7 @@ impl<O: Os> DeviceBuf<O> {
         Ok(DeviceHandle {
             keepalive: keepalive.share()?,
             fd,
+            device: Some(*device),
         })
     }
 
@@ -338,13 +344,14 @@ impl<O: Os> DeviceBuf<O> {
                 *offset,
             ),
         };
+        let device = inner.driver.device()?;
         let identity = Identity {
             kind,
             ipc,
             allocation,
             offset,
             size: self.span.size,
-            device: inner.driver.device()?,
+            device,
             producer: inner.os.current(),
             event: Some(inner.driver.ipc_event_handle(event)?),
         };
@@ -354,6 +361,7 @@ impl<O: Os> DeviceBuf<O> {
             keepalive,
             kind,
             event,
+            device,
         })
     }
 
@@ -486,6 +494,9 @@ pub struct DeviceHandle<O: Os = crate::DefaultOs> {
     keepalive: ShareHandle<O>,
     /// The allocation's descriptor, for a [`HandleKind::PosixFd`] buffer.
     fd: Option<OwnedFd>,
+    /// The device the memory is on; unknown for a handle rebuilt from bytes or from a
+    /// keep-alive handle (its keep-alive says, once attached).
+    device: Option<DeviceId>,
 }
 
 impl<O: Os> DeviceHandle<O> {
@@ -573,14 +584,42 @@ impl<O: Os> DeviceHandle<O> {
         }
     }
 
-    /// The keep-alive handle and the descriptor (what [`super::transport`] sends).
-    pub(crate) fn into_parts(self) -> (ShareHandle<O>, Option<OwnedFd>) {
-        (self.keepalive, self.fd)
+    /// The device the buffer's memory is on, when the handle says (one made by a
+    /// share or received with [`super::transport`]; not one rebuilt from bytes).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::CreateOptions;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-handle-device", 1 << 30, &CreateOptions::new())?;
+    /// let handle = device.alloc(64)?.share()?;
+    /// assert_eq!(handle.device(), Some(device.driver().device()?));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn device(&self) -> Option<DeviceId> {
+        self.device
+    }
+
+    /// The keep-alive handle, the descriptor and the device (what
+    /// [`super::transport`] sends).
+    pub(crate) fn into_parts(self) -> (ShareHandle<O>, Option<OwnedFd>, Option<DeviceId>) {
+        (self.keepalive, self.fd, self.device)
     }
 
     /// A handle from its parts (what [`super::transport`] received).
-    pub(crate) fn from_parts(keepalive: ShareHandle<O>, fd: Option<OwnedFd>) -> DeviceHandle<O> {
-        DeviceHandle { keepalive, fd }
+    pub(crate) fn from_parts(
+        keepalive: ShareHandle<O>,
+        fd: Option<OwnedFd>,
+        device: Option<DeviceId>,
+    ) -> DeviceHandle<O> {
+        DeviceHandle {
+            keepalive,
+            fd,
+            device,
+        }
     }
 
     /// A device handle from a keep-alive handle received over a socket (see
@@ -609,6 +648,7 @@ impl<O: Os> DeviceHandle<O> {
         DeviceHandle {
             keepalive,
             fd: None,
+            device: None,
         }
     }
 
@@ -746,7 +786,7 @@ pub struct DeviceView<O: Os = crate::DefaultOs> {
 
 impl<O: Os> DeviceView<O> {
     pub(crate) fn attach(device: &CudaDevice<O>, handle: DeviceHandle<O>) -> Result<DeviceView<O>> {
-        let (keepalive, fd) = handle.into_parts();
+        let (keepalive, fd, _) = handle.into_parts();
         let keepalive = ShmBuf::attach(keepalive)?;
         let segment = keepalive
             .name()
@@ -910,6 +950,7 @@ impl<O: Os> DeviceView<O> {
         Ok(DeviceHandle {
             keepalive: self.keepalive.share()?,
             fd,
+            device: Some(self.identity.device),
         })
     }
 

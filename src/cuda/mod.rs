@@ -16,7 +16,9 @@
 //!   table of opened IPC handles).
 //! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
 //! - [`limbo`]: when a dropped buffer may be freed.
-//! - [`transport`]: device handles over a Unix socket (a `posix_fd` handle's
+//! - [`placement`]: one share path for host and device buffers ([`AnyHandle`] says
+//!   where its buffer lives; attach dispatches on it).
+//! - [`transport`]: host and device handles over a Unix socket (a `posix_fd` handle's
 //!   descriptor rides with `SCM_RIGHTS`).
 //!
 //! ```
@@ -78,6 +80,8 @@ pub mod fake;
 pub mod identity;
 pub mod limbo;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod placement;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod real;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod transport;
@@ -93,6 +97,8 @@ pub use driver::{
 };
 pub use fake::FakeDriver;
 pub use limbo::CollectReport;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use placement::{AnyBuf, AnyHandle, Placement};
 
 /// Locks `m`, recovering from poisoning: no code holding these locks panics half-way
 /// through an update.

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use shmrc::cuda::{
-    CudaDevice, DeviceAllocator, DriverAllocator, HandleKind, VmmAllocator, transport,
+    AnyBuf, CudaDevice, DeviceAllocator, DriverAllocator, HandleKind, VmmAllocator, transport,
 };
 use shmrc::manager::{ManagerMode, set_manager_mode};
 use shmrc::{CreateOptions, Error, Namespace};
@@ -120,7 +120,9 @@ fn consumer(options: &Options) -> shmrc::Result<()> {
     let mut message = transport::recv(&socket)?;
     let handle = message.handles.pop().ok_or(Error::Disconnected)?;
     let start = Instant::now();
-    let view = device.attach(handle)?;
+    let AnyBuf::Cuda(view) = handle.attach(std::slice::from_ref(&device))? else {
+        return Err(Error::InvalidArgument("a host buffer arrived".into()));
+    };
     let attach = start.elapsed();
     let own = device.alloc(options.bytes)?;
     let seconds = time_copies(&device, own.ptr(), view.ptr(), options.bytes, options.iters)?;
@@ -161,7 +163,7 @@ fn through_ipc(
         .map_err(|e| e.to_string())?;
     let (socket, _) = listener.accept().map_err(|e| e.to_string())?;
     let handle = src.share().map_err(|e| e.to_string())?;
-    transport::send(&socket, b"", vec![handle]).map_err(|e| e.to_string())?;
+    transport::send(&socket, b"", vec![handle.into()]).map_err(|e| e.to_string())?;
     let mut line = String::new();
     let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
     stdout.read_line(&mut line).map_err(|e| e.to_string())?;
