@@ -237,10 +237,12 @@ impl<O: Os> DeviceBuf<O> {
     }
 
     /// A handle that lets one other process attach this buffer; it holds an in-flight
-    /// reference, so the memory stays allocated while it travels. Waits for the
-    /// device's queued work first (`cuCtxSynchronize`), so the consumer sees what this
-    /// process's kernels wrote. Send it as bytes ([`DeviceHandle::into_bytes`]) or over
-    /// a Unix socket ([`DeviceHandle::into_share_handle`]).
+    /// reference, so the memory stays allocated while it travels. Records the buffer's
+    /// IPC event on this process's default stream first (`cuEventRecord`; the host does
+    /// not wait), and the consumer's stream waits on it at attach, so the consumer sees
+    /// what this process's kernels queued before the share. A legacy-IPC handle goes as
+    /// bytes ([`DeviceHandle::into_bytes`]) or over a Unix socket; a posix_fd one only
+    /// over a socket ([`super::transport::send`]).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {

@@ -388,8 +388,9 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()>;
-    /// Waits for all work of this context (`cuCtxSynchronize`): what a producer does
-    /// before it shares a buffer its kernels wrote.
+    /// Waits for all work of this context (`cuCtxSynchronize`): what a consumer does
+    /// before it releases a buffer its kernels wrote (sharing orders the producer's
+    /// work with an IPC event instead).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {

@@ -605,7 +605,15 @@ impl Driver for RealDriver {
         // SAFETY: releases the retain above, once.
         let _ = unsafe { (self.api.mem_release)(handle) };
         self.check("cuMemExportToShareableHandle", code)?;
-        // SAFETY: on success the driver created `fd` for the caller, who owns it.
+        if fd < 0 {
+            return Err(driver_error(
+                "cuMemExportToShareableHandle",
+                0,
+                "CUDA_SUCCESS with no descriptor",
+            ));
+        }
+        // SAFETY: on success the driver created `fd` (checked open above) for the
+        // caller, who owns it from here.
         Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     }
 
