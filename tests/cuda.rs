@@ -309,7 +309,7 @@ fn two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() 
 
 #[test]
 fn posix_fd_buffers_go_to_two_consumers_by_scm_rights_and_are_freed_after_a_kill() {
-    let (backend, ns) = fake("fd");
+    let (backend, ns) = fake("fdtwo");
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
@@ -395,7 +395,7 @@ fn real_gpu_two_consumer_processes_share_both_ways_and_the_producer_frees_after_
 #[ignore = "needs an NVIDIA GPU and driver"]
 fn real_gpu_posix_fd_buffers_go_to_two_consumers_and_are_freed_after_a_kill() {
     set_manager_mode(ManagerMode::Off);
-    let ns = Namespace::new("shmrc-t-cudarealfd").unwrap();
+    let ns = Namespace::new("shmrc-t-cudafdreal").unwrap();
     share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::PosixFd);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
 }
