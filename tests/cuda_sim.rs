@@ -590,6 +590,12 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
         ..fd_beyond
     };
     assert_eq!(Identity::decode(&fd_fits.encode(), name).unwrap(), fd_fits);
+    // A posix_fd identity arriving as bytes has no descriptor to import.
+    let err = attach(&dev_a, &a, &forged_keepalive(&p, &fd_fits)).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("without its descriptor")),
+        "{err}"
+    );
     assert_eq!(Identity::decode(&good.encode(), name).unwrap(), good);
 }
 

@@ -69,6 +69,7 @@ const OUT_OF_MEMORY: (i32, &str) = (2, "CUDA_ERROR_OUT_OF_MEMORY");
 const INVALID_CONTEXT: (i32, &str) = (201, "CUDA_ERROR_INVALID_CONTEXT");
 const ALREADY_MAPPED: (i32, &str) = (208, "CUDA_ERROR_ALREADY_MAPPED");
 const INVALID_HANDLE: (i32, &str) = (400, "CUDA_ERROR_INVALID_HANDLE");
+const NOT_SUPPORTED: (i32, &str) = (801, "CUDA_ERROR_NOT_SUPPORTED");
 /// Bytes of a fake event's object: its record count.
 const EVENT_BYTES: u64 = 8;
 
@@ -143,6 +144,9 @@ pub struct FakeDriver<O: Os> {
     os: O,
     prefix: String,
     total: u64,
+    /// Whether the device exports POSIX fds (`without_posix_fd` models one that
+    /// does not).
+    posix_fd: bool,
     state: Mutex<State<O>>,
 }
 
@@ -187,6 +191,7 @@ impl<O: Os> FakeDriver<O> {
             os,
             prefix: prefix.to_owned(),
             total,
+            posix_fd: true,
             state: Mutex::new(State {
                 next_window: 0,
                 allocated: 0,
@@ -198,6 +203,25 @@ impl<O: Os> FakeDriver<O> {
                 waits: 0,
             }),
         })
+    }
+
+    /// The same fake device, but one that cannot export its memory as POSIX fds (as
+    /// a GPU without `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`):
+    /// `supports_posix_fd` is false and the fd calls fail with
+    /// `CUDA_ERROR_NOT_SUPPORTED`, so devices over it share legacy IPC handles.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-no-fd", 1 << 30)?.without_posix_fd();
+    /// assert!(!driver.supports_posix_fd()?);
+    /// assert!(driver.vmm_alloc(2 << 20).is_err());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn without_posix_fd(mut self) -> FakeDriver<O> {
+        self.posix_fd = false;
+        self
     }
 
     /// Number of allocations made here and not yet freed.
@@ -559,7 +583,7 @@ impl<O: Os> Driver for FakeDriver<O> {
     }
 
     fn supports_posix_fd(&self) -> Result<bool> {
-        Ok(true)
+        Ok(self.posix_fd)
     }
 
     fn vmm_granularity(&self) -> Result<u64> {
@@ -568,6 +592,9 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn vmm_alloc(&self, size: u64) -> Result<DevicePtr> {
         const CALL: &str = "cuMemCreate";
+        if !self.posix_fd {
+            return Err(fail(CALL, NOT_SUPPORTED));
+        }
         if size == 0 || size % GRANULARITY != 0 || size >= WINDOW {
             return Err(fail(CALL, INVALID_VALUE));
         }
@@ -605,6 +632,9 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr> {
         const CALL: &str = "cuMemImportFromShareableHandle";
+        if !self.posix_fd {
+            return Err(fail(CALL, NOT_SUPPORTED));
+        }
         let file = File::from(fd.try_clone_to_owned().map_err(|e| Error::os("dup", e))?);
         // A file that is no allocation of this size does not map (cuMemMap refuses).
         let actual = file.metadata().map(|m| m.len()).unwrap_or(0);

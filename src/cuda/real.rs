@@ -12,7 +12,14 @@
 //! them), resolved from the library that [`RealDriver`] keeps loaded for as long as
 //! the pointers live. Out-pointers point at locals of the right C type; host buffers
 //! passed to copies are Rust slices of exactly the length given. Device addresses are
-//! never dereferenced on the host.
+//! never dereferenced on the host. `CUevent` values travel as [`EventId`] integers made
+//! only here, from events this driver created or opened. The one other `unsafe` is
+//! taking ownership of the descriptor `cuMemExportToShareableHandle` creates for the
+//! caller (checked non-negative first).
+//!
+//! VMM allocations (`vmm_*`) are reserved, mapped and given read-write access for this
+//! device; the allocation handle is released right after mapping (the mapping holds the
+//! memory), and a table of mapped ranges serves `address_range` and the unmap.
 #![allow(unsafe_code)]
 
 use std::collections::BTreeMap;
