@@ -17,7 +17,7 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Child, Command, ExitCode, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -161,7 +161,15 @@ fn through_ipc(
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    let (socket, _) = listener.accept().map_err(|e| e.to_string())?;
+    let socket = match accept_or_exit(&listener, &mut child) {
+        Ok(socket) => socket,
+        Err(e) => {
+            // Ours to end: it never connected.
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(e);
+        }
+    };
     let handle = src.share().map_err(|e| e.to_string())?;
     transport::send(&socket, b"", vec![handle.into()]).map_err(|e| e.to_string())?;
     let mut line = String::new();
@@ -178,6 +186,23 @@ fn through_ipc(
         (true, [_, _, "false"]) => Err("the consumer read wrong bytes".into()),
         _ => Err(format!("the consumer failed ({status}): {line:?}")),
     }
+}
+
+/// The consumer's connection; an error if it exits first or takes over a minute.
+fn accept_or_exit(listener: &UnixListener, child: &mut Child) -> Result<UnixStream, String> {
+    use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+    use std::os::fd::AsFd;
+    let deadline = Instant::now() + std::time::Duration::from_secs(60);
+    while Instant::now() < deadline {
+        let mut fds = [PollFd::new(listener.as_fd(), PollFlags::POLLIN)];
+        if poll(&mut fds, PollTimeout::from(100u16)).map_err(|e| e.to_string())? > 0 {
+            return listener.accept().map(|(s, _)| s).map_err(|e| e.to_string());
+        }
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Err(format!("the consumer exited before connecting ({status})"));
+        }
+    }
+    Err("the consumer did not connect within 60 s".into())
 }
 
 fn main() -> ExitCode {
