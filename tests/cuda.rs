@@ -337,23 +337,30 @@ fn a_posix_fd_handle_refuses_to_travel_as_bytes_and_gives_its_reference_back() {
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
 }
 
-#[test]
-fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
-    let (backend, ns) = fake("sweep");
+/// One consumer holds the only other reference and is SIGKILLed; `shmrc::sweep`
+/// reclaims its slot and the producer's next alloc frees the memory (and its event).
+fn killed_last_consumer_is_swept(test: &str, kind: HandleKind) {
+    let (backend, ns) = fake(test);
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
-    let device = backend.device_sharing(&ns, HandleKind::LegacyIpc).unwrap();
+    let device = backend.device_sharing(&ns, kind).unwrap();
     let buf = device.alloc(4096).unwrap();
     let mut doomed = Consumer::start(&backend, &ns);
     assert!(doomed.attach(buf.share().unwrap()).starts_with("attached"));
     drop(buf);
     assert_eq!(device.limbo_len(), 1);
+    // Named objects of the fake device: its IPC event, and for legacy handles the
+    // memory too (posix_fd memory is a memfd, which has no name).
+    let named = match kind {
+        HandleKind::LegacyIpc => 2,
+        HandleKind::PosixFd => 1,
+    };
     let objects = shm_names(&[prefix]);
     assert_eq!(
         objects.len(),
-        2,
-        "the device memory and its IPC event live: {objects:?}"
+        named,
+        "the memory and its event live: {objects:?}"
     );
 
     doomed.kill();
@@ -367,6 +374,16 @@ fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
     );
     drop(next);
     assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
+    killed_last_consumer_is_swept("sweep", HandleKind::LegacyIpc);
+}
+
+#[test]
+fn a_killed_last_posix_fd_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
+    killed_last_consumer_is_swept("fdsweep", HandleKind::PosixFd);
 }
 
 #[test]
