@@ -377,16 +377,6 @@ impl Claim {
         }
     }
 
-    /// Where it stands.
-    pub fn at(&self) -> ClaimAt {
-        self.at
-    }
-
-    /// The retry round it is in (from 0).
-    pub fn round(&self) -> usize {
-        self.round
-    }
-
     /// Puts it in retry round `round` (the exhaustive check keeps no round counter: it
     /// explores a round's end both as another round and as the last one).
     pub fn set_round(&mut self, round: usize) {
@@ -625,16 +615,6 @@ impl Finalize {
             reclaimed: 0,
             at: Finalize::round_start(h),
         }
-    }
-
-    /// Where it stands.
-    pub fn at(&self) -> FinalizeAt {
-        self.at
-    }
-
-    /// The retry round it is in (from 0).
-    pub fn round(&self) -> usize {
-        self.round
     }
 
     /// Puts it in retry round `round` (see [`Claim::set_round`]).
