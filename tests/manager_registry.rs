@@ -872,3 +872,85 @@ fn a_manager_with_no_client_exits_after_its_grace_period_having_swept() {
     assert!(world.managers[0].is_none(), "the manager exited");
     assert!(world.segments().is_empty());
 }
+
+/// The clients, and the crash points of a manager's sweep, the exhaustive test uses.
+const EXHAUSTIVE_CLIENTS: u8 = 2;
+const EXHAUSTIVE_CRASHES: [Option<u8>; 3] = [None, Some(0), Some(2)];
+
+/// Every operation enabled in `shape` over the exhaustive test's alphabet: two clients,
+/// the first namespace, a client's first buffer, both managers, and a manager's sweep
+/// killed at its first or third crash point or not at all.
+fn enabled(shape: &Shape) -> Vec<Op> {
+    let mut ops = Vec::new();
+    let live = |c: u8| shape.clients[usize::from(c)].is_some();
+    for m in 0..MANAGERS as u8 {
+        if shape.managers[usize::from(m)] {
+            ops.push(Op::KillManager { m });
+            for crash_at in EXHAUSTIVE_CRASHES {
+                ops.push(Op::Poll { m, crash_at });
+            }
+            ops.push(Op::Timer { m, crash_at: None });
+            for c in (0..EXHAUSTIVE_CLIENTS).filter(|&c| live(c)) {
+                ops.push(Op::Connect { c, m });
+            }
+        } else {
+            for crash_at in EXHAUSTIVE_CRASHES {
+                ops.push(Op::StartManager { m, crash_at });
+            }
+        }
+    }
+    for c in 0..EXHAUSTIVE_CLIENTS {
+        match shape.clients[usize::from(c)] {
+            None => ops.push(Op::Respawn { c }),
+            Some(held) => {
+                ops.push(Op::Create { c, n: 0 });
+                ops.push(Op::KillClient { c });
+                if held > 0 {
+                    ops.push(Op::Release { c, buf: 0 });
+                    for to in (0..EXHAUSTIVE_CLIENTS).filter(|&to| to != c && live(to)) {
+                        ops.push(Op::Share { c, buf: 0, to });
+                    }
+                }
+            }
+        }
+    }
+    ops
+}
+
+/// Bounded exhaustive check of the registry: every sequence of up to
+/// `SHMRC_REGISTRY_DEPTH` operations (default 4; `.ci/verify` runs 5) over the alphabet of
+/// [`enabled`], each run from a fresh world with P1 and P3 checked after every step and
+/// then finished (every client killed, the managers poll, a restart sweeps: nothing may
+/// be left).
+#[test]
+fn every_sequence_of_registry_operations_up_to_the_bound_keeps_p1_and_p3() {
+    let depth: usize = std::env::var("SHMRC_REGISTRY_DEPTH")
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(4);
+    let mut managers = vec![false; MANAGERS];
+    managers[0] = true;
+    let initial = Shape {
+        clients: vec![Some(0); CLIENTS],
+        managers,
+    };
+    let mut stack = vec![(initial, Vec::new())];
+    let mut sequences = 0u64;
+    while let Some((shape, prefix)) = stack.pop() {
+        if prefix.len() == depth {
+            continue;
+        }
+        for op in enabled(&shape) {
+            let mut ops: Vec<Op> = prefix.clone();
+            ops.push(op);
+            if let Err(why) = scenario(&ops) {
+                panic!("VIOLATION {why}\n  sequence: {ops:?}");
+            }
+            sequences += 1;
+            stack.push((Reference::apply(shape.clone(), &ops[ops.len() - 1]), ops));
+        }
+    }
+    eprintln!(
+        "registry: every sequence of up to {depth} operations: {sequences} sequences, each finished"
+    );
+}
