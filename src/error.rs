@@ -277,6 +277,50 @@ pub enum Error {
         segment: String,
     },
 
+    /// A buffer could not be frozen ([`ShmBuf::freeze`](crate::ShmBuf::freeze),
+    /// [`ShmBufMut::freeze`](crate::ShmBufMut::freeze)): it is a file_system buffer
+    /// (named segments cannot be sealed), another clone of it lives in this process,
+    /// this process does not hold it, or another process still maps it writable.
+    /// `why` says which. The buffer is handed back unchanged in the
+    /// [`FreezeError`](crate::FreezeError) (freeze before sharing, or drop the clones).
+    #[error("cannot freeze {segment}: {why}")]
+    CannotFreeze {
+        /// The segment.
+        segment: String,
+        /// What stands in the way.
+        why: String,
+    },
+
+    /// A handle given to [`FrozenBuf::attach`](crate::FrozenBuf::attach) is not of a
+    /// frozen buffer: a file_system handle, or a memfd that is not sealed against
+    /// writes. Attach it as a [`ShmBuf`](crate::ShmBuf) instead (with the usual
+    /// `unsafe` contract for zero-copy reads), or have the sender freeze it first.
+    #[error("{segment} is not frozen (sealed against writes): {why}")]
+    NotFrozen {
+        /// The segment.
+        segment: String,
+        /// Why it does not qualify.
+        why: &'static str,
+    },
+
+    /// A typed view that does not fit the bytes: the range is outside the buffer, its
+    /// start is not aligned for `T`, or its length is not a multiple of `T`'s size.
+    /// Nothing was read or written; pick a range that fits (buffers' data starts
+    /// 64-byte aligned, so offsets that are multiples of `align_of::<T>()` are).
+    #[error("cannot view {len} bytes at offset {offset} of a {size}-byte buffer as [{type_name}]: {why}")]
+    BadView {
+        /// The element type.
+        type_name: &'static str,
+        /// Start of the range in bytes.
+        offset: usize,
+        /// Length of the range in bytes.
+        len: usize,
+        /// The buffer's length in bytes.
+        size: usize,
+        /// What does not fit.
+        why: &'static str,
+    },
+
     /// The peer closed the socket (between messages, for
     /// [`transport::recv`](crate::transport::recv)), or the manager closed its
     /// connection. For a transport: the sender is done or gone, stop receiving from

@@ -74,6 +74,10 @@ pub mod buf;
 pub mod cuda;
 #[doc(hidden)]
 pub mod error;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod exclusive;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod frozen;
 #[doc(hidden)]
 pub mod handle;
 #[doc(hidden)]
@@ -96,6 +100,7 @@ pub mod sync;
 #[doc(hidden)]
 pub mod token;
 pub mod transport;
+mod view;
 
 pub use buf::{CreateOptions, ShmBuf};
 pub use error::{Error, Result};
@@ -136,3 +141,8 @@ mod production;
 pub use os::posix::DataRegion;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use production::{inspect, sweep};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use {
+    exclusive::ShmBufMut,
+    frozen::{FreezeError, FrozenBuf},
+};
