@@ -90,6 +90,7 @@ fn a_file_system_buffer_cannot_be_frozen_and_comes_back_unchanged() {
     let mut out = [0u8; 4];
     back.read_at(0, &mut out).unwrap();
     assert_eq!(&out, b"kept");
+    drop(back);
 
     let mut exclusive = ShmBufMut::with_options(8, &fs_options(&t)).unwrap();
     exclusive.copy_from_slice(b"12345678");
