@@ -144,7 +144,8 @@ impl CreateOptions {
 
 pub(crate) struct Inner<O: Os> {
     os: O,
-    map: O::Map,
+    /// Shared so that a channel can watch an in-flight slot after the reference goes.
+    map: Arc<O::Map>,
     fields: Fields,
     backing: Backing<O>,
     /// The process that holds the reference (differs from the current one after fork).
@@ -154,7 +155,7 @@ pub(crate) struct Inner<O: Os> {
 
 impl<O: Os> Inner<O> {
     fn holders(&self) -> Option<Holders<'_>> {
-        Header::of(&self.map, self.fields.layout.capacity).map(|h| h.holders())
+        Header::of(&*self.map, self.fields.layout.capacity).map(|h| h.holders())
     }
 
     fn segment(&self) -> String {
@@ -690,6 +691,16 @@ impl<O: Os> ShmBuf<O> {
         }
     }
 
+    /// The mapping and slot capacity, to watch the holder slots after this reference
+    /// is gone (a channel's in-flight ledger).
+    #[cfg_attr(not(feature = "channel"), allow(dead_code))]
+    pub(crate) fn slot_watch(&self) -> (Arc<O::Map>, usize) {
+        (
+            Arc::clone(&self.inner.map),
+            self.inner.fields.layout.capacity,
+        )
+    }
+
     /// Whether this value is the only live reference to the buffer in this process.
     #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
     pub(crate) fn is_only_clone(&self) -> bool {
@@ -702,7 +713,12 @@ impl<O: Os> ShmBuf<O> {
     pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
         let opened = segment::open_file(os, &file, what)?;
         Ok(ShmBuf {
-            inner: register(os.clone(), opened.map, opened.fields, Backing::Anonymous { file }),
+            inner: register(
+                os.clone(),
+                opened.map,
+                opened.fields,
+                Backing::Anonymous { file },
+            ),
         })
     }
 }
@@ -724,7 +740,7 @@ fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> A
     let holder = os.current();
     let inner = Arc::new(Inner {
         os,
-        map,
+        map: Arc::new(map),
         fields,
         backing,
         holder,

@@ -307,7 +307,9 @@ pub enum Error {
     /// start is not aligned for `T`, or its length is not a multiple of `T`'s size.
     /// Nothing was read or written; pick a range that fits (buffers' data starts
     /// 64-byte aligned, so offsets that are multiples of `align_of::<T>()` are).
-    #[error("cannot view {len} bytes at offset {offset} of a {size}-byte buffer as [{type_name}]: {why}")]
+    #[error(
+        "cannot view {len} bytes at offset {offset} of a {size}-byte buffer as [{type_name}]: {why}"
+    )]
     BadView {
         /// The element type.
         type_name: &'static str,
@@ -319,6 +321,39 @@ pub enum Error {
         size: usize,
         /// What does not fit.
         why: &'static str,
+    },
+
+    /// No message began within the time given to
+    /// [`Receiver::recv_timeout`](crate::channel::Receiver::recv_timeout) (or none was
+    /// waiting, for `try_recv`). Nothing was read: the channel is in step, call again.
+    #[error("no message within {after:?}")]
+    Timeout {
+        /// How long the call waited.
+        after: std::time::Duration,
+    },
+
+    /// A channel message that serde could not encode or decode: a type that postcard
+    /// cannot carry (it is not self-describing: `#[serde(flatten)]`, untagged enums and
+    /// `deserialize_any` are out), a `ShmBuf` serialized outside a channel, or bytes
+    /// that are not a `T` (the two ends disagree on the type). A failed send sent
+    /// nothing; after a failed receive the message is dropped (its buffers released)
+    /// and the channel stays in step.
+    #[error("cannot {during} a channel message: {why}")]
+    Codec {
+        /// `"encode"` or `"decode"`.
+        during: &'static str,
+        /// What serde or postcard said.
+        why: String,
+    },
+
+    /// A channel to another process could not be set up: the child exited before it
+    /// connected, nobody connected in time, or the variable naming the server
+    /// (`SHMRC_CHANNEL`) is missing in a process that was not started by
+    /// [`channel::spawn`](crate::channel::spawn). `why` says which.
+    #[error("cannot set up the channel: {why}")]
+    Bootstrap {
+        /// What went wrong.
+        why: String,
     },
 
     /// The peer closed the socket (between messages, for

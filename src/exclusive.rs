@@ -59,7 +59,10 @@ impl ShmBufMut {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn new(len: usize) -> Result<ShmBufMut> {
-        ShmBufMut::with_options(len, &CreateOptions::new().strategy(Strategy::FileDescriptor))
+        ShmBufMut::with_options(
+            len,
+            &CreateOptions::new().strategy(Strategy::FileDescriptor),
+        )
     }
 
     /// Creates a zero-filled buffer as `options` say (a file_system one can be shared

@@ -70,6 +70,8 @@
 
 #[doc(hidden)]
 pub mod buf;
+#[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+pub mod channel;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[doc(hidden)]

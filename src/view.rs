@@ -33,8 +33,12 @@ pub(crate) fn item_range<T: Pod>(first: usize, count: usize, size: usize) -> Res
         size,
         why,
     };
-    let start = first.checked_mul(item).ok_or_else(|| bad("the offset overflows"))?;
-    let len = count.checked_mul(item).ok_or_else(|| bad("the length overflows"))?;
+    let start = first
+        .checked_mul(item)
+        .ok_or_else(|| bad("the offset overflows"))?;
+    let len = count
+        .checked_mul(item)
+        .ok_or_else(|| bad("the length overflows"))?;
     match start.checked_add(len) {
         Some(end) if end <= size => Ok(start..end),
         _ => Err(bad("the range is outside the buffer")),

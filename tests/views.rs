@@ -34,7 +34,11 @@ fn an_exclusive_buffer_written_as_floats_is_read_back_frozen_as_floats() {
     assert_eq!(floats.len(), 1024);
     assert_eq!(floats[1023], 511.5);
     assert_eq!(received.items::<f32>(10, 2).unwrap(), [5.0, 5.5]);
-    assert_eq!(received.as_ptr() as usize % 64, 0, "data starts 64-byte aligned");
+    assert_eq!(
+        received.as_ptr() as usize % 64,
+        0,
+        "data starts 64-byte aligned"
+    );
     assert_eq!(&received[..], &frozen[..]);
 }
 
@@ -108,10 +112,7 @@ fn a_buffer_with_another_clone_cannot_be_frozen_until_the_clone_goes() {
     buf.write_at(0, b"x").unwrap();
     let clone = buf.clone();
     let failed = buf.freeze().unwrap_err();
-    assert!(
-        failed.to_string().contains("another clone"),
-        "{failed}"
-    );
+    assert!(failed.to_string().contains("another clone"), "{failed}");
     let buf = failed.into_buf().unwrap();
     drop(clone);
     let frozen = buf.freeze().unwrap();

@@ -137,8 +137,10 @@ pub(super) fn seal_size(file: &PosixFile) -> Result<()> {
 /// still has a writable shared mapping of it: that is [`Error::CannotFreeze`], and
 /// nothing changed.
 pub(super) fn seal_writes(file: &PosixFile, segment: &str) -> Result<()> {
-    let seals =
-        SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SEAL;
     match fcntl(file, FcntlArg::F_ADD_SEALS(seals)) {
         Ok(_) => Ok(()),
         Err(Errno::EBUSY) => Err(Error::CannotFreeze {
