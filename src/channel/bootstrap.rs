@@ -42,7 +42,7 @@ const SPAWN_CONNECT_LIMIT: Duration = Duration::from_secs(30);
 /// // in the other process (here a thread):
 /// let other = std::thread::spawn(move || -> shmrc::Result<()> {
 ///     let (to_server, from_server) = connect::<u32, String>(&name)?;
-///     to_server.send(&from_server.recv()?.len() as u32)?; // echo the length
+///     to_server.send(&(from_server.recv()?.len() as u32))?; // echo the length
 ///     Ok(())
 /// });
 /// let (tx, rx) = server.accept(Duration::from_secs(10))?;
