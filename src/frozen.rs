@@ -210,7 +210,7 @@ impl ShmBuf {
                 "another clone of it lives in this process: drop the clones first",
             ));
         }
-        let os = self.os().clone();
+        let os = *self.os();
         let Some(file) = self.anonymous_file() else {
             return Err(cannot(self, "it has no memfd"));
         };
@@ -304,7 +304,7 @@ impl FrozenBuf {
     /// ```
     pub fn attach(mut handle: ShareHandle) -> Result<FrozenBuf> {
         let meta = handle.meta;
-        let os = handle.os.clone();
+        let os = handle.os;
         match handle.take_target() {
             Target::Anonymous { file } => {
                 let (map, fields) = map_frozen(&os, &file, usize::MAX)?;
@@ -406,6 +406,13 @@ impl FrozenBuf {
     /// ```
     pub fn cast<T: Pod>(&self) -> Result<&[T]> {
         view::cast_all(self.as_bytes())
+    }
+
+    /// As many whole `T`s as fit, from the start (the tail shorter than a `T` left out).
+    #[cfg_attr(not(feature = "ndarray"), allow(dead_code))]
+    pub(crate) fn cast_prefix<T: Pod>(&self) -> Result<&[T]> {
+        let whole = self.len() / size_of::<T>().max(1);
+        self.items(0, whole)
     }
 
     /// Items `first..first + count` as `&[T]` (a sub-range counted in `T`s); outside

@@ -68,6 +68,8 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+mod array;
 #[doc(hidden)]
 pub mod buf;
 #[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
@@ -139,6 +141,8 @@ pub type DefaultOs = os::sim::SimOs;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+pub use array::FrozenArray;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -16,6 +16,10 @@
 //! ([`ShmBuf::read_items`](crate::ShmBuf::read_items),
 //! [`ShmBuf::write_items`](crate::ShmBuf::write_items)).
 
+// The casts serve the buffers of the real kernel (frozen, exclusive); a loom or
+// shuttle build has only the range check.
+#![cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+
 use std::ops::Range;
 
 use bytemuck::Pod;

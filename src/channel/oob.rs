@@ -215,7 +215,9 @@ fn fail_outgoing(error: Error) -> String {
     text
 }
 
-fn fail_incoming(error: Error) -> String {
+/// Records `error` as the reason the message being decoded failed (kept whole: the
+/// channel returns it), and gives its text for serde.
+pub(crate) fn fail_incoming(error: Error) -> String {
     let text = error.to_string();
     INCOMING.with(|c| {
         if let Some(ctx) = c.borrow_mut().as_mut() {
