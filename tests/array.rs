@@ -103,13 +103,8 @@ mod over_a_channel {
             })
             .unwrap();
         match victim.recv() {
-            Err(Error::Codec {
-                during: "decode",
-                why,
-            }) => {
-                assert!(why.contains("outside the buffer"), "{why}")
-            }
-            other => panic!("a forged array must be refused, got {other:?}"),
+            Err(e) => assert_eq!(why(e), "the shape and strides reach outside the buffer"),
+            Ok(a) => panic!("a forged array must be refused, got {a:?}"),
         }
     }
 }
