@@ -289,3 +289,29 @@ fn a_child_that_exits_before_connecting_is_a_bootstrap_error() {
         other => panic!("expected a bootstrap error, got {:?}", other.map(|_| ())),
     }
 }
+
+#[cfg(feature = "tokio")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_async_path_carries_jobs_to_a_child_and_back_and_recv_is_cancel_safe() {
+    use shmrc::channel::{AsyncReceiver, AsyncSender};
+    let t = TestNamespace::new("chan-async");
+    let (child, jobs, replies) = start::<Job, Reply>("echo", &t);
+    let (jobs, replies) = (AsyncSender::new(jobs), AsyncReceiver::new(replies).unwrap());
+    // Nothing sent yet: a wait that gives up consumes nothing.
+    let gave_up = tokio::time::timeout(Duration::from_millis(50), replies.recv()).await;
+    assert!(gave_up.is_err());
+    for id in 0..4 {
+        let sent = job(&t, id);
+        let digest = sent.digest;
+        jobs.send(sent).await.unwrap();
+        let reply = tokio::time::timeout(LIMIT, replies.recv())
+            .await
+            .expect("a reply within the limit")
+            .unwrap();
+        assert_eq!((reply.id, reply.seen), (id, digest));
+    }
+    drop(jobs);
+    drop(replies);
+    assert!(reap(child).success());
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}

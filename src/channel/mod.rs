@@ -53,6 +53,8 @@
 
 mod bootstrap;
 pub(crate) mod oob;
+#[cfg(feature = "tokio")]
+mod tokio;
 
 use std::fmt;
 use std::marker::PhantomData;
@@ -70,6 +72,8 @@ use crate::transport;
 #[cfg(doc)]
 use crate::{FrozenBuf, ShmBuf};
 
+#[cfg(feature = "tokio")]
+pub use self::tokio::{AsyncReceiver, AsyncSender};
 pub use bootstrap::{CHANNEL_ENV, OneShotServer, connect, from_parent, spawn};
 
 /// A connected pair in this process: send on one end, receive on the other. Give one
