@@ -324,7 +324,7 @@ pub enum Error {
     },
 
     /// No message began within the time given to
-    /// [`Receiver::recv_timeout`](crate::channel::Receiver::recv_timeout) (or none was
+    /// `channel::Receiver::recv_timeout` (or none was
     /// waiting, for `try_recv`). Nothing was read: the channel is in step, call again.
     #[error("no message within {after:?}")]
     Timeout {
@@ -349,7 +349,7 @@ pub enum Error {
     /// A channel to another process could not be set up: the child exited before it
     /// connected, nobody connected in time, or the variable naming the server
     /// (`SHMRC_CHANNEL`) is missing in a process that was not started by
-    /// [`channel::spawn`](crate::channel::spawn). `why` says which.
+    /// `channel::spawn`. `why` says which.
     #[error("cannot set up the channel: {why}")]
     Bootstrap {
         /// What went wrong.

@@ -5,7 +5,7 @@
 //! A message is any `T: Serialize + DeserializeOwned`, encoded with
 //! [postcard](https://docs.rs/postcard) (compact, not self-describing). [`ShmBuf`]s and
 //! [`FrozenBuf`]s inside it travel *out of band*: the encoding holds an index, and the
-//! buffer goes as a share handle in the same [`transport`](crate::transport) message:
+//! buffer goes as a share handle in the same [`transport`] message:
 //! file_descriptor memfds batched over `SCM_RIGHTS` (253 per frame), file_system
 //! handles as bytes. Receiving attaches them, so the receiver gets working buffers of
 //! its own, zero-copy.
@@ -273,7 +273,7 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// [`Error::Disconnected`] once the sending end is gone and every message was read;
     /// [`Error::Codec`] for a message that is not a `T` (dropped, buffers released, the
     /// channel still in step); the transport's errors otherwise
-    /// ([`transport::recv`](crate::transport::recv)).
+    /// ([`transport::recv`]).
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);

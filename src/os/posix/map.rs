@@ -151,7 +151,7 @@ impl Mapping for PosixMap {
 }
 
 /// A read-only, private mapping of a memfd that is sealed against writes
-/// ([`map_sealed`]): the bytes can never change, in any process, for as long as the
+/// (`map_sealed`): the bytes can never change, in any process, for as long as the
 /// mapping lives. That is what makes its safe `&[u8]` ([`SealedMap::bytes`]) sound.
 pub struct SealedMap {
     map: Mmap,
