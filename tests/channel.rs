@@ -49,8 +49,21 @@ fn child_namespace() -> Namespace {
     Namespace::new(std::env::var(NAMESPACE).expect("namespace for the child")).unwrap()
 }
 
+/// A child of this test: SIGKILLed (by pid) and reaped if the test ends without
+/// reaping it, so a failing test leaves no process behind.
+struct Kid(Option<Child>);
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 /// Starts this binary in `role` with a channel to it.
-fn start<T, U>(role: &str, t: &TestNamespace) -> (Child, Sender<T>, Receiver<U>)
+fn start<T, U>(role: &str, t: &TestNamespace) -> (Kid, Sender<T>, Receiver<U>)
 where
     T: Serialize + for<'de> Deserialize<'de>,
     U: Serialize + for<'de> Deserialize<'de>,
@@ -61,10 +74,12 @@ where
         .env(ROLE, role)
         .env(NAMESPACE, t.ns.prefix())
         .env("SHMRC_MANAGER", "off");
-    channel::spawn(&mut command).unwrap()
+    let (child, tx, rx) = channel::spawn(&mut command).unwrap();
+    (Kid(Some(child)), tx, rx)
 }
 
-fn reap(mut child: Child) -> std::process::ExitStatus {
+fn reap(mut kid: Kid) -> std::process::ExitStatus {
+    let mut child = kid.0.take().expect("not reaped yet");
     for _ in 0..(LIMIT.as_millis() / 10) {
         if let Some(status) = child.try_wait().unwrap() {
             return status;
@@ -76,7 +91,8 @@ fn reap(mut child: Child) -> std::process::ExitStatus {
     panic!("child {} did not exit within {LIMIT:?}", child.id());
 }
 
-fn kill(mut child: Child) {
+fn kill(mut kid: Kid) {
+    let mut child = kid.0.take().expect("not reaped yet");
     child.kill().unwrap(); // SIGKILL, ours, by pid
     child.wait().unwrap();
 }

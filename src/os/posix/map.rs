@@ -117,15 +117,11 @@ impl Mapping for PosixMap {
     }
 
     fn words(&self, n: usize) -> Option<&[AtomicU64]> {
-        if n.checked_mul(size_of::<AtomicU64>())? > self.len() {
-            return None;
-        }
-        // SAFETY: the mapping is page-aligned, so aligned for AtomicU64, and its first
-        // `8 * n` bytes are mapped read-write for as long as `self` lives (the borrow).
-        // AtomicU64 has the layout of u64, every bit pattern is a valid value, and all
-        // access through it is atomic, so other processes writing the words
+        // SAFETY: the mapping is page-aligned and its `len()` bytes are mapped
+        // read-write for as long as `self` lives (the borrow); every access to them
+        // through the words is atomic, so other processes writing the words
         // concurrently is what atomics are for.
-        Some(unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU64>(), n) })
+        unsafe { first_words(self.as_ptr(), self.len(), n) }
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> bool {
@@ -209,15 +205,12 @@ impl Mapping for SealedMap {
     }
 
     fn words(&self, n: usize) -> Option<&[AtomicU64]> {
-        if n.checked_mul(size_of::<AtomicU64>())? > self.len() {
-            return None;
-        }
-        // SAFETY: the mapping is page-aligned, so aligned for AtomicU64, and its first
-        // `8 * n` bytes are mapped for as long as `self` lives. The memory is
-        // read-only: only loads are sound on it, and the only user of a sealed
-        // mapping's words is header validation, which loads (a 64-bit atomic load is
-        // a plain load on the 64-bit targets shmrc builds for).
-        Some(unsafe { std::slice::from_raw_parts(self.map.as_ptr().cast::<AtomicU64>(), n) })
+        // SAFETY: the mapping is page-aligned and its `len()` bytes are mapped for as
+        // long as `self` lives. The memory is read-only: only loads are sound on it,
+        // and the only user of a sealed mapping's words is header validation, which
+        // loads (a 64-bit atomic load is a plain load on the 64-bit targets shmrc
+        // builds for).
+        unsafe { first_words(self.map.as_ptr(), self.len(), n) }
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> bool {
@@ -233,6 +226,21 @@ impl Mapping for SealedMap {
     fn write(&self, _offset: usize, _data: &[u8]) -> bool {
         false // sealed: nobody writes
     }
+}
+
+/// The first `n` 8-byte words of the `len` bytes at `base`, or `None` when they do not
+/// fit.
+///
+/// # Safety
+/// `base` must be 8-aligned and its `len` bytes mapped for the lifetime the caller
+/// picks, and every access through the words must be one the mapping allows.
+unsafe fn first_words<'a>(base: *const u8, len: usize, n: usize) -> Option<&'a [AtomicU64]> {
+    if n.checked_mul(size_of::<AtomicU64>())? > len {
+        return None;
+    }
+    // SAFETY: `8 * n <= len` bytes at the 8-aligned `base` are mapped per the caller;
+    // AtomicU64 has the layout of u64 and every bit pattern is a valid value.
+    Some(unsafe { std::slice::from_raw_parts(base.cast::<AtomicU64>(), n) })
 }
 
 /// The byte at `p` as a relaxed atomic.
