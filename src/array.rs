@@ -161,7 +161,7 @@ impl<T: Pod> FrozenArray<T> {
     /// // Every other element from the second: [1, 3, 5, 7].
     /// let odd = FrozenArray::<u64>::with_strides(storage.clone(), 1, &[4], &[2])?;
     /// assert_eq!(odd.view()?.iter().copied().collect::<Vec<_>>(), [1, 3, 5, 7]);
-    /// assert!(FrozenArray::<u64>::with_strides(storage, 1, &[5], &[2]).is_err()); // element 9 + 2
+    /// assert!(FrozenArray::<u64>::with_strides(storage, 1, &[6], &[2]).is_err()); // element 11 of 10
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn with_strides(

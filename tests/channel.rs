@@ -331,3 +331,31 @@ async fn the_async_path_carries_jobs_to_a_child_and_back_and_recv_is_cancel_safe
     assert!(reap(child).success());
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
+
+#[test]
+fn a_buffer_outside_a_message_or_an_index_without_a_buffer_is_a_codec_error() {
+    let _t = TestNamespace::new("chan-codec");
+    let buf = ShmBuf::new(64).unwrap();
+    let outside = postcard::to_stdvec(&buf).unwrap_err();
+    assert!(
+        outside.to_string().contains("Serde Serialization Error"),
+        "{outside}"
+    );
+
+    // A forged message: index 5 where the receiver expects a buffer, and no handles.
+    let (a, b) = UnixStream::pair().unwrap();
+    let honest = Sender::<ShmBuf>::from_stream(a.try_clone().unwrap());
+    let forger = Sender::<u32>::from_stream(a);
+    let victim = Receiver::<ShmBuf>::from_stream(b);
+    forger.send(&5).unwrap();
+    match victim.recv() {
+        Err(Error::Codec {
+            during: "decode",
+            why,
+        }) => assert!(why.contains("#5"), "{why}"),
+        other => panic!("expected a decode error, got {other:?}"),
+    }
+    // The channel is still in step: the next message decodes.
+    honest.send(&buf).unwrap();
+    assert_eq!(victim.recv().unwrap().len(), 64);
+}

@@ -227,6 +227,14 @@ pub(crate) fn fail_incoming(error: Error) -> String {
     text
 }
 
+/// Records a message that names a buffer it does not carry (the `Error` kept whole).
+fn missing(why: String) -> String {
+    fail_incoming(Error::Codec {
+        during: "decode",
+        why,
+    })
+}
+
 /// Takes the handle at `index` of the message being decoded.
 fn take_handle(index: u32) -> Result<ShareHandle, String> {
     INCOMING.with(|c| match c.borrow_mut().as_mut() {
@@ -262,7 +270,7 @@ impl Serialize for ShmBuf {
 impl<'de> Deserialize<'de> for ShmBuf {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> std::result::Result<ShmBuf, D::Error> {
         let index = u32::deserialize(deserializer)?;
-        let handle = take_handle(index).map_err(D::Error::custom)?;
+        let handle = take_handle(index).map_err(|why| D::Error::custom(missing(why)))?;
         ShmBuf::attach(handle).map_err(|e| D::Error::custom(fail_incoming(e)))
     }
 }
@@ -284,7 +292,7 @@ impl<'de> Deserialize<'de> for FrozenBuf {
         deserializer: D,
     ) -> std::result::Result<FrozenBuf, D::Error> {
         let index = u32::deserialize(deserializer)?;
-        let handle = take_handle(index).map_err(D::Error::custom)?;
+        let handle = take_handle(index).map_err(|why| D::Error::custom(missing(why)))?;
         FrozenBuf::attach(handle).map_err(|e| D::Error::custom(fail_incoming(e)))
     }
 }
