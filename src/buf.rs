@@ -144,7 +144,8 @@ impl CreateOptions {
 
 pub(crate) struct Inner<O: Os> {
     os: O,
-    map: O::Map,
+    /// Shared so that a channel can watch an in-flight slot after the reference goes.
+    map: Arc<O::Map>,
     fields: Fields,
     backing: Backing<O>,
     /// The process that holds the reference (differs from the current one after fork).
@@ -154,7 +155,7 @@ pub(crate) struct Inner<O: Os> {
 
 impl<O: Os> Inner<O> {
     fn holders(&self) -> Option<Holders<'_>> {
-        Header::of(&self.map, self.fields.layout.capacity).map(|h| h.holders())
+        Header::of(&*self.map, self.fields.layout.capacity).map(|h| h.holders())
     }
 
     fn segment(&self) -> String {
@@ -612,6 +613,43 @@ impl<O: Os> ShmBuf<O> {
         self.copy_checked(self.inner.map.write(at, data), offset, data.len())
     }
 
+    /// Copies items `first..first + out.len()` of the buffer, seen as `[T]`, into
+    /// `out`: a typed [`ShmBuf::read_at`] (same concurrency rule: torn, never UB). A
+    /// range past the end is [`Error::BadView`] and copies nothing.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(16)?;
+    /// buf.write_items(1, &[2.5f32, 3.5])?;
+    /// let mut out = [0f32; 4];
+    /// buf.read_items(0, &mut out)?;
+    /// assert_eq!(out, [0.0, 2.5, 3.5, 0.0]);
+    /// assert!(matches!(buf.read_items(3, &mut out), Err(shmrc::Error::BadView { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn read_items<T: bytemuck::Pod>(&self, first: usize, out: &mut [T]) -> Result<()> {
+        let range = crate::view::item_range::<T>(first, out.len(), self.len())?;
+        self.read_at(range.start, bytemuck::cast_slice_mut(out))
+    }
+
+    /// Copies `items` into the buffer, seen as `[T]`, from item `first` on: a typed
+    /// [`ShmBuf::write_at`]. A range past the end is [`Error::BadView`] and writes
+    /// nothing.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(8)?;
+    /// buf.write_items(0, &[u64::MAX])?;
+    /// assert!(buf.write_items(1, &[1u64]).is_err());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn write_items<T: bytemuck::Pod>(&self, first: usize, items: &[T]) -> Result<()> {
+        let range = crate::view::item_range::<T>(first, items.len(), self.len())?;
+        self.write_at(range.start, bytemuck::cast_slice(items))
+    }
+
     /// Offset in the mapping of `len` data bytes at `offset`, bounds-checked.
     fn data_range(&self, offset: usize, len: usize) -> Result<usize> {
         let size = self.len();
@@ -637,6 +675,52 @@ impl<O: Os> ShmBuf<O> {
     pub(crate) fn mapping(&self) -> &O::Map {
         &self.inner.map
     }
+
+    /// The OS this buffer runs on.
+    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    pub(crate) fn os(&self) -> &O {
+        &self.inner.os
+    }
+
+    /// The memfd of a file_descriptor buffer (`None` for file_system ones).
+    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    pub(crate) fn anonymous_file(&self) -> Option<&O::File> {
+        match &self.inner.backing {
+            Backing::Anonymous { file } => Some(file),
+            Backing::Named { .. } => None,
+        }
+    }
+
+    /// The mapping and slot capacity, to watch the holder slots after this reference
+    /// is gone (a channel's in-flight ledger).
+    #[cfg_attr(not(feature = "channel"), allow(dead_code))]
+    pub(crate) fn slot_watch(&self) -> (Arc<O::Map>, usize) {
+        (
+            Arc::clone(&self.inner.map),
+            self.inner.fields.layout.capacity,
+        )
+    }
+
+    /// Whether this value is the only live reference to the buffer in this process.
+    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    pub(crate) fn is_only_clone(&self) -> bool {
+        Arc::strong_count(&self.inner) == 1
+    }
+
+    /// Holds, as the current process, the memfd `file` of a file_descriptor segment
+    /// (maps and validates it): what attaching a received memfd does.
+    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
+        let opened = segment::open_file(os, &file, what)?;
+        Ok(ShmBuf {
+            inner: register(
+                os.clone(),
+                opened.map,
+                opened.fields,
+                Backing::Anonymous { file },
+            ),
+        })
+    }
 }
 
 impl<O: Os> fmt::Debug for ShmBuf<O> {
@@ -656,7 +740,7 @@ fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> A
     let holder = os.current();
     let inner = Arc::new(Inner {
         os,
-        map,
+        map: Arc::new(map),
         fields,
         backing,
         holder,
@@ -724,7 +808,7 @@ fn claim<O: Os>(
     }
 }
 
-fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -> Result<()> {
+pub(crate) fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -> Result<()> {
     if meta.key != fields.key()
         || meta.data_len != fields.layout.data_len
         || meta.capacity != fields.layout.capacity

@@ -277,6 +277,85 @@ pub enum Error {
         segment: String,
     },
 
+    /// A buffer could not be frozen ([`ShmBuf::freeze`](crate::ShmBuf::freeze),
+    /// [`ShmBufMut::freeze`](crate::ShmBufMut::freeze)): it is a file_system buffer
+    /// (named segments cannot be sealed), another clone of it lives in this process,
+    /// this process does not hold it, or another process still maps it writable.
+    /// `why` says which. The buffer is handed back unchanged in the
+    /// [`FreezeError`](crate::FreezeError) (freeze before sharing, or drop the clones).
+    #[error("cannot freeze {segment}: {why}")]
+    CannotFreeze {
+        /// The segment.
+        segment: String,
+        /// What stands in the way.
+        why: String,
+    },
+
+    /// A handle given to [`FrozenBuf::attach`](crate::FrozenBuf::attach) is not of a
+    /// frozen buffer: a file_system handle, or a memfd that is not sealed against
+    /// writes. Attach it as a [`ShmBuf`](crate::ShmBuf) instead (with the usual
+    /// `unsafe` contract for zero-copy reads), or have the sender freeze it first.
+    #[error("{segment} is not frozen (sealed against writes): {why}")]
+    NotFrozen {
+        /// The segment.
+        segment: String,
+        /// Why it does not qualify.
+        why: &'static str,
+    },
+
+    /// A typed view that does not fit the bytes: the range is outside the buffer, its
+    /// start is not aligned for `T`, or its length is not a multiple of `T`'s size.
+    /// Nothing was read or written; pick a range that fits (buffers' data starts
+    /// 64-byte aligned, so offsets that are multiples of `align_of::<T>()` are).
+    #[error(
+        "cannot view {len} bytes at offset {offset} of a {size}-byte buffer as [{type_name}]: {why}"
+    )]
+    BadView {
+        /// The element type.
+        type_name: &'static str,
+        /// Start of the range in bytes.
+        offset: usize,
+        /// Length of the range in bytes.
+        len: usize,
+        /// The buffer's length in bytes.
+        size: usize,
+        /// What does not fit.
+        why: &'static str,
+    },
+
+    /// No message began within the time given to
+    /// `channel::Receiver::recv_timeout` (or none was
+    /// waiting, for `try_recv`). Nothing was read: the channel is in step, call again.
+    #[error("no message within {after:?}")]
+    Timeout {
+        /// How long the call waited.
+        after: std::time::Duration,
+    },
+
+    /// A channel message that serde could not encode or decode: a type that postcard
+    /// cannot carry (it is not self-describing: `#[serde(flatten)]`, untagged enums and
+    /// `deserialize_any` are out), a `ShmBuf` serialized outside a channel, or bytes
+    /// that are not a `T` (the two ends disagree on the type). A failed send sent
+    /// nothing; after a failed receive the message is dropped (its buffers released)
+    /// and the channel stays in step.
+    #[error("cannot {during} a channel message: {why}")]
+    Codec {
+        /// `"encode"` or `"decode"`.
+        during: &'static str,
+        /// What serde or postcard said.
+        why: String,
+    },
+
+    /// A channel to another process could not be set up: the child exited before it
+    /// connected, nobody connected in time, or the variable naming the server
+    /// (`SHMRC_CHANNEL`) is missing in a process that was not started by
+    /// `channel::spawn`. `why` says which.
+    #[error("cannot set up the channel: {why}")]
+    Bootstrap {
+        /// What went wrong.
+        why: String,
+    },
+
     /// The peer closed the socket (between messages, for
     /// [`transport::recv`](crate::transport::recv)), or the manager closed its
     /// connection. For a transport: the sender is done or gone, stop receiving from

@@ -33,9 +33,60 @@
 //! # Ok::<(), shmrc::Error>(())
 //! ```
 //!
+//! # Guide: what to use, in the order you need it
+//!
+//! **1. Make a buffer.** [`ShmBuf::new`] (zero-filled, the process-wide strategy) or
+//! [`ShmBuf::with_options`] ([`CreateOptions`]: strategy, holder slots, namespace).
+//! Pick the strategy by how the buffer travels and what a crash must leave:
+//!
+//! | | [`Strategy::FileDescriptor`] (default) | [`Strategy::FileSystem`] |
+//! |---|---|---|
+//! | travels as | an fd over a Unix socket | bytes (a name), or over a socket |
+//! | a holder SIGKILLed | the kernel frees its reference | its slot is reclaimed by the manager, [`sweep()`] or the next release |
+//! | can be frozen | yes ([`FrozenBuf`]) | no (named segments cannot be sealed) |
+//! | cost per held buffer | one open fd | no fd once mapped |
+//!
+//! **2. Fill it.** Before anyone else has it, a [`ShmBufMut`] is a plain `&mut [u8]`
+//! (or `&mut [T]` for any `bytemuck::Pod` `T`, `cast_mut`): zero-copy, no `unsafe`.
+//!
+//! **3. Decide who may write afterwards.**
+//! - Nobody: [`ShmBufMut::freeze`] / [`ShmBuf::freeze`] seal a file_descriptor buffer
+//!   against writes for good (the kernel enforces it), and every holder reads the
+//!   [`FrozenBuf`] as `&[u8]` / `&[T]` without `unsafe`. Feature `ndarray` adds
+//!   `FrozenArray`: shape and strides over it.
+//! - Everyone: keep a [`ShmBuf`]. [`ShmBuf::read_at`]/[`ShmBuf::write_at`] and the typed
+//!   [`ShmBuf::read_items`]/[`ShmBuf::write_items`] copy and are safe under concurrent
+//!   writers (torn, never UB); [`ShmBuf::region`] gives zero-copy `unsafe` slices whose
+//!   contract ([`DataRegion`]) your own protocol must keep.
+//!
+//! **4. Hand it to another process.** Feature `channel`: `shmrc::channel` sends any
+//! serde struct whose `ShmBuf`/`FrozenBuf` fields travel out of band, starts a child
+//! `Command` with a channel to it (`channel::spawn` / `channel::from_parent`), waits
+//! with a timeout, and (feature `tokio`) asynchronously. Without it:
+//! [`ShmBuf::share`] → [`ShareHandle`] → [`transport::send`]/[`transport::recv`] (a
+//! payload and handles over a Unix stream) or, for file_system, `into_bytes`; the
+//! receiver calls [`ShmBuf::attach`] (or [`FrozenBuf::attach`]).
+//!
+//! **5. Let go.** Drop it. The segment goes once no process holds it, released or
+//! killed: the kernel sees to file_descriptor buffers; for file_system ones the user's
+//! [`manager`] (started on first need) reclaims a dead holder's slot within
+//! milliseconds, and [`sweep()`] / [`inspect()`] do it by hand ([`SweepReport`]).
+//!
+//! **What each guarantees** (over any interleaving, any process SIGKILLed at any step;
+//! `docs/PROTOCOL.md`): a segment stays valid while a live process holds it or a handle
+//! is in flight from a live sender; it is unlinked at most once, only inside its
+//! [`Namespace`]; once every holder released or died a sweep unlinks it; attaching to
+//! anything gone, half-made, foreign or corrupted is an [`Error`] naming the cause,
+//! never a panic, UB or SIGBUS. Channels add: a message arrives whole with its buffers
+//! attached or not at all, and references never received are given back once the
+//! receiving end is gone (`docs/VIEWS-AND-CHANNELS.md`).
+//!
 //! # Index
 //! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: create, share, attach, read and
-//!   write; [`DataRegion`]: zero-copy access.
+//!   write; [`DataRegion`]: zero-copy `unsafe` access.
+//! - [`ShmBufMut`], [`FrozenBuf`], [`FreezeError`]: zero-copy access without `unsafe`;
+//!   `FrozenArray` (feature `ndarray`).
+//! - `channel` (feature `channel`): typed messages carrying buffers between processes.
 //! - [`transport::send`], [`transport::recv`]: a payload and handles over a Unix stream.
 //! - [`Strategy`], [`all_sharing_strategies`], [`sharing_strategy`],
 //!   [`set_sharing_strategy`]: the process-wide switch.
@@ -56,10 +107,11 @@
 //! functions) is public for them and left out of these docs.
 //!
 //! # What shmrc does not do
-//! - It does not synchronize your reads and writes of the data: that is your protocol
-//!   (as with any shared memory). [`ShmBuf::read_at`]/[`ShmBuf::write_at`] are safe
-//!   under concurrent writers (torn, never UB); zero-copy slices are `unsafe` with a
-//!   stated contract ([`DataRegion`]).
+//! - It does not synchronize your reads and writes of a writable shared buffer: that
+//!   is your protocol (as with any shared memory). [`ShmBuf::read_at`]/[`ShmBuf::write_at`]
+//!   are safe under concurrent writers (torn, never UB); zero-copy slices of a shared,
+//!   writable buffer are `unsafe` with a stated contract ([`DataRegion`]); freeze it to
+//!   read without one.
 //! - It cannot stop a hostile process *of the same user* from unlinking or scribbling
 //!   over a segment: the kernel lets it. It does make sure such damage is reported as
 //!   an [`Error`] on attach and never makes shmrc itself misbehave.
@@ -68,12 +120,20 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+mod array;
 #[doc(hidden)]
 pub mod buf;
+#[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+pub mod channel;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 #[doc(hidden)]
 pub mod error;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod exclusive;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod frozen;
 #[doc(hidden)]
 pub mod handle;
 #[doc(hidden)]
@@ -96,6 +156,7 @@ pub mod sync;
 #[doc(hidden)]
 pub mod token;
 pub mod transport;
+mod view;
 
 pub use buf::{CreateOptions, ShmBuf};
 pub use error::{Error, Result};
@@ -132,7 +193,14 @@ pub type DefaultOs = os::sim::SimOs;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+pub use array::FrozenArray;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use production::{inspect, sweep};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use {
+    exclusive::ShmBufMut,
+    frozen::{FreezeError, FrozenBuf},
+};

@@ -260,7 +260,12 @@ pub fn initialize(map: &impl Mapping, fields: &Fields, first_holder: Option<Toke
 /// Validates the header of `map` (a mapping of the whole file described by `info`) and
 /// returns its fields. `segment` names the segment in errors; `os` supplies this
 /// process's uid and pid namespace.
-pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> Result<Fields> {
+pub fn validate<O: Os, M: Mapping>(
+    os: &O,
+    map: &M,
+    info: &FileInfo,
+    segment: &str,
+) -> Result<Fields> {
     let seg = || segment.to_owned();
     if info.len == 0 {
         return Err(Error::HalfCreated { segment: seg() });

@@ -19,8 +19,8 @@ use crate::floor::{self, FloorMap};
 use crate::kill_latency;
 use crate::table::{Table, bytes};
 use crate::workloads::{
-    Contender, FloorFd, FloorNamed, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc, attach_release,
-    ping_pong, stream, window_for,
+    Contender, FloorFd, FloorNamed, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc, ShmrcChannel,
+    attach_release, ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -243,6 +243,30 @@ fn buffer_workload(
     Ok(out)
 }
 
+/// Ping-pong of one 4 KiB buffer through `shmrc::channel` (a `ShmBuf` in a serde
+/// message), against the same buffers through the raw `transport` the channel is built
+/// on, measured side by side.
+fn channel_ping_pong(strategy: Strategy, ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
+    const LEN: usize = 4096;
+    let channel = ShmrcChannel::new(strategy, ns.clone());
+    let raw = Shmrc::new(strategy, ns.clone());
+    let names = [channel.name(), raw.name()];
+    let peers = [peer(&names[0], Mode::Ping)?, peer(&names[1], Mode::Ping)?];
+    let mut measures: Vec<Measure<'_>> = vec![
+        BufferWorkload::PingPong.measure(channel, &peers[0], LEN),
+        BufferWorkload::PingPong.measure(raw, &peers[1], LEN),
+    ];
+    let nanos = interleaved(effort, &mut measures)?;
+    Ok(rows(
+        "channel ping-pong",
+        Some(LEN),
+        Unit::Micros,
+        &names,
+        &nanos,
+        &[1],
+    ))
+}
+
 /// clone/drop of a buffer in one process, against cloning and dropping an `Arc`.
 fn clone_drop(effort: Effort) -> Result<Vec<Row>> {
     let buf = ShmBuf::with_options(
@@ -446,8 +470,9 @@ pub fn run(args: &BenchOptions) -> Result<()> {
 }
 
 /// The workloads `--only` may name.
-pub const WORKLOADS: [&str; 8] = [
+pub const WORKLOADS: [&str; 9] = [
     "ping-pong",
+    "channel ping-pong",
     "stream",
     "attach/release",
     "clone/drop",
@@ -475,6 +500,11 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
             for strategy in Strategy::ALL {
                 rows.extend(buffer_workload(workload, strategy, ns, effort)?);
             }
+        }
+    }
+    if wanted("channel ping-pong") {
+        for strategy in Strategy::ALL {
+            rows.extend(channel_ping_pong(strategy, ns, effort)?);
         }
     }
     if wanted("clone/drop") {

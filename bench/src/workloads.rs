@@ -140,6 +140,71 @@ impl Contender for Shmrc {
     }
 }
 
+/// shmrc's typed channel (`shmrc::channel`) carrying one buffer per message: the same
+/// buffers as [`Shmrc`], sent as a `ShmBuf` inside a serde message instead of a bare
+/// handle, to measure what the channel adds over the [`transport`] it is built on. Its
+/// ends are made once, on the stream the workload uses, and kept for every message.
+pub struct ShmrcChannel {
+    inner: Shmrc,
+    sender: Option<shmrc::channel::Sender<ShmBuf>>,
+    receiver: Option<shmrc::channel::Receiver<ShmBuf>>,
+}
+
+impl ShmrcChannel {
+    /// A channel carrying buffers of `strategy`, file_system ones in namespace `ns`.
+    pub fn new(strategy: Strategy, ns: Namespace) -> ShmrcChannel {
+        ShmrcChannel {
+            inner: Shmrc::new(strategy, ns),
+            sender: None,
+            receiver: None,
+        }
+    }
+}
+
+fn clone_stream(stream: &UnixStream) -> Result<UnixStream> {
+    stream.try_clone().map_err(|e| Error::os("dup", e))
+}
+
+impl Contender for ShmrcChannel {
+    type Buf = ShmBuf;
+
+    fn name(&self) -> String {
+        format!("shmrc channel {}", self.inner.strategy)
+    }
+
+    fn create(&mut self, len: usize) -> Result<ShmBuf> {
+        self.inner.create(len)
+    }
+
+    fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
+        if self.sender.is_none() {
+            self.sender = Some(shmrc::channel::Sender::from_stream(clone_stream(stream)?));
+        }
+        let sender = self.sender.as_ref().expect("set above");
+        for _ in 0..count {
+            sender.send(buf)?;
+        }
+        Ok(())
+    }
+
+    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
+        if self.receiver.is_none() {
+            self.receiver = Some(shmrc::channel::Receiver::from_stream(clone_stream(stream)?));
+        }
+        let receiver = self.receiver.as_ref().expect("set above");
+        let buf = match receiver.recv() {
+            Ok(buf) => buf,
+            Err(Error::Disconnected) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let start = Instant::now();
+        let mut byte = [0u8];
+        buf.read_at(0, &mut byte)?;
+        buf.release()?;
+        Ok(Some((byte[0], nanos(start.elapsed()))))
+    }
+}
+
 /// The floor for file_descriptor: a memfd passed with `SCM_RIGHTS`, no protocol.
 pub struct FloorFd {
     /// Whether to reserve the storage with `posix_fallocate` as shmrc does.
@@ -534,6 +599,12 @@ pub fn serve_builtin() -> Option<Result<()>> {
         }
         n if n == Shmrc::new(Strategy::FileSystem, ns.clone()).name() => {
             serve(Shmrc::new(Strategy::FileSystem, ns))
+        }
+        n if n == ShmrcChannel::new(Strategy::FileDescriptor, ns.clone()).name() => {
+            serve(ShmrcChannel::new(Strategy::FileDescriptor, ns))
+        }
+        n if n == ShmrcChannel::new(Strategy::FileSystem, ns.clone()).name() => {
+            serve(ShmrcChannel::new(Strategy::FileSystem, ns))
         }
         n if n.starts_with("floor memfd") => serve(FloorFd { reserve: false }),
         n if n.starts_with("floor shm_open") => serve(FloorNamed::new(String::new(), false)),

@@ -88,7 +88,8 @@ struct BenchArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
-    /// Run only this workload (ping-pong, stream, attach/release, clone/drop, finalize,
+    /// Run only this workload (ping-pong, "channel ping-pong", stream, attach/release,
+    /// clone/drop, finalize,
     /// sweep, creation, sigkill-to-unlink).
     #[arg(long)]
     only: Option<String>,

@@ -63,7 +63,7 @@ pub mod serve;
 #[doc(hidden)]
 pub mod server;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod sys;
+pub(crate) mod sys;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod watched;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

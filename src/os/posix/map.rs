@@ -1,6 +1,7 @@
 //! Mappings: `mmap` of a file ([`map`]), the [`PosixMap`] it gives, the copies in and
 //! out of shared memory behind [`Mapping::read`] and [`Mapping::write`], and the
-//! zero-copy [`DataRegion`] windows.
+//! zero-copy [`DataRegion`] windows; read-only mappings of write-sealed memfds
+//! ([`SealedMap`]).
 //!
 //! # Safety
 //! The `unsafe` here is pointer arithmetic inside a live mapping, atomic views of its
@@ -13,13 +14,16 @@
 //!   copies), so a concurrent writer tears a copy but is never undefined behaviour;
 //! - the only plain slices over shared bytes are [`DataRegion::as_slice`] and
 //!   [`DataRegion::as_mut_slice`], which are `unsafe` and put the duty of excluding
-//!   writers (or all other access) on their caller, in writing.
+//!   writers (or all other access) on their caller, in writing;
+//! - the exception is [`SealedMap`], whose file the kernel has sealed against every
+//!   write (checked with `F_GET_SEALS` before mapping; seals are never removed): its
+//!   bytes cannot change, so a plain `&[u8]` over them is sound.
 #![allow(unsafe_code)]
 
 use std::fmt;
 use std::marker::PhantomData;
 
-use memmap2::{MmapOptions, MmapRaw};
+use memmap2::{Mmap, MmapOptions, MmapRaw};
 
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
@@ -113,15 +117,11 @@ impl Mapping for PosixMap {
     }
 
     fn words(&self, n: usize) -> Option<&[AtomicU64]> {
-        if n.checked_mul(size_of::<AtomicU64>())? > self.len() {
-            return None;
-        }
-        // SAFETY: the mapping is page-aligned, so aligned for AtomicU64, and its first
-        // `8 * n` bytes are mapped read-write for as long as `self` lives (the borrow).
-        // AtomicU64 has the layout of u64, every bit pattern is a valid value, and all
-        // access through it is atomic, so other processes writing the words
+        // SAFETY: the mapping is page-aligned and its `len()` bytes are mapped
+        // read-write for as long as `self` lives (the borrow); every access to them
+        // through the words is atomic, so other processes writing the words
         // concurrently is what atomics are for.
-        Some(unsafe { std::slice::from_raw_parts(self.as_ptr().cast::<AtomicU64>(), n) })
+        unsafe { first_words(self.as_ptr(), self.len(), n) }
     }
 
     fn read(&self, offset: usize, out: &mut [u8]) -> bool {
@@ -144,6 +144,103 @@ impl Mapping for PosixMap {
         unsafe { copy_to_shared(dst, data) };
         true
     }
+}
+
+/// A read-only, private mapping of a memfd that is sealed against writes
+/// (`map_sealed`): the bytes can never change, in any process, for as long as the
+/// mapping lives. That is what makes its safe `&[u8]` ([`SealedMap::bytes`]) sound.
+pub struct SealedMap {
+    map: Mmap,
+}
+
+/// Maps the first `len` bytes of `file` read-only, after checking that the file is
+/// sealed against writes and shrinking (`F_SEAL_WRITE | F_SEAL_SHRINK`): `Ok(None)`
+/// when it is not. Seals cannot be removed, so the check holds for the mapping's life.
+/// The mapping is `MAP_PRIVATE` (kernels before 6.7 refuse shared mappings of a
+/// write-sealed memfd); with no write ever possible it shows the file's pages.
+pub(super) fn map_sealed(os: &PosixOs, file: &PosixFile, len: usize) -> Result<Option<SealedMap>> {
+    if !super::shm::is_write_sealed(file)? {
+        return Ok(None);
+    }
+    if len == 0 {
+        return Err(Error::InvalidArgument(
+            "cannot map zero bytes of a segment".into(),
+        ));
+    }
+    let have = os.stat(file)?.len;
+    if len as u64 > have {
+        return Err(Error::InvalidArgument(format!(
+            "cannot map {len} bytes of a {have}-byte file"
+        )));
+    }
+    // SAFETY: the file is sealed against writes and shrinking (checked above, and seals
+    // are never removed): no process can modify or truncate it while this mapping
+    // lives, which is the contract of `Mmap` (immutable bytes, no SIGBUS). `len` is
+    // inside the file (checked above).
+    let map = unsafe { MmapOptions::new().len(len).map_copy_read_only(&file.0) }
+        .map_err(|e| Error::os("mmap", e))?;
+    Ok(Some(SealedMap { map }))
+}
+
+impl SealedMap {
+    /// The mapped bytes: immutable for as long as the mapping lives (the file is
+    /// sealed against writes).
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl fmt::Debug for SealedMap {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SealedMap")
+            .field("ptr", &self.map.as_ptr())
+            .field("len", &self.map.len())
+            .finish()
+    }
+}
+
+impl Mapping for SealedMap {
+    fn len(&self) -> usize {
+        self.map.len()
+    }
+
+    fn words(&self, n: usize) -> Option<&[AtomicU64]> {
+        // SAFETY: the mapping is page-aligned and its `len()` bytes are mapped for as
+        // long as `self` lives. The memory is read-only: only loads are sound on it,
+        // and the only user of a sealed mapping's words is header validation, which
+        // loads (a 64-bit atomic load is a plain load on the 64-bit targets shmrc
+        // builds for).
+        unsafe { first_words(self.map.as_ptr(), self.len(), n) }
+    }
+
+    fn read(&self, offset: usize, out: &mut [u8]) -> bool {
+        match offset.checked_add(out.len()) {
+            Some(end) if end <= self.len() => {
+                out.copy_from_slice(&self.map[offset..end]);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    fn write(&self, _offset: usize, _data: &[u8]) -> bool {
+        false // sealed: nobody writes
+    }
+}
+
+/// The first `n` 8-byte words of the `len` bytes at `base`, or `None` when they do not
+/// fit.
+///
+/// # Safety
+/// `base` must be 8-aligned and its `len` bytes mapped for the lifetime the caller
+/// picks, and every access through the words must be one the mapping allows.
+unsafe fn first_words<'a>(base: *const u8, len: usize, n: usize) -> Option<&'a [AtomicU64]> {
+    if n.checked_mul(size_of::<AtomicU64>())? > len {
+        return None;
+    }
+    // SAFETY: `8 * n <= len` bytes at the 8-aligned `base` are mapped per the caller;
+    // AtomicU64 has the layout of u64 and every bit pattern is a valid value.
+    Some(unsafe { std::slice::from_raw_parts(base.cast::<AtomicU64>(), n) })
 }
 
 /// The byte at `p` as a relaxed atomic.

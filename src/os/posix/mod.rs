@@ -39,7 +39,7 @@ mod shm;
 mod socket;
 
 pub use limits::raise_fd_limit;
-pub use map::{DataRegion, PosixMap};
+pub use map::{DataRegion, PosixMap, SealedMap};
 
 /// The real kernel, seen from this process. Every value stands for the calling
 /// process; it holds no state of its own (the process-wide state is in statics).
@@ -50,6 +50,20 @@ impl PosixOs {
     /// The real kernel, for this process.
     pub const fn new() -> PosixOs {
         PosixOs
+    }
+
+    /// Seals a memfd against every write for good (frozen buffers); refused with
+    /// [`Error::CannotFreeze`](crate::Error::CannotFreeze) while a writable mapping of it
+    /// exists anywhere. `segment` names it in errors. Not part of [`Os`]: the simulated
+    /// kernel has no write seals, and frozen buffers exist on the real kernel only.
+    pub fn seal_writes(&self, file: &PosixFile, segment: &str) -> Result<()> {
+        shm::seal_writes(file, segment)
+    }
+
+    /// Maps `len` bytes of a write-sealed memfd read-only; `Ok(None)` when the file is
+    /// not sealed against writes (see [`SealedMap`]).
+    pub fn map_sealed(&self, file: &PosixFile, len: usize) -> Result<Option<SealedMap>> {
+        map::map_sealed(self, file, len)
     }
 }
 

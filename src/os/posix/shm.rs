@@ -1,5 +1,5 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
-//! listing), memfds and their size seal, `dup`, sizing (`ftruncate` then
+//! listing), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
 //! `posix_fallocate`) and `fstat`.
 
 use std::fs;
@@ -124,14 +124,49 @@ pub(super) fn memfd_create(debug_name: &str) -> Result<PosixFile> {
     .map_err(|e| fd_error("memfd_create", e))
 }
 
-/// [`Os::seal_size`].
+/// [`Os::seal_size`]. The seals stay open to more (no `F_SEAL_SEAL`): freezing adds
+/// `F_SEAL_WRITE` later ([`seal_writes`]).
 pub(super) fn seal_size(file: &PosixFile) -> Result<()> {
-    fcntl(
-        file,
-        FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_SEAL),
-    )
-    .map(drop)
-    .map_err(|e| Error::os("fcntl(F_ADD_SEALS)", e))
+    fcntl(file, FcntlArg::F_ADD_SEALS(SealFlag::F_SEAL_SHRINK))
+        .map(drop)
+        .map_err(|e| Error::os("fcntl(F_ADD_SEALS)", e))
+}
+
+/// Seals a memfd against every write, for good (`F_SEAL_WRITE`, `F_SEAL_SHRINK`,
+/// `F_SEAL_GROW`, then `F_SEAL_SEAL`). The kernel refuses (`EBUSY`) while any process
+/// still has a writable shared mapping of it: that is [`Error::CannotFreeze`], and
+/// nothing changed.
+pub(super) fn seal_writes(file: &PosixFile, segment: &str) -> Result<()> {
+    let seals = SealFlag::F_SEAL_WRITE
+        | SealFlag::F_SEAL_SHRINK
+        | SealFlag::F_SEAL_GROW
+        | SealFlag::F_SEAL_SEAL;
+    match fcntl(file, FcntlArg::F_ADD_SEALS(seals)) {
+        Ok(_) => Ok(()),
+        Err(Errno::EBUSY) => Err(Error::CannotFreeze {
+            segment: segment.to_owned(),
+            why: "another process (or a forked child) still maps it writable".into(),
+        }),
+        Err(Errno::EPERM) => Err(Error::CannotFreeze {
+            segment: segment.to_owned(),
+            why: "its seals were closed without F_SEAL_WRITE".into(),
+        }),
+        Err(e) => Err(Error::os("fcntl(F_ADD_SEALS)", e)),
+    }
+}
+
+/// Whether the file carries `F_SEAL_WRITE` and `F_SEAL_SHRINK` (`F_GET_SEALS`): then no
+/// process can change or shrink its bytes any more, ever. A file that allows no seals
+/// (a named segment) has none.
+pub(super) fn is_write_sealed(file: &PosixFile) -> Result<bool> {
+    match fcntl(file, FcntlArg::F_GET_SEALS) {
+        Ok(bits) => {
+            let seals = SealFlag::from_bits_truncate(bits);
+            Ok(seals.contains(SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SHRINK))
+        }
+        Err(Errno::EINVAL) => Ok(false),
+        Err(e) => Err(Error::os("fcntl(F_GET_SEALS)", e)),
+    }
 }
 
 /// [`Os::dup`].

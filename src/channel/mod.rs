@@ -1,0 +1,350 @@
+//! Typed channels between processes (feature `channel`): [`channel`] makes a connected
+//! [`Sender`]/[`Receiver`] pair, [`spawn`] starts a child `Command` with a channel to
+//! it, and [`OneShotServer`]/[`connect`] join any two processes of this user.
+//!
+//! A message is any `T: Serialize + DeserializeOwned`, encoded with
+//! [postcard](https://docs.rs/postcard) (compact, not self-describing). [`ShmBuf`]s and
+//! [`FrozenBuf`]s inside it travel *out of band*: the encoding holds an index, and the
+//! buffer goes as a share handle in the same [`transport`] message:
+//! file_descriptor memfds batched over `SCM_RIGHTS` (253 per frame), file_system
+//! handles as bytes. Receiving attaches them, so the receiver gets working buffers of
+//! its own, zero-copy.
+//!
+//! ```
+//! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+//! use serde::{Deserialize, Serialize};
+//! use shmrc::{FrozenBuf, ShmBufMut};
+//!
+//! #[derive(Serialize, Deserialize)]
+//! struct Batch {
+//!     step: u64,
+//!     shape: Vec<usize>,
+//!     features: FrozenBuf,
+//! }
+//!
+//! let (tx, rx) = shmrc::channel::channel::<Batch>()?;
+//! let mut data = ShmBufMut::new(2 * 3 * 4)?;
+//! data.cast_mut::<f32>()?.copy_from_slice(&[1., 2., 3., 4., 5., 6.]);
+//! tx.send(&Batch { step: 7, shape: vec![2, 3], features: data.freeze()? })?;
+//!
+//! // in the receiving process (here the same one):
+//! let batch = rx.recv()?;
+//! assert_eq!((batch.step, batch.shape[1]), (7, 3));
+//! assert_eq!(batch.features.cast::<f32>()?[5], 6.0);
+//! # Ok::<(), shmrc::Error>(())
+//! ```
+//!
+//! # What is guaranteed
+//! - A message arrives whole or not at all; its buffers are attached before
+//!   [`Receiver::recv`] returns. A message that cannot be decoded is an error, its
+//!   buffers released, and the channel stays in step.
+//! - A receiver that dies mid-message loses nothing for the others: each channel is
+//!   its own socket, and the kernel closes the descriptors that were on their way to
+//!   the dead process.
+//! - References sent but never received are given back once the receiving end is
+//!   gone, not when the sender exits: file_descriptor ones by the kernel (the socket's
+//!   queue is freed with it), file_system ones by the [`Sender`], which remembers its
+//!   in-flight slots until they are taken over and gives them back when it sees the
+//!   receiving end closed (at its next `send`, or when it is dropped). A receiver that
+//!   lives on but never reads holds them, as a queue would.
+//! - [`Receiver::recv_timeout`] bounds the wait for a message to *begin*; a message is
+//!   written in one go by the sender, so a begun one is read to its end (a sender
+//!   killed half-way is an error, not a hang).
+
+mod bootstrap;
+pub(crate) mod oob;
+#[cfg(feature = "tokio")]
+mod tokio;
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::net::Shutdown;
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::net::UnixStream;
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::{Error, Result};
+use crate::manager::sys::poll_readable;
+use crate::transport;
+#[cfg(doc)]
+use crate::{FrozenBuf, ShmBuf};
+
+#[cfg(feature = "tokio")]
+pub use self::tokio::{AsyncReceiver, AsyncSender};
+pub use bootstrap::{CHANNEL_ENV, OneShotServer, connect, from_parent, spawn};
+
+/// A connected pair in this process: send on one end, receive on the other. Give one
+/// end to another process by `fork`, or use [`spawn`] / [`OneShotServer`] to connect a
+/// fresh one.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// let (tx, rx) = shmrc::channel::channel::<(String, u32)>()?;
+/// tx.send(&("ready".to_owned(), 3))?;
+/// assert_eq!(rx.recv()?, ("ready".to_owned(), 3));
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub fn channel<T: Serialize + DeserializeOwned>() -> Result<(Sender<T>, Receiver<T>)> {
+    let (a, b) = UnixStream::pair().map_err(|e| Error::os("socketpair", e))?;
+    Ok((Sender::from_stream(a), Receiver::from_stream(b)))
+}
+
+/// The sending end of a channel of `T`s. `send` takes `&self`: a `Sender` can be
+/// shared between threads (messages never interleave).
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::ShmBuf;
+///
+/// let (tx, rx) = shmrc::channel::channel::<Vec<ShmBuf>>()?;
+/// let bufs = vec![ShmBuf::new(64)?, ShmBuf::new(128)?];
+/// bufs[1].write_at(0, b"second")?;
+/// tx.send(&bufs)?; // shares each buffer; this process keeps its own references
+/// let got = rx.recv()?;
+/// let mut out = [0u8; 6];
+/// got[1].read_at(0, &mut out)?;
+/// assert_eq!(&out, b"second");
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub struct Sender<T> {
+    stream: UnixStream,
+    /// This channel's entries in the process's ledger of in-flight references.
+    id: u64,
+    message: PhantomData<fn(T)>,
+}
+
+impl<T: Serialize> Sender<T> {
+    /// The sending end over a connected Unix stream (its peer must be a [`Receiver`]
+    /// of the same `T`).
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::channel::{Receiver, Sender};
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// let (a, b) = UnixStream::pair().unwrap();
+    /// let (tx, rx) = (Sender::<u8>::from_stream(a), Receiver::<u8>::from_stream(b));
+    /// tx.send(&9)?;
+    /// assert_eq!(rx.recv()?, 9);
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn from_stream(stream: UnixStream) -> Sender<T> {
+        Sender {
+            stream,
+            id: oob::new_channel(),
+            message: PhantomData,
+        }
+    }
+
+    /// Sends `msg`: its plain data encoded, every buffer in it shared (the sender keeps
+    /// its own references). [`Error::Disconnected`] when the receiving end is gone
+    /// (then the references this channel had in flight are given back); an encoding
+    /// error sends nothing.
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::Error;
+    ///
+    /// let (tx, rx) = shmrc::channel::channel::<u64>()?;
+    /// tx.send(&1)?;
+    /// drop(rx);
+    /// assert!(matches!(tx.send(&2), Err(Error::Disconnected)));
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn send(&self, msg: &T) -> Result<()> {
+        oob::prune();
+        let encoded = oob::encode(msg)?;
+        match transport::send(&self.stream, &encoded.bytes, encoded.handles) {
+            Ok(()) => {
+                oob::record(self.id, encoded.in_flight);
+                Ok(())
+            }
+            Err(e) => {
+                // This message's handles were given back when `send` dropped them.
+                if matches!(e, Error::Disconnected) {
+                    oob::give_back(self.id);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// How many file_system references this sender has in flight that no receiver has
+    /// taken over yet.
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-in-flight")?);
+    /// let (tx, rx) = shmrc::channel::channel::<ShmBuf>()?;
+    /// tx.send(&ShmBuf::with_options(64, &options)?)?;
+    /// assert_eq!(tx.in_flight(), 1);
+    /// let _received = rx.recv()?;
+    /// assert_eq!(tx.in_flight(), 0);
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn in_flight(&self) -> usize {
+        oob::pending(self.id)
+    }
+}
+
+impl<T> Drop for Sender<T> {
+    fn drop(&mut self) {
+        // A receiving end still open may yet read what is in flight: it stays (and goes
+        // when this process exits). One that is closed never will: give it back.
+        if receiving_end_gone(&self.stream) {
+            oob::give_back(self.id);
+        }
+        // The peer's `recv` sees the end of the stream even while this process keeps a
+        // `Receiver` on the same connection.
+        let _ = self.stream.shutdown(Shutdown::Write);
+    }
+}
+
+/// Whether the other end of `stream` can no longer receive (closed, or its receiving
+/// half shut down): a zero-byte `send` then fails with `EPIPE` and changes nothing.
+fn receiving_end_gone(stream: &UnixStream) -> bool {
+    use nix::sys::socket::{MsgFlags, send};
+    matches!(
+        send(
+            stream.as_raw_fd(),
+            &[],
+            MsgFlags::MSG_NOSIGNAL | MsgFlags::MSG_DONTWAIT
+        ),
+        Err(nix::errno::Errno::EPIPE | nix::errno::Errno::ECONNRESET)
+    )
+}
+
+impl<T> fmt::Debug for Sender<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sender")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The receiving end of a channel of `T`s.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::Error;
+///
+/// let (tx, rx) = shmrc::channel::channel::<u32>()?;
+/// tx.send(&5)?;
+/// drop(tx);
+/// assert_eq!(rx.recv()?, 5);
+/// assert!(matches!(rx.recv(), Err(Error::Disconnected))); // the sender is gone
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub struct Receiver<T> {
+    stream: UnixStream,
+    message: PhantomData<fn() -> T>,
+}
+
+impl<T: DeserializeOwned> Receiver<T> {
+    /// The receiving end over a connected Unix stream (its peer must be a [`Sender`]
+    /// of the same `T`).
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::channel::{Receiver, Sender};
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// let (a, b) = UnixStream::pair().unwrap();
+    /// let rx = Receiver::<String>::from_stream(b);
+    /// Sender::<String>::from_stream(a).send(&"hi".to_owned())?;
+    /// assert_eq!(rx.recv()?, "hi");
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn from_stream(stream: UnixStream) -> Receiver<T> {
+        Receiver {
+            stream,
+            message: PhantomData,
+        }
+    }
+
+    /// Waits for the next message and returns it with its buffers attached.
+    /// [`Error::Disconnected`] once the sending end is gone and every message was read;
+    /// [`Error::Codec`] for a message that is not a `T` (dropped, buffers released, the
+    /// channel still in step); the transport's errors otherwise
+    /// ([`transport::recv`]).
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::channel::{Receiver, Sender};
+    /// use std::os::unix::net::UnixStream;
+    ///
+    /// let (a, b) = UnixStream::pair().unwrap();
+    /// Sender::<u8>::from_stream(a).send(&200)?;
+    /// // The receiving end expects another type: the message is refused, not misread.
+    /// assert!(matches!(Receiver::<bool>::from_stream(b).recv(), Err(shmrc::Error::Codec { .. })));
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn recv(&self) -> Result<T> {
+        let message = transport::recv(&self.stream)?;
+        oob::decode(&message.payload, message.handles)
+    }
+
+    /// [`Receiver::recv`], waiting at most `timeout` for a message to begin:
+    /// [`Error::Timeout`] if none did (nothing was read; call again).
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::time::Duration;
+    ///
+    /// let (tx, rx) = shmrc::channel::channel::<u8>()?;
+    /// assert!(matches!(rx.recv_timeout(Duration::from_millis(10)), Err(shmrc::Error::Timeout { .. })));
+    /// tx.send(&1)?;
+    /// assert_eq!(rx.recv_timeout(Duration::from_secs(5))?, 1);
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn recv_timeout(&self, timeout: Duration) -> Result<T> {
+        let deadline = std::time::Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            let ready = poll_readable(&[self.stream.as_fd()], Some(left))?;
+            if ready.first().is_some_and(|r| r.readable || r.hung_up) {
+                return self.recv();
+            }
+            if left.is_zero() {
+                return Err(Error::Timeout { after: timeout });
+            }
+        }
+    }
+
+    /// A message if one is waiting, else [`Error::Timeout`] at once.
+    ///
+    /// ```
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let (tx, rx) = shmrc::channel::channel::<u8>()?;
+    /// assert!(rx.try_recv().is_err());
+    /// tx.send(&4)?;
+    /// assert_eq!(rx.try_recv()?, 4);
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn try_recv(&self) -> Result<T> {
+        self.recv_timeout(Duration::ZERO)
+    }
+}
+
+impl<T> Drop for Receiver<T> {
+    fn drop(&mut self) {
+        // The peer's next `send` fails with `Disconnected` (and gives back what it had
+        // in flight) even while this process keeps a `Sender` on the same connection.
+        let _ = self.stream.shutdown(Shutdown::Read);
+    }
+}
+
+impl<T> fmt::Debug for Receiver<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Receiver")
+            .field("stream", &self.stream)
+            .finish_non_exhaustive()
+    }
+}
