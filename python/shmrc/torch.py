@@ -50,11 +50,16 @@ def _forget(address, ref):
 
 
 def _storage_of(buf):
-    """The one torch storage over ``buf`` in this process (made on first need)."""
+    """The one torch storage over ``buf``'s memory in this process (made on first
+    need). Attaching a segment this process holds already gives the same mapping, so
+    the address names it while the storage made for it lives (that storage keeps its
+    buffer, hence the mapping, alive)."""
     address = buf.address
     entry = _BY_ADDRESS.get(address)
-    if entry is not None and entry[0]() is buf and not entry[1].expired():
-        return torch.UntypedStorage._new_with_weak_ptr(entry[1].cdata)
+    if entry is not None and not entry[1].expired():
+        storage = torch.UntypedStorage._new_with_weak_ptr(entry[1].cdata)
+        if storage.nbytes() == len(buf):
+            return storage
     storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
     ref = weakref.ref(buf, lambda r, a=address: _forget(a, r))
     _BY_ADDRESS[address] = (ref, StorageWeakRef(storage))
