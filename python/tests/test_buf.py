@@ -68,6 +68,27 @@ def test_a_handle_pickles_through_a_queue_to_another_process(ns, strategy, metho
     del buf
 
 
+def _read_buf(queue, replies):
+    buf = queue.get()  # a ShmBuf, unpickled: attached here
+    replies.put((type(buf).__name__, isinstance(buf, shmrc.ShmBuf), bytes(buf.view()[:4])))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("strategy", STRATEGIES)
+def test_a_shmbuf_itself_pickles_as_share_and_attach(ns, strategy):
+    ctx = mp.get_context("fork")
+    queue, replies = ctx.Queue(), ctx.Queue()
+    child = ctx.Process(target=_read_buf, args=(queue, replies))
+    child.start()
+    buf = shmrc.ShmBuf(64, strategy, ns)
+    buf.view()[0:4] = b"pick"
+    queue.put(buf)
+    assert replies.get(timeout=30) == ("ShmBuf", True, b"pick")
+    child.join(30)
+    assert child.exitcode == 0
+    del buf
+
+
 def test_a_handle_attaches_once(ns):
     buf = shmrc.ShmBuf(64, "file_system", ns)
     handle = buf.share()
