@@ -65,14 +65,7 @@ __all__ = [
     "sweep",
     "ls",
     "manager_status",
-    "ShmrcError",
-    "GoneError",
-    "NoSpaceError",
-    "TooManyFdsError",
-    "HoldersFullError",
-    "WrongStrategyError",
-    "UnknownStrategyError",
-]
+] + sorted(name for name in dir(_shmrc) if name.endswith("Error"))
 
 
 def _manager_command():
