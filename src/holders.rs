@@ -28,6 +28,21 @@
 //!
 //! Why this is safe (P1) and leak-free (P3) is argued in `docs/PROTOCOL.md`.
 //!
+//! # Resumable steps
+//! `claim` and `finalize` are written as resumable operations ([`Claim`], [`Finalize`]:
+//! where they stand, with their locals), and `transfer` as one step
+//! ([`transfer_step`]). Each `step` call runs the code between two crash points; the
+//! functions above run the steps to the end, passing a crash point before each. The
+//! exhaustive check (`shmrc-model`'s `protocol`, explored by `proofs/`) steps these same
+//! values one by one, interleaving processes and crashes, so what it proves is about
+//! this code, not a copy.
+//!
+//! # Memory orderings
+//! Every access to a slot, the finalizer word and the pending flag is `SeqCst`: the
+//! argument of `docs/PROTOCOL.md` assumes one total order over all of them (the
+//! pending handshake is a store then a load of two different words, Dekker's pattern,
+//! which release/acquire does not order). Each access says why it needs its ordering.
+//!
 //! # Planted bugs
 //! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'`, this module carries one known bug,
 //! so that each checker can show it catches it (`docs/VERIFICATION.md`,
@@ -40,6 +55,8 @@
 //! - `reclaim_live`: finalize reclaims in-flight references without asking whether
 //!   their sender lives.
 
+use std::task::Poll;
+
 use crate::error::Result;
 use crate::os::Os;
 use crate::sync::{AtomicU64, Ordering::SeqCst, spin};
@@ -51,11 +68,6 @@ pub const FREE: u64 = 0;
 pub const TOMB: u64 = u64::MAX;
 /// Flag of an in-flight reference (a handle sent, not yet taken over).
 pub const IN_FLIGHT: u64 = 1 << 63;
-
-/// How often [`claim`] rescans a segment whose slots are all held before it gives up.
-const CLAIM_ROUNDS: usize = 64;
-/// How often [`finalize`] retries when another finalizer asks it to run again.
-const FINALIZE_ROUNDS: usize = 64;
 
 /// What a slot word means.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -174,7 +186,7 @@ pub struct Finalized {
 }
 
 /// How much of the slot table [`finalize`] reclaims before deciding.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Reclaim {
     /// Every dead holder's slot (sweeps): one liveness check per held slot.
     All,
@@ -255,73 +267,201 @@ impl<'a> Holders<'a> {
 
     /// The word in slot `index` (None if out of range).
     pub fn slot_word(&self, index: usize) -> Option<u64> {
+        // SeqCst: a diagnostic read, ordered like the protocol's own.
         self.slots.get(index).map(|s| s.load(SeqCst))
     }
 }
 
+/// What one protocol step asks of the OS: which process runs it, whether another one
+/// lives, and the unlink that ends a finalize. Every [`Os`] provides it; the exhaustive
+/// check (`shmrc-model`) provides it over its own state, so that it explores these very
+/// steps.
+pub trait StepOs {
+    /// The token of the process running the step.
+    fn current(&self) -> Token;
+    /// Whether `token`'s process lives (see [`Os::is_alive`]).
+    fn is_alive(&self, token: Token) -> bool;
+    /// Removes the segment's name (see [`Os::shm_unlink`]).
+    fn shm_unlink(&self, name: &str) -> Result<()>;
+}
+
+impl<O: Os> StepOs for O {
+    fn current(&self) -> Token {
+        Os::current(self)
+    }
+
+    fn is_alive(&self, token: Token) -> bool {
+        Os::is_alive(self, token)
+    }
+
+    fn shm_unlink(&self, name: &str) -> Result<()> {
+        Os::shm_unlink(self, name)
+    }
+}
+
 /// Whether `token`'s process is alive, without a syscall for this process.
-fn alive<O: Os>(os: &O, me: Token, token: Token) -> bool {
+fn alive(os: &impl StepOs, me: Token, token: Token) -> bool {
     token == me || os.is_alive(token)
 }
 
 /// Whether the word in a finalizer word or slot names a live process.
-fn word_is_live<O: Os>(os: &O, me: Token, word: u64) -> bool {
+fn word_is_live(os: &impl StepOs, me: Token, word: u64) -> bool {
     Slot::decode(word).owner().is_some_and(|t| alive(os, me, t))
 }
 
 /// Whether a finalize must leave slot state `s` alone: its owner lives.
-fn keeps_its_slot<O: Os>(os: &O, me: Token, s: Slot) -> bool {
+fn keeps_its_slot(os: &impl StepOs, me: Token, s: Slot) -> bool {
     if cfg!(shmrc_plant = "reclaim_live") && matches!(s, Slot::InFlight(_)) {
         return false;
     }
     s.owner().is_some_and(|t| alive(os, me, t))
 }
 
+/// Runs a resumable protocol operation to its end, passing a crash point before each
+/// of its steps (the simulated kernel may kill the process there).
+fn run_steps<O: Os, T>(os: &O, mut step: impl FnMut() -> Poll<T>) -> Result<T> {
+    loop {
+        os.crash_point()?;
+        if let Poll::Ready(done) = step() {
+            return Ok(done);
+        }
+    }
+}
+
 /// Takes a slot for `word` (a [`held_word`] or an [`in_flight_word`] of this process):
 /// a free one, or one of a dead holder. Returns the slot index.
 pub fn claim<O: Os>(os: &O, h: &Holders<'_>, word: u64) -> Result<Result<usize, ClaimError>> {
-    let me = os.current();
-    for _ in 0..CLAIM_ROUNDS {
-        let mut tombs = 0;
-        for (index, slot) in h.slots.iter().enumerate() {
-            os.crash_point()?;
-            let current = slot.load(SeqCst);
-            let takeable = match Slot::decode(current) {
-                Slot::Free | Slot::Garbage(_) => true,
-                Slot::Tomb => {
-                    tombs += 1;
-                    false
+    if h.slots.is_empty() {
+        return Ok(Err(ClaimError::Gone));
+    }
+    let mut claim = Claim::new(word);
+    run_steps(os, || claim.step(os, h))
+}
+
+/// Where a [`Claim`] stands: at the crash point before one of its shared steps.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum ClaimAt {
+    /// Load slot `.0` and decide whether it can be taken.
+    Load(usize),
+    /// CAS slot `index` from the word `seen` (free, or a dead holder's) to ours.
+    Cas {
+        /// The slot.
+        index: usize,
+        /// The word read from it.
+        seen: u64,
+    },
+}
+
+/// [`claim`] as a resumable operation: each [`Claim::step`] runs the code between two
+/// crash points. Production runs it to its end; the exhaustive check (`shmrc-model`)
+/// steps it, interleaved with other processes' steps, from every state it reaches.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Claim {
+    word: u64,
+    round: usize,
+    all_tomb: bool,
+    at: ClaimAt,
+}
+
+impl Claim {
+    /// Rounds a claim makes before it gives up with [`ClaimError::Full`].
+    pub const ROUNDS: usize = 64;
+
+    /// A claim of a slot for `word`, at its first crash point.
+    pub fn new(word: u64) -> Claim {
+        Claim {
+            word,
+            round: 0,
+            all_tomb: true,
+            at: ClaimAt::Load(0),
+        }
+    }
+
+    /// Puts it in retry round `round` (the exhaustive check keeps no round counter: it
+    /// explores a round's end both as another round and as the last one).
+    pub fn set_round(&mut self, round: usize) {
+        self.round = round;
+    }
+
+    /// Runs from the crash point it stands at to the next one (`Pending`), or to its
+    /// end: the slot taken, or why none was.
+    pub fn step(&mut self, os: &impl StepOs, h: &Holders<'_>) -> Poll<Result<usize, ClaimError>> {
+        let me = os.current();
+        match self.at {
+            ClaimAt::Load(index) => {
+                // Relaxed would do for the read: the CAS below decides. SeqCst keeps one
+                // total order over every slot word (the argument of docs/PROTOCOL.md).
+                let current = h.slots[index].load(SeqCst);
+                let decoded = Slot::decode(current);
+                let takeable = match decoded {
+                    Slot::Free | Slot::Garbage(_) => true,
+                    Slot::Tomb => false,
+                    Slot::Held(t) | Slot::InFlight(t) => !alive(os, me, t),
+                };
+                if takeable {
+                    self.at = ClaimAt::Cas {
+                        index,
+                        seen: current,
+                    };
+                    return Poll::Pending;
                 }
-                Slot::Held(t) | Slot::InFlight(t) => !alive(os, me, t),
-            };
-            if takeable {
-                os.crash_point()?;
-                if slot.compare_exchange(current, word, SeqCst, SeqCst).is_ok() {
-                    return Ok(Ok(index));
+                self.all_tomb &= decoded == Slot::Tomb;
+                self.next_slot(index, h)
+            }
+            ClaimAt::Cas { index, seen } => {
+                // SeqCst: taking the slot must be ordered before any later read of the
+                // slots by a finalizer, which otherwise could turn it to a tombstone.
+                if h.slots[index]
+                    .compare_exchange(seen, self.word, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    return Poll::Ready(Ok(index));
                 }
+                self.all_tomb = false;
+                self.next_slot(index, h)
             }
         }
-        if tombs == h.slots.len() {
-            return Ok(Err(ClaimError::Gone));
+    }
+
+    fn next_slot(&mut self, index: usize, h: &Holders<'_>) -> Poll<Result<usize, ClaimError>> {
+        if index + 1 < h.slots.len() {
+            self.at = ClaimAt::Load(index + 1);
+            return Poll::Pending;
+        }
+        if self.all_tomb {
+            return Poll::Ready(Err(ClaimError::Gone));
+        }
+        self.round += 1;
+        if self.round >= Claim::ROUNDS {
+            return Poll::Ready(Err(ClaimError::Full));
         }
         spin();
+        self.all_tomb = true;
+        self.at = ClaimAt::Load(0);
+        Poll::Pending
     }
-    Ok(Err(ClaimError::Full))
 }
 
 /// Moves the reference in slot `index` from `from` (an in-flight word) to `to`.
 /// `false` if the slot no longer holds `from` (its sender died and it was reclaimed,
 /// or the handle was already taken over).
 pub fn transfer<O: Os>(os: &O, h: &Holders<'_>, index: usize, from: u64, to: u64) -> Result<bool> {
+    run_steps(os, || Poll::Ready(transfer_step(h, index, from, to)))
+}
+
+/// The one shared step of [`transfer`] (after its crash point).
+pub fn transfer_step(h: &Holders<'_>, index: usize, from: u64, to: u64) -> bool {
     let Some(slot) = h.slots.get(index) else {
-        return Ok(false);
+        return false;
     };
-    os.crash_point()?;
     if cfg!(shmrc_plant = "release_without_cas") {
+        // SeqCst: as the CAS below.
         slot.store(to, SeqCst);
-        return Ok(true);
+        return true;
     }
-    Ok(slot.compare_exchange(from, to, SeqCst, SeqCst).is_ok())
+    // SeqCst: a release (to FREE) must come before the releaser's finalize reads the
+    // other slots; a take-over (to a held word) before the receiver uses the data.
+    slot.compare_exchange(from, to, SeqCst, SeqCst).is_ok()
 }
 
 /// Empties slot `index` if it still holds `word`; `false` if it did not. The caller
@@ -348,12 +488,14 @@ pub fn release<O: Os>(
 
 /// Reads every slot without changing anything.
 pub fn census<O: Os>(os: &O, h: &Holders<'_>) -> Census {
-    let me = os.current();
+    let me = Os::current(os);
     let mut census = Census {
+        // SeqCst: read-only counts, ordered like the protocol's reads (no decision rests on them).
         finalizing: word_is_live(os, me, h.finalizer.load(SeqCst)),
         ..Census::default()
     };
     for slot in h.slots {
+        // SeqCst: as the finalizer word's read above.
         match Slot::decode(slot.load(SeqCst)) {
             Slot::Free => census.free += 1,
             Slot::Tomb => census.tomb += 1,
@@ -371,107 +513,312 @@ pub fn census<O: Os>(os: &O, h: &Holders<'_>) -> Census {
 /// whether to reclaim every dead holder or stop at the first live one.
 pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) -> Result<Finalized> {
     let _one_finalizer_per_process = os.local().finalize_lock();
-    let me = os.current();
-    let mine = held_word(me);
-    let mut reclaimed = 0;
-    let done = |outcome, reclaimed| Ok(Finalized { outcome, reclaimed });
-    for _ in 0..FINALIZE_ROUNDS {
-        // 1. Reclaim the slots of dead holders (all, or up to the first live one).
-        let mut live = false;
-        for slot in h.slots {
-            os.crash_point()?;
-            let word = slot.load(SeqCst);
-            match Slot::decode(word) {
-                Slot::Free | Slot::Tomb => {}
-                s if keeps_its_slot(os, me, s) => {
-                    live = true;
-                    if reclaim == Reclaim::UntilLive {
-                        break;
-                    }
-                }
-                _ => {
-                    os.crash_point()?;
-                    if slot.compare_exchange(word, FREE, SeqCst, SeqCst).is_ok() {
-                        reclaimed += 1;
-                    }
-                }
-            }
+    let mut finalize = Finalize::new(reclaim, h);
+    run_steps(os, || finalize.step(os, h, name))?
+}
+
+/// Where a [`Finalize`] stands: at the crash point before one of its shared steps. The
+/// numbers are those of the module docs' four phases.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum FinalizeAt {
+    /// 1. Load slot `index`; `live`: a live holder was seen this round.
+    ReclaimLoad {
+        /// The slot.
+        index: usize,
+        /// Whether a live holder was seen this round.
+        live: bool,
+    },
+    /// 1. CAS the dead holder's word `seen` in slot `index` back to `FREE`.
+    ReclaimCas {
+        /// The slot.
+        index: usize,
+        /// The dead holder's word.
+        seen: u64,
+        /// Whether a live holder was seen this round.
+        live: bool,
+    },
+    /// Load the finalizer word and decide: in use, ask the live finalizer, or take it.
+    LoadFinalizer {
+        /// Whether a live holder was seen this round.
+        live: bool,
+    },
+    /// 2. The live finalizer `seen` works: set the pending flag.
+    SetPending {
+        /// The finalizer word read.
+        seen: u64,
+    },
+    /// 2. Is `seen` still the finalizer? Then `Deferred`; else another round.
+    CheckFinalizer {
+        /// The finalizer word read.
+        seen: u64,
+    },
+    /// 2. CAS the finalizer word from `seen` (free, or a dead finalizer's) to ours.
+    TakeFinalizer {
+        /// The finalizer word read.
+        seen: u64,
+    },
+    /// 2. Clear the pending flag.
+    ClearPending,
+    /// 3. Load slot `index`.
+    TombLoad {
+        /// The slot.
+        index: usize,
+    },
+    /// 3. CAS slot `index` from `FREE` to `TOMB`; `seen` is what the load read (any
+    ///    other word than `FREE` blocks).
+    TombCas {
+        /// The slot.
+        index: usize,
+        /// The word read.
+        seen: u64,
+    },
+    /// 4. Every slot is a tombstone: `shm_unlink`.
+    Unlink,
+    /// Blocked: load slot `index` to roll it back.
+    RollbackLoad {
+        /// The slot.
+        index: usize,
+    },
+    /// Blocked: CAS slot `index` from `TOMB` back to `FREE`.
+    RollbackCas {
+        /// The slot.
+        index: usize,
+    },
+    /// Blocked: CAS the finalizer word from ours back to `FREE`.
+    LetGo,
+    /// Blocked: was the pending flag set meanwhile? Then another round.
+    CheckPending,
+}
+
+/// [`finalize`] as a resumable operation: each [`Finalize::step`] runs the code between
+/// two crash points. Production runs it to its end (holding the process's finalize
+/// lock); the exhaustive check (`shmrc-model`) steps it, interleaved with other
+/// processes' steps, from every state it reaches.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Finalize {
+    reclaim: Reclaim,
+    round: usize,
+    reclaimed: u32,
+    at: FinalizeAt,
+}
+
+impl Finalize {
+    /// Rounds a finalize makes (when other finalizers keep asking it to run again)
+    /// before it ends with [`Outcome::Deferred`].
+    pub const ROUNDS: usize = 64;
+
+    /// A finalize of the segment whose words `h` holds, at its first crash point.
+    pub fn new(reclaim: Reclaim, h: &Holders<'_>) -> Finalize {
+        Finalize {
+            reclaim,
+            round: 0,
+            reclaimed: 0,
+            at: Finalize::round_start(h),
         }
-        os.crash_point()?;
-        let finalizer = h.finalizer.load(SeqCst);
-        let finalizer_live = finalizer != FREE && word_is_live(os, me, finalizer);
-        // A dead finalizer may have left tombstones: take over even if the segment is
-        // held, to roll them back (P5: no slot stays a tombstone for nothing).
-        let abandoned = finalizer != FREE && !finalizer_live;
-        if live && !abandoned {
-            return done(Outcome::InUse, reclaimed);
+    }
+
+    /// Puts it in retry round `round` (see [`Claim::set_round`]).
+    pub fn set_round(&mut self, round: usize) {
+        self.round = round;
+    }
+
+    fn round_start(h: &Holders<'_>) -> FinalizeAt {
+        Finalize::after_reclaim_of(None, false, h)
+    }
+
+    /// The step after reclaiming slot `index` (`None`: before the first slot).
+    fn after_reclaim_of(index: Option<usize>, live: bool, h: &Holders<'_>) -> FinalizeAt {
+        let next = index.map_or(0, |i| i + 1);
+        if next < h.slots.len() {
+            FinalizeAt::ReclaimLoad { index: next, live }
+        } else {
+            FinalizeAt::LoadFinalizer { live }
         }
-        // 2. Take the finalizer word.
-        if finalizer_live && finalizer != mine {
-            // Ask the live finalizer to run once more, then check it is still there:
-            // either it sees the flag after its rollback, or we see it gone.
-            os.crash_point()?;
-            h.pending.store(1, SeqCst);
-            os.crash_point()?;
-            if h.finalizer.load(SeqCst) == finalizer {
-                return done(Outcome::Deferred, reclaimed);
-            }
-            spin();
-            continue;
+    }
+
+    /// The step after slot `index` was found a tombstone (`None`: before the first).
+    fn after_tomb_of(index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
+        let next = index.map_or(0, |i| i + 1);
+        if next < h.slots.len() {
+            FinalizeAt::TombLoad { index: next }
+        } else {
+            FinalizeAt::Unlink
         }
-        os.crash_point()?;
-        if h.finalizer
-            .compare_exchange(finalizer, mine, SeqCst, SeqCst)
-            .is_err()
-        {
-            spin();
-            continue;
+    }
+
+    /// The step after rolling back slot `index` (`None`: before the first).
+    fn after_rollback_of(index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
+        let next = index.map_or(0, |i| i + 1);
+        if next < h.slots.len() && !cfg!(shmrc_plant = "no_rollback") {
+            FinalizeAt::RollbackLoad { index: next }
+        } else {
+            FinalizeAt::LetGo
         }
-        os.crash_point()?;
-        h.pending.store(0, SeqCst);
-        // 3. Turn every slot into a tombstone, in order.
-        let mut blocked = false;
-        for slot in h.slots {
-            os.crash_point()?;
-            let word = slot.load(SeqCst);
-            if word == TOMB {
-                continue;
-            }
-            os.crash_point()?;
-            if word != FREE || slot.compare_exchange(FREE, TOMB, SeqCst, SeqCst).is_err() {
-                blocked = true;
-                break;
-            }
-        }
-        if !blocked {
-            // 4. Every slot is a tombstone: nobody can claim again. Unlink, once.
-            os.crash_point()?;
-            return match os.shm_unlink(name) {
-                Ok(()) => done(Outcome::Unlinked, reclaimed),
-                Err(e) if e.is_gone() => done(Outcome::AlreadyGone, reclaimed),
-                Err(e) => Err(e),
-            };
-        }
-        // Someone holds a slot: roll back every tombstone (ours and any a dead
-        // finalizer left), then let go of the finalizer word.
-        for slot in h
-            .slots
-            .iter()
-            .filter(|_| !cfg!(shmrc_plant = "no_rollback"))
-        {
-            os.crash_point()?;
-            if slot.load(SeqCst) == TOMB {
-                os.crash_point()?;
-                let _ = slot.compare_exchange(TOMB, FREE, SeqCst, SeqCst);
-            }
-        }
-        os.crash_point()?;
-        let _ = h.finalizer.compare_exchange(mine, FREE, SeqCst, SeqCst);
-        os.crash_point()?;
-        if h.pending.load(SeqCst) == 0 {
-            return done(Outcome::InUse, reclaimed);
+    }
+
+    fn done(&self, outcome: Outcome) -> Poll<Result<Finalized>> {
+        Poll::Ready(Ok(Finalized {
+            outcome,
+            reclaimed: self.reclaimed,
+        }))
+    }
+
+    /// Another round, or after [`Finalize::ROUNDS`] of them, `Deferred`.
+    fn next_round(&mut self, h: &Holders<'_>) -> Poll<Result<Finalized>> {
+        self.round += 1;
+        if self.round >= Finalize::ROUNDS {
+            return self.done(Outcome::Deferred);
         }
         spin();
+        self.at = Finalize::round_start(h);
+        Poll::Pending
     }
-    done(Outcome::Deferred, reclaimed)
+
+    /// Runs from the crash point it stands at to the next one (`Pending`), or to its
+    /// end. `name` is the segment's name, unlinked by the last step.
+    pub fn step(
+        &mut self,
+        os: &impl StepOs,
+        h: &Holders<'_>,
+        name: &str,
+    ) -> Poll<Result<Finalized>> {
+        let me = os.current();
+        let mine = held_word(me);
+        // Every access is SeqCst (the module docs say why); each says what it orders.
+        self.at = match self.at {
+            FinalizeAt::ReclaimLoad { index, live } => {
+                // SeqCst: must see a release (vacate) that came before our own vacate.
+                let word = h.slots[index].load(SeqCst);
+                match Slot::decode(word) {
+                    Slot::Free | Slot::Tomb => Finalize::after_reclaim_of(Some(index), live, h),
+                    s if keeps_its_slot(os, me, s) => {
+                        if self.reclaim == Reclaim::UntilLive {
+                            FinalizeAt::LoadFinalizer { live: true }
+                        } else {
+                            Finalize::after_reclaim_of(Some(index), true, h)
+                        }
+                    }
+                    _ => FinalizeAt::ReclaimCas {
+                        index,
+                        seen: word,
+                        live,
+                    },
+                }
+            }
+            FinalizeAt::ReclaimCas { index, seen, live } => {
+                // SeqCst: the dead holder's word goes only if nobody took the slot since.
+                if h.slots[index]
+                    .compare_exchange(seen, FREE, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    self.reclaimed += 1;
+                }
+                Finalize::after_reclaim_of(Some(index), live, h)
+            }
+            FinalizeAt::LoadFinalizer { live } => {
+                // SeqCst: read after our slot reads, in the one order a rival's writes share.
+                let seen = h.finalizer.load(SeqCst);
+                let finalizer_live = seen != FREE && word_is_live(os, me, seen);
+                // A dead finalizer may have left tombstones: take over even if the
+                // segment is held, to roll them back (P5: no slot stays a tombstone
+                // for nothing).
+                let abandoned = seen != FREE && !finalizer_live;
+                if live && !abandoned {
+                    return self.done(Outcome::InUse);
+                }
+                if finalizer_live && seen != mine {
+                    // Ask the live finalizer to run once more, then check it is still
+                    // there: either it sees the flag after its rollback, or we see it
+                    // gone.
+                    FinalizeAt::SetPending { seen }
+                } else {
+                    FinalizeAt::TakeFinalizer { seen }
+                }
+            }
+            FinalizeAt::SetPending { seen } => {
+                // SeqCst: Dekker's store, ordered before our reload of the finalizer word.
+                h.pending.store(1, SeqCst);
+                FinalizeAt::CheckFinalizer { seen }
+            }
+            FinalizeAt::CheckFinalizer { seen } => {
+                // SeqCst: Dekker's load; the finalizer's LetGo then CheckPending mirror it.
+                if h.finalizer.load(SeqCst) == seen {
+                    return self.done(Outcome::Deferred);
+                }
+                return self.next_round(h);
+            }
+            FinalizeAt::TakeFinalizer { seen } => {
+                // SeqCst: one finalizer at a time; ordered before our tombstone CASes.
+                if h.finalizer
+                    .compare_exchange(seen, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    return self.next_round(h);
+                }
+                FinalizeAt::ClearPending
+            }
+            FinalizeAt::ClearPending => {
+                // SeqCst: cleared before we look at the slots, so later requests stay set.
+                h.pending.store(0, SeqCst);
+                Finalize::after_tomb_of(None, h)
+            }
+            FinalizeAt::TombLoad { index } => {
+                // SeqCst: must see a claim that came before (else we would tomb over it).
+                let seen = h.slots[index].load(SeqCst);
+                if seen == TOMB {
+                    Finalize::after_tomb_of(Some(index), h)
+                } else {
+                    FinalizeAt::TombCas { index, seen }
+                }
+            }
+            FinalizeAt::TombCas { index, seen } => {
+                if seen == FREE
+                    && h.slots[index]
+                        // SeqCst: a claimer's later load must see the tombstone (claim-vs-tomb race).
+                        .compare_exchange(FREE, TOMB, SeqCst, SeqCst)
+                        .is_ok()
+                {
+                    Finalize::after_tomb_of(Some(index), h)
+                } else {
+                    // Someone holds a slot: roll back every tombstone (ours and any a
+                    // dead finalizer left), then let go of the finalizer word.
+                    Finalize::after_rollback_of(None, h)
+                }
+            }
+            FinalizeAt::Unlink => {
+                // Every slot is a tombstone: nobody can claim again. Unlink, once.
+                return match os.shm_unlink(name) {
+                    Ok(()) => self.done(Outcome::Unlinked),
+                    Err(e) if e.is_gone() => self.done(Outcome::AlreadyGone),
+                    Err(e) => Poll::Ready(Err(e)),
+                };
+            }
+            FinalizeAt::RollbackLoad { index } => {
+                // SeqCst: ordered after our tombstones, so we see each one we turned.
+                if h.slots[index].load(SeqCst) == TOMB {
+                    FinalizeAt::RollbackCas { index }
+                } else {
+                    Finalize::after_rollback_of(Some(index), h)
+                }
+            }
+            FinalizeAt::RollbackCas { index } => {
+                // SeqCst: the slot is free again before we let go of the finalizer word.
+                let _ = h.slots[index].compare_exchange(TOMB, FREE, SeqCst, SeqCst);
+                Finalize::after_rollback_of(Some(index), h)
+            }
+            FinalizeAt::LetGo => {
+                // SeqCst: Dekker's store on our side, before the pending load below.
+                let _ = h.finalizer.compare_exchange(mine, FREE, SeqCst, SeqCst);
+                FinalizeAt::CheckPending
+            }
+            FinalizeAt::CheckPending => {
+                // SeqCst: Dekker's load: a rival that saw us still finalizing set it before.
+                if h.pending.load(SeqCst) == 0 {
+                    return self.done(Outcome::InUse);
+                }
+                return self.next_round(h);
+            }
+        };
+        Poll::Pending
+    }
 }

@@ -24,6 +24,11 @@
 //!
 //! Every word is accessed atomically, so a peer writing the header concurrently (even a
 //! hostile one) can make validation fail but never cause a data race.
+//!
+//! # Planted bug
+//! Built with `RUSTFLAGS='--cfg shmrc_plant="relaxed_publish"'` (`.ci/planted-bugs`),
+//! [`initialize`] publishes the magic with `Relaxed` instead of `Release`, so an opener
+//! may see the magic before the fields: loom's publish model must catch it.
 
 use crate::error::{Error, Result};
 use crate::holders::Holders;
@@ -232,13 +237,23 @@ pub fn initialize(map: &impl Mapping, fields: &Fields, first_holder: Option<Toke
     })?;
     let values = fields.words();
     for (i, value) in values.iter().enumerate() {
+        // Relaxed: nobody reads these before the magic's Release below publishes them.
         words[W_VERSION + i].store(*value, Ordering::Relaxed);
     }
+    // Relaxed: published by the magic's Release, as the fields.
     words[W_CHECKSUM].store(checksum(&values), Ordering::Relaxed);
     if let (Some(token), true) = (first_holder, capacity > 0) {
+        // Relaxed: slot 0 is published by the magic's Release; a claimer reads it after
+        // its Acquire of the magic, so it never sees the slot free and takes it.
         words[HEADER_WORDS].store(token.word(), Ordering::Relaxed);
     }
-    words[W_MAGIC].store(MAGIC, Ordering::Release);
+    // Release: every word above is visible to whoever reads this magic with Acquire.
+    let publish = if cfg!(shmrc_plant = "relaxed_publish") {
+        Ordering::Relaxed
+    } else {
+        Ordering::Release
+    };
+    words[W_MAGIC].store(MAGIC, publish);
     Ok(())
 }
 
@@ -259,6 +274,8 @@ pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> 
         return Err(truncated());
     }
     let header = map.words(HEADER_WORDS).ok_or_else(truncated)?;
+    // Acquire: pairs with initialize's Release, so the fields and slot 0 read below are
+    // the creator's.
     match header[W_MAGIC].load(Ordering::Acquire) {
         MAGIC => {}
         0 => return Err(Error::HalfCreated { segment: seg() }),
@@ -269,6 +286,7 @@ pub fn validate<O: Os>(os: &O, map: &O::Map, info: &FileInfo, segment: &str) -> 
             });
         }
     }
+    // Relaxed: ordered after the magic's Acquire above; written once, before it.
     let load = |w: usize| header[w].load(Ordering::Relaxed);
     let version = load(W_VERSION);
     if version != LAYOUT_VERSION {

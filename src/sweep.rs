@@ -218,6 +218,88 @@ struct Pass {
     dry_run: bool,
 }
 
+/// What opening a listed name found, as far as the sweep's decisions go.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Found {
+    /// No such name any more ([`Error::Gone`]).
+    Vanished,
+    /// The name exists, its header is not published ([`Error::HalfCreated`]).
+    HalfCreated,
+    /// A valid, published segment.
+    Published,
+    /// Any other error (another user's file, a corrupted header): not ours to judge.
+    Unusable,
+}
+
+impl Found {
+    /// What an [`open_named`](segment::open_named) result says.
+    pub fn of<T>(opened: &Result<T>) -> Found {
+        match opened {
+            Ok(_) => Found::Published,
+            Err(Error::Gone { .. }) => Found::Vanished,
+            Err(Error::HalfCreated { .. }) => Found::HalfCreated,
+            Err(_) => Found::Unusable,
+        }
+    }
+}
+
+/// What a sweep does next with a name. The sweep's decisions are [`decide`] and
+/// [`decide_again`], free of I/O, so that the exhaustive check (`shmrc-model`) runs
+/// them as they are.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Decision {
+    /// It vanished meanwhile: report [`Action::Vanished`].
+    Vanished,
+    /// Half-created by a live creator: leave it ([`Action::BeingCreated`]).
+    BeingCreated,
+    /// Not ours to judge: leave it, reporting why ([`Action::Skipped`]).
+    Skip,
+    /// A valid segment after all: leave it ([`Action::Kept`]).
+    Keep,
+    /// Half-created with a dead creator: open it once more (its creator may have
+    /// published just before dying) and decide with [`decide_again`].
+    OpenAgain,
+    /// Published: finalize it, reclaiming every dead holder.
+    Finalize,
+    /// Still half-created after its creator was found dead: unlink it.
+    Unlink,
+}
+
+impl Decision {
+    /// The action reported for a decision that leaves the name alone.
+    fn report(self) -> Action {
+        match self {
+            Decision::Vanished => Action::Vanished,
+            Decision::BeingCreated => Action::BeingCreated,
+            _ => Action::Kept,
+        }
+    }
+}
+
+/// The first decision on a listed name of ours, from what opening it found;
+/// `creator_alive` is asked only for a half-created segment, after the open.
+pub fn decide(found: Found, creator_alive: impl FnOnce() -> bool) -> Decision {
+    match found {
+        Found::Vanished => Decision::Vanished,
+        Found::Published => Decision::Finalize,
+        Found::HalfCreated if creator_alive() => Decision::BeingCreated,
+        Found::HalfCreated => Decision::OpenAgain,
+        Found::Unusable => Decision::Skip,
+    }
+}
+
+/// The decision on a half-created segment whose creator was found dead, from what
+/// opening it again found: only a segment *still* unpublished is removed (a creator
+/// that published and then died leaves a valid segment, which holders may use).
+pub fn decide_again(found: Found) -> Decision {
+    match found {
+        Found::HalfCreated => Decision::Unlink,
+        Found::Vanished => Decision::Vanished,
+        Found::Published => Decision::Keep,
+        Found::Unusable => Decision::Skip,
+    }
+}
+
 fn sweep_one<O: Os>(
     os: &O,
     ns: &Namespace,
@@ -247,18 +329,22 @@ fn sweep_one<O: Os>(
         reclaimed: 0,
         action: Action::Kept,
     };
-    let opened = match segment::open_named(os, ns, &seg.name) {
-        Ok(opened) => opened,
-        Err(Error::Gone { .. }) => {
-            seg.action = Action::Vanished;
+    let opened = segment::open_named(os, ns, &seg.name);
+    let decision = decide(Found::of(&opened), || {
+        parts.creator == me || os.is_alive(parts.creator)
+    });
+    let opened = match (decision, opened) {
+        (Decision::Finalize, Ok(opened)) => opened,
+        (Decision::OpenAgain, _) => {
+            seg.action = remove_half_created(os, ns, &seg.name, dry_run)?;
             return Ok(seg);
         }
-        Err(Error::HalfCreated { .. }) => {
-            seg.action = remove_half_created(os, ns, &seg.name, parts, dry_run)?;
-            return Ok(seg);
-        }
-        Err(e) => {
+        (Decision::Skip, Err(e)) => {
             seg.action = Action::Skipped(e);
+            return Ok(seg);
+        }
+        (decision, _) => {
+            seg.action = decision.report();
             return Ok(seg);
         }
     };
@@ -293,32 +379,19 @@ fn sweep_one<O: Os>(
     Ok(seg)
 }
 
-/// A segment whose header is unpublished: remove it only once its creator is dead, and
-/// only if it is *still* unpublished after that was established (a creator that
-/// published and then died leaves a valid segment, which holders may use).
-fn remove_half_created<O: Os>(
-    os: &O,
-    ns: &Namespace,
-    name: &str,
-    parts: NameParts,
-    dry_run: bool,
-) -> Result<Action> {
-    if parts.creator == os.current() || os.is_alive(parts.creator) {
-        return Ok(Action::BeingCreated);
-    }
+/// A segment whose header was unpublished and whose creator was found dead: opened
+/// again, and removed only if [`decide_again`] says so.
+fn remove_half_created<O: Os>(os: &O, ns: &Namespace, name: &str, dry_run: bool) -> Result<Action> {
     os.crash_point()?;
-    match segment::open_named(os, ns, name) {
-        Err(Error::HalfCreated { .. }) => {}
-        Err(Error::Gone { .. }) => return Ok(Action::Vanished),
-        Err(e) => return Ok(Action::Skipped(e)),
-        Ok(_) => return Ok(Action::Kept),
-    }
-    if dry_run {
-        return Ok(Action::RemovedHalfCreated);
-    }
-    match os.shm_unlink(name) {
-        Ok(()) => Ok(Action::RemovedHalfCreated),
-        Err(e) if e.is_gone() => Ok(Action::Vanished),
-        Err(e) => Err(e),
+    let reopened = segment::open_named(os, ns, name);
+    match (decide_again(Found::of(&reopened)), reopened) {
+        (Decision::Unlink, _) if dry_run => Ok(Action::RemovedHalfCreated),
+        (Decision::Unlink, _) => match os.shm_unlink(name) {
+            Ok(()) => Ok(Action::RemovedHalfCreated),
+            Err(e) if e.is_gone() => Ok(Action::Vanished),
+            Err(e) => Err(e),
+        },
+        (Decision::Skip, Err(e)) => Ok(Action::Skipped(e)),
+        (decision, _) => Ok(decision.report()),
     }
 }

@@ -298,7 +298,7 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
 
 /// Fills `buf`, collecting arriving files. `Ok(false)` if the stream ended before the
 /// first byte and `eof_ok` (a clean end between messages).
-fn read_exact<O: Os>(
+pub(crate) fn read_exact<O: Os>(
     os: &O,
     stream: &O::Stream,
     buf: &mut [u8],

@@ -2,21 +2,29 @@
 //! device buffer with consumer processes (this test binary re-executed in the
 //! `child_consumer_role` role), both sides write, one consumer is SIGKILLed, and the
 //! producer frees the device memory only once the live consumer released and the
-//! killed one was reclaimed. On the fake driver everywhere; on the real driver only
-//! with `--ignored` on a machine with an NVIDIA GPU.
+//! killed one was reclaimed. Both handle kinds: legacy IPC handles (sent as bytes on
+//! the consumer's stdin) and POSIX fds (sent with `SCM_RIGHTS` over a Unix socket the
+//! consumer connects to). On the fake driver everywhere; on the real driver only with
+//! `--ignored` (`bash .ci/cuda --gpu`) on a machine with an NVIDIA GPU.
 #![cfg(all(feature = "cuda", not(any(feature = "loom", feature = "shuttle"))))]
 
 use std::io::{BufRead, BufReader, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
 
 use shmrc::cuda::real::RealDriver;
-use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
+use shmrc::cuda::{
+    AnyBuf, AnyHandle, CudaDevice, DeviceAllocator, DeviceHandle, DeviceView, DriverAllocator,
+    HandleKind, Placement, VmmAllocator, transport,
+};
 use shmrc::manager::{ManagerMode, set_manager_mode};
 use shmrc::{CreateOptions, Error, Namespace};
 use shmrc_testkit::data::{fnv1a, hex, unhex};
 
 const ROLE: &str = "SHMRC_T_CUDA_ROLE";
 const NAMESPACE: &str = "SHMRC_T_CUDA_NS";
+const SOCKET: &str = "SHMRC_T_CUDA_SOCKET";
 const REPLY: &str = "cuda-child: ";
 const FAKE_DEVICE_BYTES: u64 = 1 << 30;
 
@@ -42,6 +50,19 @@ impl Backend {
             Backend::Real => CudaDevice::real(0, &keepalive),
         }
     }
+
+    /// A device whose buffers are shared as `kind` (chosen explicitly: the tests of
+    /// this binary run in parallel, so none changes the process-wide strategy).
+    fn device_sharing(&self, ns: &Namespace, kind: HandleKind) -> shmrc::Result<CudaDevice> {
+        let device = self.device(ns)?;
+        let driver = Arc::clone(device.driver());
+        let allocator: Arc<dyn DeviceAllocator> = match kind {
+            HandleKind::LegacyIpc => Arc::new(DriverAllocator::new(driver)),
+            HandleKind::PosixFd => Arc::new(VmmAllocator::new(driver)?),
+        };
+        device.set_allocator(allocator);
+        Ok(device)
+    }
 }
 
 fn pattern(len: usize) -> Vec<u8> {
@@ -61,6 +82,7 @@ fn child_consumer_role() {
         None => Backend::Real,
     };
     let device = backend.device(&Namespace::new(ns).unwrap()).unwrap();
+    let socket = UnixStream::connect(std::env::var(SOCKET).unwrap()).unwrap();
     let mut views: Vec<DeviceView> = Vec::new();
     for line in std::io::stdin().lock().lines() {
         let line = line.unwrap();
@@ -73,6 +95,22 @@ fn child_consumer_role() {
                 let mut data = vec![0u8; view.len()];
                 view.read_at(0, &mut data).unwrap();
                 views.push(view);
+                format!("attached {}", fnv1a(&data))
+            }
+            Some("recv") => {
+                let mut message = transport::recv(&socket).unwrap();
+                let handle = message.handles.remove(0);
+                assert_eq!(
+                    handle.placement(),
+                    Placement::Cuda(Some(device.driver().device().unwrap()))
+                );
+                let AnyBuf::Cuda(view) = handle.attach(std::slice::from_ref(&device)).unwrap()
+                else {
+                    panic!("a device buffer attached as a host one");
+                };
+                let mut data = vec![0u8; view.len()];
+                view.read_at(0, &mut data).unwrap();
+                views.push(*view);
                 format!("attached {}", fnv1a(&data))
             }
             Some("write") => {
@@ -95,10 +133,14 @@ struct Consumer {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
+    socket: UnixStream,
 }
 
 impl Consumer {
     fn start(backend: &Backend, ns: &Namespace) -> Consumer {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("consumer.sock");
+        let listener = UnixListener::bind(&path).unwrap();
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
@@ -110,16 +152,40 @@ impl Consumer {
             .env("SHMRC_MANAGER", "off")
             .env(ROLE, backend.env())
             .env(NAMESPACE, ns.prefix())
+            .env(SOCKET, &path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
             .expect("spawn consumer");
         let stdin = child.stdin.take().unwrap();
         let stdout = BufReader::new(child.stdout.take().unwrap());
+        // The child connects first thing; a child that dies before doing so makes
+        // accept wait, so accept in steps and give up after 30 s.
+        listener.set_nonblocking(true).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let socket = loop {
+            match listener.accept() {
+                Ok((socket, _)) => break socket,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "consumer never connected"
+                    );
+                    assert!(
+                        child.try_wait().unwrap().is_none(),
+                        "consumer died at start"
+                    );
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(e) => panic!("accept: {e}"),
+            }
+        };
+        socket.set_nonblocking(false).unwrap();
         Consumer {
             child,
             stdin,
             stdout,
+            socket,
         }
     }
 
@@ -139,8 +205,18 @@ impl Consumer {
         }
     }
 
+    /// Sends `handle` as its kind travels (bytes on stdin, or over the socket with its
+    /// descriptor) and returns the consumer's answer to attaching it.
     fn attach(&mut self, handle: DeviceHandle) -> String {
-        self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
+        match handle.handle_kind() {
+            HandleKind::LegacyIpc => {
+                self.ask(&format!("attach {}", hex(&handle.into_bytes().unwrap())))
+            }
+            HandleKind::PosixFd => {
+                transport::send(&self.socket, b"", vec![handle.into()]).unwrap();
+                self.ask("recv")
+            }
+        }
     }
 
     fn kill(mut self) {
@@ -185,17 +261,19 @@ fn fake(test: &str) -> (Backend, Namespace) {
 
 /// Producer, two consumers; both sides write; one consumer SIGKILLed; the producer
 /// frees once the other released and the dead one was reclaimed.
-fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace) {
-    let device = backend.device(ns).unwrap();
+fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace, kind: HandleKind) {
+    let device = backend.device_sharing(ns, kind).unwrap();
     let len = 1 << 20;
     let data = pattern(len);
     let buf = device.alloc(len).unwrap();
     buf.write_at(0, &data).unwrap();
+    assert_eq!(buf.handle_kind(), None);
     let mut live = Consumer::start(backend, ns);
     let mut doomed = Consumer::start(backend, ns);
     let expect = format!("attached {}", fnv1a(&data));
     assert_eq!(live.attach(buf.share().unwrap()), expect);
     assert_eq!(doomed.attach(buf.share().unwrap()), expect);
+    assert_eq!(buf.handle_kind(), Some(kind));
     assert_eq!(live.ask("write from-the-consumer"), "wrote");
     let mut back = [0u8; 17];
     buf.read_at(0, &mut back).unwrap();
@@ -222,7 +300,7 @@ fn share_both_ways_then_free_after_a_kill(backend: &Backend, ns: &Namespace) {
 #[test]
 fn two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
     let (backend, ns) = fake("both");
-    share_both_ways_then_free_after_a_kill(&backend, &ns);
+    share_both_ways_then_free_after_a_kill(&backend, &ns, HandleKind::LegacyIpc);
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
@@ -230,18 +308,60 @@ fn two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() 
 }
 
 #[test]
-fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
-    let (backend, ns) = fake("sweep");
+fn posix_fd_buffers_go_to_two_consumers_by_scm_rights_and_are_freed_after_a_kill() {
+    let (backend, ns) = fake("fdtwo");
     let Backend::Fake(prefix) = &backend else {
         unreachable!()
     };
-    let device = backend.device(&ns).unwrap();
+    share_both_ways_then_free_after_a_kill(&backend, &ns, HandleKind::PosixFd);
+    assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn a_posix_fd_handle_refuses_to_travel_as_bytes_and_gives_its_reference_back() {
+    let (backend, ns) = fake("fdbytes");
+    let device = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let buf = device.alloc(4096).unwrap();
+    let err = buf.share().unwrap().into_bytes().unwrap_err();
+    assert!(matches!(err, Error::WrongStrategy { .. }), "{err}");
+    let err = buf.share().unwrap().into_share_handle().unwrap_err();
+    assert!(matches!(err, Error::WrongStrategy { .. }), "{err}");
+    let census = buf.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (1, 0),
+        "both handles gave back"
+    );
+    drop(buf);
+    assert_eq!(device.limbo_len(), 0, "nobody else held it: freed at once");
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+/// One consumer holds the only other reference and is SIGKILLed; `shmrc::sweep`
+/// reclaims its slot and the producer's next alloc frees the memory (and its event).
+fn killed_last_consumer_is_swept(test: &str, kind: HandleKind) {
+    let (backend, ns) = fake(test);
+    let Backend::Fake(prefix) = &backend else {
+        unreachable!()
+    };
+    let device = backend.device_sharing(&ns, kind).unwrap();
     let buf = device.alloc(4096).unwrap();
     let mut doomed = Consumer::start(&backend, &ns);
     assert!(doomed.attach(buf.share().unwrap()).starts_with("attached"));
     drop(buf);
     assert_eq!(device.limbo_len(), 1);
-    assert_eq!(shm_names(&[prefix]).len(), 1, "the device memory lives");
+    // Named objects of the fake device: its IPC event, and for legacy handles the
+    // memory too (posix_fd memory is a memfd, which has no name).
+    let named = match kind {
+        HandleKind::LegacyIpc => 2,
+        HandleKind::PosixFd => 1,
+    };
+    let objects = shm_names(&[prefix]);
+    assert_eq!(
+        objects.len(),
+        named,
+        "the memory and its event live: {objects:?}"
+    );
 
     doomed.kill();
     let report = shmrc::sweep(&ns).unwrap();
@@ -254,6 +374,16 @@ fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
     );
     drop(next);
     assert_eq!(shm_names(&[prefix, ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn a_killed_last_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
+    killed_last_consumer_is_swept("sweep", HandleKind::LegacyIpc);
+}
+
+#[test]
+fn a_killed_last_posix_fd_consumer_is_reclaimed_by_sweep_and_the_next_alloc_frees() {
+    killed_last_consumer_is_swept("fdsweep", HandleKind::PosixFd);
 }
 
 #[test]
@@ -274,6 +404,113 @@ fn without_a_driver_every_real_call_is_cuda_unavailable() {
 fn real_gpu_two_consumer_processes_share_both_ways_and_the_producer_frees_after_a_kill() {
     set_manager_mode(ManagerMode::Off);
     let ns = Namespace::new("shmrc-t-cudareal").unwrap();
-    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns);
+    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::LegacyIpc);
     assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+#[ignore = "needs an NVIDIA GPU and driver"]
+fn real_gpu_posix_fd_buffers_go_to_two_consumers_and_are_freed_after_a_kill() {
+    set_manager_mode(ManagerMode::Off);
+    let ns = Namespace::new("shmrc-t-cudafdreal").unwrap();
+    share_both_ways_then_free_after_a_kill(&Backend::Real, &ns, HandleKind::PosixFd);
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+/// What `cuda::transport::recv` makes of `bytes` written raw to its socket.
+fn recv_raw(bytes: &[u8]) -> Error {
+    let (mut to, from) = UnixStream::pair().unwrap();
+    to.write_all(bytes).unwrap();
+    drop(to);
+    transport::recv(&from).unwrap_err()
+}
+
+#[test]
+fn device_frames_that_are_no_message_are_malformed_and_say_why() {
+    set_manager_mode(ManagerMode::Off);
+    let header = |magic: &[u8; 4], count: u32| {
+        let mut h = magic.to_vec();
+        h.extend_from_slice(&1u16.to_le_bytes());
+        h.extend_from_slice(&[0, 0]);
+        h.extend_from_slice(&count.to_le_bytes());
+        h
+    };
+    let why = |e: Error| match e {
+        Error::Malformed { why, .. } => why,
+        other => panic!("expected Malformed, got {other}"),
+    };
+    assert!(why(recv_raw(&header(b"SHMX", 0))).contains("header"));
+    assert!(why(recv_raw(&header(b"SHMD", 1 << 20))).contains("device handles in one message"));
+    let entry = |kind: u8| {
+        let mut e = vec![kind, 0];
+        e.extend_from_slice(&[0; 20]);
+        e
+    };
+    let mut announced_fd = header(b"SHMD", 1);
+    announced_fd.extend(entry(2)); // a descriptor announced, none attached
+    assert!(why(recv_raw(&announced_fd)).contains("1 descriptors, 0 arrived"));
+    let mut unknown = header(b"SHMD", 1);
+    unknown.extend(entry(9));
+    assert!(why(recv_raw(&unknown)).contains("handle kind 9"));
+    let mut cut = header(b"SHMD", 2);
+    cut.extend(entry(0)); // one of the two entries, then the end
+    let err = recv_raw(&cut);
+    assert!(matches!(err, Error::Malformed { .. }), "{err}");
+}
+
+#[test]
+fn more_posix_fd_handles_than_one_message_carries_are_refused_and_given_back() {
+    let (backend, ns) = fake("fdmany");
+    let device = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let bufs: Vec<_> = (0..254).map(|_| device.alloc(64).unwrap()).collect();
+    let handles = bufs.iter().map(|b| b.share().unwrap().into()).collect();
+    let (to, _from) = UnixStream::pair().unwrap();
+    let err = transport::send(&to, b"", handles).unwrap_err();
+    assert!(err.to_string().contains("at most 253"), "{err}");
+    assert_eq!(
+        bufs[0].census().unwrap().in_flight,
+        0,
+        "the refused handles gave back"
+    );
+    drop(bufs);
+    assert_eq!(device.limbo_len(), 0);
+    assert_eq!(shm_names(&[ns.prefix()]), Vec::<String>::new());
+}
+
+#[test]
+fn host_and_device_handles_go_in_one_message_and_attach_where_they_live() {
+    let (backend, ns) = fake("mixed");
+    let producer = backend.device_sharing(&ns, HandleKind::PosixFd).unwrap();
+    let gpu = producer.alloc(64).unwrap();
+    let host = shmrc::ShmBuf::new(64).unwrap();
+    host.write_at(0, b"host").unwrap();
+    let (to, from) = UnixStream::pair().unwrap();
+    let handles: Vec<AnyHandle> = vec![gpu.share().unwrap().into(), host.share().unwrap().into()];
+    transport::send(&to, b"mixed", handles).unwrap();
+    let message = transport::recv(&from).unwrap();
+    let placements: Vec<String> = message
+        .handles
+        .iter()
+        .map(|h| h.placement().to_string())
+        .collect();
+    assert_eq!(placements, ["cuda:0", "host"]);
+    let mut handles = message.handles.into_iter();
+    // This process exported the device buffer: its attach is refused as CUDA would.
+    let err = handles
+        .next()
+        .unwrap()
+        .attach(std::slice::from_ref(&producer))
+        .unwrap_err();
+    assert!(matches!(err, Error::CudaOwnExport { .. }), "{err}");
+    let AnyBuf::Host(received) = handles.next().unwrap().attach(&[]).unwrap() else {
+        panic!("a host buffer attached as a device one");
+    };
+    let mut out = [0u8; 4];
+    received.read_at(0, &mut out).unwrap();
+    assert_eq!(&out, b"host");
+    assert_eq!(
+        gpu.census().unwrap().in_flight,
+        0,
+        "the refused handle gave back"
+    );
 }

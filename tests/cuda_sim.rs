@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
     CleanupDeferral, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DevicePtr, DeviceView,
-    Driver, DriverAllocator, FakeDriver, IpcExport,
+    Driver, DriverAllocator, FakeDriver, HandleKind, IpcExport,
 };
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::sweep::{inspect, sweep_with};
@@ -24,20 +24,39 @@ fn ns() -> Namespace {
     Namespace::new("shmrc-t-cudasim").unwrap()
 }
 
+/// A fake device on `os` that shares by legacy IPC handle (handles travel as bytes on
+/// the simulated kernel; the POSIX-fd path runs across real processes in tests/cuda.rs).
 fn device(os: &SimOs) -> CudaDevice<SimOs> {
-    let driver = FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
-    CudaDevice::with_driver(
+    let driver: Arc<dyn Driver> =
+        Arc::new(FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap());
+    let dev = CudaDevice::with_driver(
         os.clone(),
-        Arc::new(driver),
+        Arc::clone(&driver),
         &CreateOptions::new().namespace(ns()).capacity(4),
-    )
+    );
+    dev.set_allocator(Arc::new(DriverAllocator::new(driver)));
+    dev
 }
 
+/// The fake device's allocations on `kernel` (objects `<prefix>-<pid>-<n>-<random>`).
 fn device_objects(kernel: &SimKernel) -> Vec<String> {
+    fake_objects(kernel, false)
+}
+
+/// The fake device's IPC events on `kernel` (objects `<prefix>-<pid>-e<n>-<random>`).
+fn device_events(kernel: &SimKernel) -> Vec<String> {
+    fake_objects(kernel, true)
+}
+
+fn fake_objects(kernel: &SimKernel, events: bool) -> Vec<String> {
     let names = kernel.names();
     names
         .into_iter()
-        .filter(|n| n.starts_with(DEVICE_PREFIX))
+        .filter(|n| {
+            n.strip_prefix(DEVICE_PREFIX)
+                .and_then(|rest| rest.split('-').nth(2))
+                .is_some_and(|counter| counter.starts_with('e') == events)
+        })
         .collect()
 }
 
@@ -126,6 +145,11 @@ fn the_producer_frees_only_after_the_last_live_consumer_releases() {
     assert_eq!(dev.limbo_len(), 1, "A holds it: the memory waits in limbo");
     assert_eq!(dev.collect().freed, 0);
     assert_eq!(device_objects(&kernel).len(), 1);
+    assert_eq!(
+        device_events(&kernel).len(),
+        1,
+        "the IPC event lives as long as the memory"
+    );
     assert_reads_payload(&view_a);
 
     drop(view_a);
@@ -504,11 +528,14 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
     let (dev_p, dev_a) = (device(&p), device(&a));
     let real = dev_p.alloc(64).unwrap();
     let good = Identity {
+        kind: HandleKind::LegacyIpc,
+        allocation: 0,
         ipc: dev_p.driver().ipc_get_mem_handle(real.ptr()).unwrap(),
         offset: 0,
         size: 64,
         device: dev_p.driver().device().unwrap(),
         producer: p.token(),
+        event: None,
     };
     let too_long = Identity { size: 65, ..good };
     let err = attach(&dev_a, &a, &forged_keepalive(&p, &too_long)).unwrap_err();
@@ -547,6 +574,28 @@ fn identities_that_describe_no_buffer_are_refused_with_their_reason() {
         Identity::decode(&no_process, name),
         Err(Error::CudaBadIdentity { .. })
     ));
+    let mut unknown_kind = good.encode();
+    unknown_kind[120] = 7;
+    let err = Identity::decode(&unknown_kind, name).unwrap_err();
+    assert!(err.to_string().contains("handle kind 7"), "{err}");
+    let fd_beyond = Identity {
+        kind: HandleKind::PosixFd,
+        allocation: 32,
+        ..good
+    };
+    let err = Identity::decode(&fd_beyond.encode(), name).unwrap_err();
+    assert!(err.to_string().contains("32-byte allocation"), "{err}");
+    let fd_fits = Identity {
+        allocation: 2 << 20,
+        ..fd_beyond
+    };
+    assert_eq!(Identity::decode(&fd_fits.encode(), name).unwrap(), fd_fits);
+    // A posix_fd identity arriving as bytes has no descriptor to import.
+    let err = attach(&dev_a, &a, &forged_keepalive(&p, &fd_fits)).unwrap_err();
+    assert!(
+        matches!(&err, Error::CudaBadIdentity { what, .. } if what.contains("without its descriptor")),
+        "{err}"
+    );
     assert_eq!(Identity::decode(&good.encode(), name).unwrap(), good);
 }
 
@@ -599,7 +648,7 @@ fn a_device_handle_travels_over_the_transport_with_its_reference() {
     let scene = Scene::new(&SimKernel::new(13), 1);
     let consumer = &scene.consumers[0];
     let (to_consumer, at_consumer) = scene.kernel.stream_pair(&scene.producer.os, &consumer.os);
-    let handle = scene.buf.share().unwrap().into_share_handle();
+    let handle = scene.buf.share().unwrap().into_share_handle().unwrap();
     shmrc::transport::send_with(&scene.producer.os, &to_consumer, b"tensor 7", vec![handle])
         .unwrap();
     assert_eq!(
@@ -650,4 +699,34 @@ fn a_free_the_driver_refuses_stays_in_limbo_and_collect_reports_it() {
         ),
         "{report:?}"
     );
+}
+
+#[test]
+fn each_attach_waits_on_the_producers_event_instead_of_a_device_synchronize() {
+    let kernel = SimKernel::new(12);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let dev_p = device(&p);
+    let driver_a = Arc::new(FakeDriver::new(a.clone(), DEVICE_PREFIX, 1 << 20).unwrap());
+    let dev_a = CudaDevice::with_driver(
+        a.clone(),
+        driver_a.clone(),
+        &CreateOptions::new().namespace(ns()).capacity(4),
+    );
+    let buf = dev_p.alloc(64).unwrap();
+    buf.write_at(0, b"ordered").unwrap();
+    let (first, second) = (share_bytes(&buf), share_bytes(&buf));
+    assert_eq!(device_events(&kernel).len(), 1, "one event per buffer");
+    let view = attach(&dev_a, &a, &first).unwrap();
+    assert!(view.identity().event.is_some());
+    assert_eq!(
+        driver_a.event_counts(),
+        (0, 1),
+        "waited once, opened event destroyed"
+    );
+    let again = attach(&dev_a, &a, &second).unwrap();
+    assert_eq!(driver_a.event_counts(), (0, 2));
+    drop((view, again));
+    drop(buf);
+    assert_eq!(dev_p.limbo_len(), 0);
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
 }

@@ -7,7 +7,7 @@
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 #![allow(unsafe_code)]
 
-use nix::sys::wait::{WaitStatus, waitpid};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork};
 use shmrc::holders::Outcome;
 use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
@@ -56,7 +56,22 @@ fn a_forked_child_never_releases_its_parents_reference() {
             unsafe { nix::libc::_exit(code) }
         }
         ForkResult::Parent { child } => {
-            assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
+            // Bounded: a child still running after 30 s is killed (ours, by pid).
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            let status = loop {
+                match waitpid(child, Some(WaitPidFlag::WNOHANG)).unwrap() {
+                    WaitStatus::StillAlive if std::time::Instant::now() < deadline => {
+                        std::thread::sleep(std::time::Duration::from_millis(5));
+                    }
+                    WaitStatus::StillAlive => {
+                        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
+                        let _ = waitpid(child, None);
+                        panic!("the forked child ran past 30 s; killed");
+                    }
+                    status => break status,
+                }
+            };
+            assert_eq!(status, WaitStatus::Exited(child, 0));
         }
     }
     let census = buf.census().unwrap();

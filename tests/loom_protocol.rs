@@ -25,7 +25,9 @@ use std::time::Instant;
 use concurrency::{Buf, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
+use shmrc::Error;
 use shmrc::os::sim::SimOs;
+use shmrc::segment;
 use shmrc::sync::process::{AtomicU64, Ordering::Relaxed};
 
 /// The preemption bound of the 2-process models when `LOOM_MAX_PREEMPTIONS` is not set.
@@ -297,4 +299,56 @@ fn an_in_flight_reference_survives_a_sweeper_killed_at_every_step() {
     at_every_crash_point("(d) sweeper killed", 3, 5, |n| {
         in_flight_vs_sweeper(Victim::S, n)
     });
+}
+
+/// Publish ordering: a creator C writes a new segment's header (fields, checksum, its
+/// slot) and publishes the magic with `Release`; an opener O lists the namespace at the
+/// same time and opens and validates what it finds (`Acquire` of the magic, then the
+/// fields). Whatever the interleaving and whichever stores O's loads may still see
+/// under loom's memory model, O finds the segment absent, half-created or whole, never
+/// a header whose magic is there and fields are not (a weakened publish, planted as
+/// `relaxed_publish`, fails here with `WrongVersion` or `Corrupted`).
+/// How often the publish model's opener lists and opens.
+const OPEN_ATTEMPTS: usize = 3;
+
+#[test]
+fn an_opener_racing_a_creator_never_sees_a_torn_header() {
+    let builder = builder(PREEMPTIONS_2);
+    let executions = Arc::new(AtomicU64::new(0));
+    let seen_whole = Arc::new(AtomicU64::new(0));
+    let (e, s) = (executions.clone(), seen_whole.clone());
+    builder.check(move || {
+        e.fetch_add(1, Relaxed);
+        let w = World::new(11);
+        let (c, o) = (w.spawn(), w.spawn());
+        let wc = w.clone();
+        let tc = run_as(&c, move |c| wc.create(&c, 2).expect("C's create"));
+        // The opener looks a few times, letting the creator run in between (listing
+        // the names is no loom operation: without the yields, loom would only ever
+        // run it before the creator).
+        for _ in 0..OPEN_ATTEMPTS {
+            thread::yield_now();
+            for name in w.segments() {
+                match segment::open_named(&o, &w.ns, &name) {
+                    Ok(_) => {
+                        s.fetch_add(1, Relaxed);
+                    }
+                    Err(Error::HalfCreated { .. } | Error::Gone { .. }) => {}
+                    Err(e) => {
+                        panic!("publish ordering violated: {name}, opened while created: {e}")
+                    }
+                }
+            }
+        }
+        let buf = tc.join().unwrap();
+        w.finish(vec![(c, buf)]);
+    });
+    let (executions, whole) = (executions.load(Relaxed), seen_whole.load(Relaxed));
+    eprintln!(
+        "loom publish: {executions} executions, the opener found the header whole in {whole}"
+    );
+    assert!(
+        whole > 0,
+        "no execution let the opener see a published header"
+    );
 }

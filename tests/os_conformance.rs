@@ -760,15 +760,16 @@ mod posix_only {
         if std::env::var(CHILD).is_ok_and(|name| name == test) {
             return true;
         }
-        let output = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "--exact",
-                &format!("posix_only::{test}"),
-                "--test-threads=1",
-            ])
-            .env(CHILD, test)
-            .output()
-            .unwrap();
+        let output = shmrc_testkit::process::output_within(
+            Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    &format!("posix_only::{test}"),
+                    "--test-threads=1",
+                ])
+                .env(CHILD, test),
+            Duration::from_secs(60),
+        );
         let stdout = String::from_utf8_lossy(&output.stdout);
         assert!(
             output.status.success() && stdout.contains("1 passed"),

@@ -4,13 +4,16 @@
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 use std::process::{Command, Output};
+use std::time::Duration;
 
+/// Runs `shmrc` (killed, failing the test, past 5 minutes: a quick bench takes seconds).
 fn shmrc(args: &[&str], env: &[(&str, &str)]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .args(args)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run shmrc")
+    shmrc_testkit::process::output_within(
+        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(args)
+            .envs(env.iter().copied()),
+        Duration::from_secs(300),
+    )
 }
 
 #[test]

@@ -13,14 +13,14 @@ use std::os::unix::net::UnixStream;
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use common::{Worker, file_system_buf, held_only_by, start_workers_with};
+use common::{LIMIT, Worker, file_system_buf, held_only_by, shmrc_within, start_workers_with};
 use shmrc::manager::wire::{self, Reply, Request};
 use shmrc::os::Os;
 use shmrc::token::Token;
 use shmrc::{DefaultOs, Namespace, ShmBuf};
 use shmrc_testkit::data::{field, fnv1a};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::wait_gone;
+use shmrc_testkit::process::{output_within, wait_gone};
 
 /// Grace period of the managers these tests start.
 const GRACE_MS: &str = "300";
@@ -54,11 +54,7 @@ impl Runtime {
     }
 
     fn shmrc(&self, args: &[&str]) -> Output {
-        Command::new(env!("CARGO_BIN_EXE_shmrc"))
-            .args(args)
-            .envs(self.env())
-            .output()
-            .expect("run shmrc")
+        shmrc_within(args, &self.env())
     }
 
     /// `shmrc status --json`, which must succeed.
@@ -87,11 +83,24 @@ impl Runtime {
 }
 
 impl Drop for Runtime {
+    /// A passing test waits for its manager to exit by itself (a manager must not
+    /// linger); a failing one kills it, by its pid, at once (it may watch this very
+    /// process), rather than panic again while unwinding.
     fn drop(&mut self) {
         let out = self.shmrc(&["status", "--json"]);
-        if out.status.success() {
-            let pid = field(&String::from_utf8_lossy(&out.stdout), "pid");
-            wait_gone(pid as u32, Duration::from_secs(60));
+        if !out.status.success() {
+            return;
+        }
+        let pid = field(&String::from_utf8_lossy(&out.stdout), "pid") as u32;
+        if std::thread::panicking() {
+            if let Ok(pid) = i32::try_from(pid) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        } else {
+            wait_gone(pid, Duration::from_secs(60));
         }
     }
 }
@@ -292,11 +301,7 @@ fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
     let reply = workers[0].try_ask("hold 0", vec![buf.share().unwrap()]);
     assert!(reply.contains("755"), "{reply}");
 
-    let cli = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .arg("manager")
-        .envs(open_env.clone())
-        .output()
-        .unwrap();
+    let cli = shmrc_within(&["manager"], &open_env);
     assert!(!cli.status.success());
     assert!(String::from_utf8_lossy(&cli.stderr).contains("755"));
 
@@ -307,13 +312,35 @@ fn connect_mode_without_a_manager_and_an_unsafe_runtime_dir_are_clear_errors() {
     assert!(!rt.socket().exists(), "no manager was started");
 }
 
+/// How long the manager may take to answer one request.
+const REPLY_LIMIT: Duration = Duration::from_secs(10);
+
 /// Sends raw bytes on a fresh connection and returns the manager's reply.
 fn send_raw(rt: &Runtime, bytes: &[u8]) -> Reply {
     let mut stream = UnixStream::connect(rt.socket()).unwrap();
     stream.write_all(bytes).unwrap();
+    read_reply(&mut stream)
+}
+
+/// The manager's next reply on `stream`: one whole frame, read as soon as it is there
+/// (a connection the manager keeps open, having welcomed a lie, does not make the
+/// test wait), failing the test if none comes within [`REPLY_LIMIT`].
+fn read_reply(stream: &mut UnixStream) -> Reply {
+    stream.set_read_timeout(Some(REPLY_LIMIT)).unwrap();
     let mut reply = Vec::new();
-    stream.read_to_end(&mut reply).unwrap();
-    wire::decode_reply(&reply).unwrap()
+    loop {
+        match wire::frame_len(&reply, wire::MAX_REPLY_PAYLOAD) {
+            Ok(Some(len)) => return wire::decode_reply(&reply[..len]).unwrap(),
+            Ok(None) => {}
+            Err(e) => panic!("the manager sent a bad frame: {e}"),
+        }
+        let mut chunk = [0u8; 4096];
+        match stream.read(&mut chunk) {
+            Ok(0) => panic!("the manager closed the connection without a whole reply"),
+            Ok(n) => reply.extend_from_slice(&chunk[..n]),
+            Err(e) => panic!("no reply from the manager within {REPLY_LIMIT:?}: {e}"),
+        }
+    }
 }
 
 #[test]
@@ -375,9 +402,7 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
         .collect();
     // One more is refused as soon as it is accepted, before it says anything.
     let mut extra = UnixStream::connect(rt.socket()).unwrap();
-    let mut reply = Vec::new();
-    extra.read_to_end(&mut reply).unwrap();
-    match wire::decode_reply(&reply).unwrap() {
+    match read_reply(&mut extra) {
         Reply::Refused { reason } => assert!(reason.contains("too many"), "{reason}"),
         other => panic!("{other:?}"),
     }
@@ -412,8 +437,12 @@ fn raw_client_role() {
     }
     let mut stream = UnixStream::connect(socket).unwrap();
     stream.write_all(&bytes).unwrap();
+    // The manager answers each request and closes the connection at the refusal.
+    stream.set_read_timeout(Some(REPLY_LIMIT)).unwrap();
     let mut replies = Vec::new();
-    stream.read_to_end(&mut replies).unwrap();
+    stream
+        .read_to_end(&mut replies)
+        .expect("the manager refuses and closes within the limit");
     println!("raw client: {}", String::from_utf8_lossy(&replies));
 }
 
@@ -421,11 +450,12 @@ fn raw_client_role() {
 fn a_client_registering_too_many_namespaces_is_refused() {
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
-    let out = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "raw_client_role", "--ignored", "--nocapture"])
-        .env(RAW_CLIENT_SOCKET, rt.socket())
-        .output()
-        .unwrap();
+    let out = output_within(
+        Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "raw_client_role", "--ignored", "--nocapture"])
+            .env(RAW_CLIENT_SOCKET, rt.socket()),
+        LIMIT,
+    );
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{said}");
     let limit = shmrc::manager::server::MAX_NAMESPACES;

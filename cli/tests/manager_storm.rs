@@ -298,7 +298,8 @@ impl Storm {
             || manager_pid(&self.runtime).is_none(),
         );
         if let Some(mut child) = sweeper {
-            let status = child.wait().expect("reap the manager");
+            // It has exited (it no longer answers): reaping is immediate.
+            let status = shmrc_testkit::process::wait_within(&mut child, EXIT_BOUND);
             assert!(status.success(), "the manager exited with {status}");
         }
     }
@@ -329,11 +330,12 @@ fn parse_created(reply: &str) -> (usize, u64, String) {
 
 /// The pid of the manager of `runtime`, if one runs (`shmrc status --json`).
 fn manager_pid(runtime: &Path) -> Option<u32> {
-    let out = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-        .args(["status", "--json"])
-        .env("SHMRC_RUNTIME_DIR", runtime)
-        .output()
-        .expect("run shmrc status");
+    let out = shmrc_testkit::process::output_within(
+        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+            .args(["status", "--json"])
+            .env("SHMRC_RUNTIME_DIR", runtime),
+        Duration::from_secs(60),
+    );
     if !out.status.success() {
         return None;
     }

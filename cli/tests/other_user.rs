@@ -85,7 +85,8 @@ fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
     assert_eq!(mode, 0o700, "the manager's runtime directory");
 
     let probe = copy_of_this_test(open.path());
-    let out = Command::new(&probe)
+    let mut probe_command = Command::new(&probe);
+    probe_command
         .args([
             "--exact",
             "probe_as_another_user",
@@ -100,9 +101,8 @@ fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
         .env_remove("SHMRC_RUNTIME_DIR")
         .uid(user.uid.as_raw())
         .gid(user.gid.as_raw())
-        .current_dir(open.path())
-        .output()
-        .expect("run the probe as another user");
+        .current_dir(open.path());
+    let out = shmrc_testkit::process::output_within(&mut probe_command, Duration::from_secs(60));
     let said = format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -229,11 +229,16 @@ impl Manager {
     }
 
     fn running(&self) -> bool {
-        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        let status = Command::new(env!("CARGO_BIN_EXE_shmrc"))
             .args(["status", "--json"])
             .env("SHMRC_RUNTIME_DIR", &self.runtime)
-            .output()
-            .is_ok_and(|out| out.status.success())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map(|mut child| {
+                shmrc_testkit::process::wait_within(&mut child, Duration::from_secs(60))
+            });
+        status.is_ok_and(|s| s.success())
     }
 
     fn stop(mut self) {

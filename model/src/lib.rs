@@ -1,4 +1,4 @@
-//! shmrc's sharing protocol as pure state machines: no I/O, no atomics, no clock.
+//! shmrc's sharing protocol as state machines: no I/O, no clock.
 //!
 //! Two levels, one per question:
 //! - [`oracle`]: what users see. Processes (alive or dead), segments (named or
@@ -9,11 +9,13 @@
 //! - [`protocol`]: how it is done. The holder words of `src/holders.rs` (slots, the
 //!   finalizer word, the pending flag) and each process's position inside claim,
 //!   transfer, release and finalize, one transition per atomic step, with a crash
-//!   possible between any two. `proofs/` explores it exhaustively.
+//!   possible between any two. Its holder steps are production's own
+//!   (`shmrc::holders::{Claim, Finalize}::step`, `transfer_step`), stepped on the
+//!   state's words. `proofs/` explores it exhaustively.
 //!
-//! [`protocol`] plants the same known bug as the real code when built with
-//! `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`); [`oracle`] never does: it is
-//! the specification the bugged code must then disagree with.
+//! Built with `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`), [`protocol`] runs
+//! the bugged production steps; [`oracle`] never changes: it is the specification the
+//! bugged code must then disagree with.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -1,5 +1,18 @@
-//! The holder protocol of `src/holders.rs` at the granularity of its atomic steps: what
-//! `proofs/` explores exhaustively and `tests/model_steps.rs` holds against the real code.
+//! The holder protocol at the granularity of its atomic steps: what `proofs/` explores
+//! exhaustively and `tests/model_steps.rs` holds against the real code.
+//!
+//! # Production code, stepped
+//! The protocol's shared steps are not copied here: a process inside `claim`, `transfer`
+//! or `finalize` holds production's own resumable operation ([`holders::Claim`],
+//! [`holders::Finalize`]), and a transition runs [`holders::Claim::step`],
+//! [`holders::Finalize::step`] or [`holders::transfer_step`] on the segment's words
+//! (encoded as production's slot words, tokens and all), with a [`StepOs`] that answers
+//! from the state (who runs, who lives, the unlink). A bug planted in `src/holders.rs`
+//! alone is therefore in what the proofs explore. What remains the model's own is the
+//! glue around those steps, taken from `src/segment.rs`, `src/buf.rs` and
+//! `src/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
+//! open and validation, which reference an operation starts from, and the sweep's
+//! per-name decision; `tests/model_steps.rs` holds that glue to the code.
 //!
 //! # What a state is
 //! Per segment: whether it exists and is published (the creator's header write of
@@ -16,28 +29,31 @@
 //! The real code calls `os.crash_point()` before every shared step. A [`Step`] value is
 //! "standing at a crash point"; [`Transition::Step`] runs from there up to the next
 //! crash point (or the end of the operation), exactly like the code between two
-//! `crash_point()`s; [`Transition::Start`] runs an operation from its call up to its
-//! first crash point (e.g. create's `shm_create`, attach's `shm_open` + validation). So
-//! a process killed by the simulated kernel at its `n`-th crash point of an operation
-//! has done the operation's first `n + 1` transitions; [`Transition::Crash`] (allowed in
-//! every state, for every live process) kills it there for good.
+//! `crash_point()`s (for the holder protocol, it *is* that code: one `step` call);
+//! [`Transition::Start`] runs an operation from its call up to its first crash point
+//! (e.g. create's `shm_create`, attach's `shm_open` + validation). So a process killed
+//! by the simulated kernel at its `n`-th crash point of an operation has done the
+//! operation's first `n + 1` transitions; [`Transition::Crash`] (allowed in every state,
+//! for every live process) kills it there for good.
 //!
 //! Inside one step the real code may read several words (a slot, then the process
-//! table in `is_alive`) non-atomically; the model does them at once. This loses no
+//! table in `is_alive`) non-atomically; a transition does them at once. This loses no
 //! behaviour that matters: every step writes at most one word, last; liveness only
 //! goes from alive to dead and a token is never reused, so a death between the read
 //! and the liveness check can be moved before the read (same word read), and a write
 //! by another process in between makes the step's closing CAS fail, which is the
-//! outcome of the model's step reading the new word (a CAS that fails and a skip of a
-//! slot both leave every word unchanged).
+//! outcome of the step reading the new word (a CAS that fails and a skip of a slot both
+//! leave every word unchanged).
 //!
 //! # Retry rounds
-//! `claim` and `finalize` retry up to 64 rounds. The model keeps no round counter: at
-//! every point where the real code spins and starts another round it may either start
-//! it ([`Transition::Step`]) or end as the last round ends ([`Transition::GiveUp`]:
-//! `Full` for a claim, `Deferred` for a finalize). That includes every execution of the
-//! real code (its 64th round is one of these choices) and keeps the state free of a
-//! counter; ending early writes nothing, so it cannot hide a violation.
+//! `claim` and `finalize` retry up to 64 rounds. States keep no round counter (each
+//! stepped operation is stored in round 0): every step is run twice, as in an early
+//! round and as in the last one ([`holders::Claim::set_round`]); where they differ (the
+//! step ends a round) the early one starts another round ([`Transition::Step`]) and the
+//! last one ends as the 64th round ends ([`Transition::GiveUp`]: `Full` for a claim,
+//! `Deferred` for a finalize). That includes every execution of the real code and keeps
+//! the state free of a counter; ending early writes nothing, so it cannot hide a
+//! violation.
 //!
 //! # What is not modelled
 //! Hostile writers (garbage words, P5's other half: covered by `tests/sim_protocol.rs`
@@ -47,10 +63,23 @@
 //! segments (no holder protocol).
 //!
 //! # Planted bugs
-//! Built with `--cfg shmrc_plant="NAME"` the model carries the same bug as
-//! `src/holders.rs`: `no_rollback`, `release_without_cas`, `reclaim_live`.
+//! The model plants nothing itself: built with `--cfg shmrc_plant="NAME"`, the steps it
+//! runs are `src/holders.rs`'s with that bug (`no_rollback`, `release_without_cas`,
+//! `reclaim_live`), so the proofs catch a bug put into the code alone.
 
+use std::cell::Cell;
 use std::fmt;
+use std::sync::atomic::Ordering::Relaxed;
+use std::task::Poll;
+
+use shmrc::Error;
+use shmrc::holders::{self, Claim, Finalize, Holders, Reclaim, StepOs};
+use shmrc::os::Mapping;
+use shmrc::segment::{self, Fields, Layout};
+use shmrc::sweep::{self, Decision, Found};
+use shmrc::sync::process::AtomicU64 as Counter;
+use shmrc::sync::{AtomicU64, Ordering::SeqCst};
+use shmrc::token::Token;
 
 /// Most processes in a state: users plus the fresh sweeper of [`State::check_p3`].
 pub const MAX_PROCS: usize = 5;
@@ -214,96 +243,15 @@ pub enum Step {
     },
     /// attach: `transfer` of the handle's in-flight reference to `Held(me)`.
     Transfer,
-    /// claim: load slot `i`. `all_tomb`: every slot read this round was a tombstone.
-    ClaimLoad {
-        /// Slot.
-        i: u8,
-        /// Whether the round has seen only tombstones.
-        all_tomb: bool,
-    },
-    /// claim: CAS slot `i` from `seen` to my word.
-    ClaimCas {
-        /// Slot.
-        i: u8,
-        /// The word read.
-        seen: Word,
-    },
+    /// Inside `holders::claim` (of a share, or an attach whose transfer failed): the
+    /// production code's own resumable claim, stepped by [`holders::Claim::step`].
+    Claim(Claim),
     /// sweep: a half-created segment whose creator is dead: reopen, unlink if still
     /// unpublished.
     HalfCreated,
-    /// Inside `finalize`.
-    Fin(Fin),
-}
-
-/// A crash point inside `finalize`.
-#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
-pub enum Fin {
-    /// 1. load slot `i`; `live`: a live holder was seen this round.
-    ReclaimLoad {
-        /// Slot.
-        i: u8,
-        /// A live holder seen this round.
-        live: bool,
-    },
-    /// 1. CAS the dead holder's word `seen` in slot `i` to `FREE`.
-    ReclaimCas {
-        /// Slot.
-        i: u8,
-        /// The dead holder's word.
-        seen: Word,
-        /// A live holder seen this round.
-        live: bool,
-    },
-    /// Load the finalizer word and decide.
-    LoadFinalizer {
-        /// A live holder seen this round.
-        live: bool,
-    },
-    /// 2. A live finalizer `seen` works: set pending.
-    SetPending {
-        /// The live finalizer.
-        seen: Word,
-    },
-    /// 2. Is `seen` still the finalizer? Then `Deferred`, else another round.
-    CheckFinalizer {
-        /// The finalizer word read.
-        seen: Word,
-    },
-    /// 2. CAS the finalizer word from `seen` to mine.
-    TakeFinalizer {
-        /// The finalizer word read (free or dead).
-        seen: Word,
-    },
-    /// 2. Clear pending.
-    ClearPending,
-    /// 3. Load slot `i`.
-    TombLoad {
-        /// Slot.
-        i: u8,
-    },
-    /// 3. Slot `i` was `free`: CAS it to `TOMB`; otherwise blocked.
-    TombCas {
-        /// Slot.
-        i: u8,
-        /// Whether it read `FREE`.
-        free: bool,
-    },
-    /// 4. `shm_unlink`.
-    Unlink,
-    /// Blocked: load slot `i` to roll it back.
-    RollbackLoad {
-        /// Slot.
-        i: u8,
-    },
-    /// Blocked: CAS slot `i` from `TOMB` to `FREE`.
-    RollbackCas {
-        /// Slot.
-        i: u8,
-    },
-    /// Blocked: CAS the finalizer word from mine to `FREE`.
-    LetGo,
-    /// Blocked: was pending set meanwhile? Then another round.
-    CheckPending,
+    /// Inside `holders::finalize`: the production code's own resumable finalize,
+    /// stepped by [`holders::Finalize::step`].
+    Fin(Finalize),
 }
 
 /// Where a process is.
@@ -386,13 +334,6 @@ pub struct State {
     pub foreign_named: bool,
     /// A flaw recorded by a transition.
     pub flaw: Option<Flaw>,
-}
-
-/// How a finalize reclaims (`holders::Reclaim`).
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-enum Reclaim {
-    All,
-    UntilLive,
 }
 
 const NO_SEGMENT: Segment = Segment {
@@ -489,10 +430,13 @@ impl State {
                     }
                 }
                 Pc::At(..) => {
+                    // The same step run as in an early round and as in the last one:
+                    // they differ only where a retry round ends.
                     let mut next = self.clone();
-                    if next.exec(p, false) {
-                        let mut gave_up = self.clone();
-                        gave_up.exec(p, true);
+                    next.exec(p, false);
+                    let mut gave_up = self.clone();
+                    gave_up.exec(p, true);
+                    if gave_up != next {
                         out.push((Transition::GiveUp(p), gave_up));
                     }
                     out.push((Transition::Step(p), next));
@@ -571,19 +515,6 @@ impl State {
         t == me || self.procs.get(usize::from(t)).is_some_and(|q| q.alive)
     }
 
-    /// `word_is_live`.
-    fn word_live(&self, me: Pid, w: Word) -> bool {
-        w.owner().is_some_and(|t| self.alive(me, t))
-    }
-
-    /// `keeps_its_slot`.
-    fn keeps(&self, me: Pid, w: Word) -> bool {
-        if cfg!(shmrc_plant = "reclaim_live") && matches!(w, Word::InFlight(_)) {
-            return false;
-        }
-        self.word_live(me, w)
-    }
-
     fn push_handle(&mut self, h: Handle) {
         let free = self
             .handles
@@ -605,13 +536,7 @@ impl State {
     /// or was, in its slot; nobody else can use it meanwhile).
     pub fn carried(op: Op, step: Step) -> Option<Handle> {
         match (op, step) {
-            (
-                Op::Attach { h, .. },
-                Step::Vacate { .. }
-                | Step::Transfer
-                | Step::ClaimLoad { .. }
-                | Step::ClaimCas { .. },
-            )
+            (Op::Attach { h, .. }, Step::Vacate { .. } | Step::Transfer | Step::Claim(_))
             | (Op::Cancel(h), Step::Vacate { .. }) => Some(h),
             _ => None,
         }
@@ -643,7 +568,7 @@ impl State {
                 seg.creator = p;
                 self.set_pc(p, Pc::At(op, Step::Allocate));
             }
-            Op::Share(_) => self.set_pc(p, claim_start(op)),
+            Op::Share(_) => self.set_pc(p, claim_start(op, p)),
             Op::Release(_) => self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true })),
             Op::Attach { h, .. } => {
                 self.take_handle(h);
@@ -669,19 +594,28 @@ impl State {
             }
             Op::Sweep(Target::Foreign) => self.end(p), // not a name of the namespace
             Op::Sweep(Target::Segment(s)) => {
-                let seg = *self.seg(s);
-                match (seg.named, seg.phase) {
-                    (false, _) | (_, Phase::Absent) => self.end(p), // Vanished
-                    (true, Phase::Unpublished) => {
-                        if self.alive(p, seg.creator) {
-                            self.end(p); // BeingCreated
-                        } else {
-                            self.set_pc(p, Pc::At(op, Step::HalfCreated));
-                        }
+                let creator = self.seg(s).creator;
+                SWEEP_DECISIONS.fetch_add(1, Relaxed);
+                match sweep::decide(self.found(s), || self.alive(p, creator)) {
+                    Decision::OpenAgain => self.set_pc(p, Pc::At(op, Step::HalfCreated)),
+                    Decision::Finalize => {
+                        let fin = self.fin_start(op);
+                        self.set_pc(p, fin);
                     }
-                    (true, Phase::Published) => self.set_pc(p, fin_start(op)),
+                    // Vanished, BeingCreated (or, never here, Skip and Keep).
+                    _ => self.end(p),
                 }
             }
+        }
+    }
+
+    /// What `segment::open_named` of segment `s` finds now, as the sweep sees it.
+    fn found(&self, s: u8) -> Found {
+        let seg = self.seg(s);
+        match (seg.named, seg.phase) {
+            (false, _) | (_, Phase::Absent) => Found::Vanished,
+            (true, Phase::Unpublished) => Found::HalfCreated,
+            (true, Phase::Published) => Found::Published,
         }
     }
 
@@ -691,22 +625,32 @@ impl State {
             .all(|w| *w == Word::Tomb)
     }
 
-    /// Runs process `p` from its crash point to the next. Returns whether this step
-    /// ends a retry round (so that [`Transition::GiveUp`] is its alternative); with
-    /// `give_up`, it takes the last round's exit there.
-    fn exec(&mut self, p: Pid, give_up: bool) -> bool {
+    /// Runs process `p` from its crash point to the next. With `last_round`, a retry
+    /// round that ends here is the last one (the claim ends `Full`, the finalize
+    /// `Deferred`); otherwise another round starts. Round counters are kept at 0 in
+    /// states, so that rounds do not multiply them.
+    fn exec(&mut self, p: Pid, last_round: bool) {
         let Pc::At(op, step) = self.procs[usize::from(p)].pc else {
-            return false;
+            return;
         };
-        let n = self.slots_n;
         match step {
             Step::Allocate => self.set_pc(p, Pc::At(op, Step::Map)),
             Step::Map => self.set_pc(p, Pc::At(op, Step::Initialize)),
             Step::Initialize => {
                 let Op::Create(s) = op else { unreachable!() };
+                // Production's header write, on a scratch mapping of the segment: the
+                // slots and the publication are what it wrote.
+                PUBLISHES.fetch_add(1, Relaxed);
+                let header = Scratch::initialized(p, s, self.slots());
+                let n = self.slots();
                 let seg = self.seg_mut(s);
-                seg.slots[0] = Word::Held(p);
-                seg.phase = Phase::Published;
+                for (i, word) in seg.slots[..n].iter_mut().enumerate() {
+                    *word = Word::decode(header.slot(i));
+                }
+                if header.published() {
+                    seg.phase = Phase::Published;
+                }
+                // `segment::create` hands its caller slot 0 (`Backing::Named`).
                 self.proc_mut(p).holds[usize::from(s)] = Some(0);
                 self.set_pc(p, Pc::At(op, Step::Return));
             }
@@ -726,7 +670,8 @@ impl State {
                 };
                 let moved = self.transfer(s, slot, word, Word::Free);
                 if moved && finalize {
-                    self.set_pc(p, fin_start(op));
+                    let fin = self.fin_start(op);
+                    self.set_pc(p, fin);
                 } else {
                     self.end(p);
                 }
@@ -738,66 +683,40 @@ impl State {
                 if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
                     self.hold(p, op, h.seg, h.slot);
                 } else {
-                    self.set_pc(p, claim_start(op));
+                    self.set_pc(p, claim_start(op, p));
                 }
             }
-            Step::ClaimLoad { i, all_tomb } => {
+            Step::Claim(mut claim) => {
                 let s = claim_seg(op);
-                let w = self.seg(s).slots[usize::from(i)];
-                let takeable = match w {
-                    Word::Free => true,
-                    Word::Tomb => false,
-                    Word::Held(t) | Word::InFlight(t) => !self.alive(p, t),
-                };
-                if takeable {
-                    self.set_pc(p, Pc::At(op, Step::ClaimCas { i, seen: w }));
-                } else {
-                    let all_tomb = all_tomb && w == Word::Tomb;
-                    if i + 1 < n {
-                        self.set_pc(p, Pc::At(op, Step::ClaimLoad { i: i + 1, all_tomb }));
-                    } else {
-                        return self.claim_round_end(p, op, all_tomb, give_up);
+                claim.set_round(if last_round { Claim::ROUNDS - 1 } else { 0 });
+                let os = self.kernel(p, s);
+                CLAIM_STEPS.fetch_add(1, Relaxed);
+                match self.with_holders(s, |h| claim.step(&os, h)) {
+                    Poll::Pending => {
+                        claim.set_round(0);
+                        self.set_pc(p, Pc::At(op, Step::Claim(claim)));
                     }
-                }
-            }
-            Step::ClaimCas { i, seen } => {
-                let s = claim_seg(op);
-                let mine = match op {
-                    Op::Share(_) => Word::InFlight(p),
-                    _ => Word::Held(p),
-                };
-                if self.cas(s, i, seen, mine) {
-                    match op {
+                    Poll::Ready(Ok(slot)) => match op {
                         Op::Share(s) => {
                             self.push_handle(Handle {
                                 seg: s,
-                                slot: i,
+                                slot: slot as u8,
                                 sender: p,
                             });
                             self.end(p);
                         }
-                        _ => self.hold(p, op, s, i),
-                    }
-                } else if i + 1 < n {
-                    self.set_pc(
-                        p,
-                        Pc::At(
-                            op,
-                            Step::ClaimLoad {
-                                i: i + 1,
-                                all_tomb: false,
-                            },
-                        ),
-                    );
-                } else {
-                    return self.claim_round_end(p, op, false, give_up);
+                        _ => self.hold(p, op, s, slot as u8),
+                    },
+                    // Gone or Full.
+                    Poll::Ready(Err(_)) => self.claim_failed(p, op),
                 }
             }
             Step::HalfCreated => {
                 let Op::Sweep(Target::Segment(s)) = op else {
                     unreachable!()
                 };
-                if self.seg(s).named && self.seg(s).phase == Phase::Unpublished {
+                SWEEP_DECISIONS.fetch_add(1, Relaxed);
+                if sweep::decide_again(self.found(s)) == Decision::Unlink {
                     if self.alive(p, self.seg(s).creator) {
                         self.flaw = Some(Flaw::UnlinkBeingCreated(s));
                     }
@@ -805,28 +724,63 @@ impl State {
                 }
                 self.end(p);
             }
-            Step::Fin(fin) => return self.exec_fin(p, op, fin, give_up),
+            Step::Fin(mut fin) => {
+                let s = fin_seg(op);
+                fin.set_round(if last_round { Finalize::ROUNDS - 1 } else { 0 });
+                let os = self.kernel(p, s);
+                FINALIZE_STEPS.fetch_add(1, Relaxed);
+                let done = self.with_holders(s, |h| fin.step(&os, h, "the segment"));
+                if os.unlinked.get() {
+                    if !self.all_tomb(s) {
+                        self.flaw = Some(Flaw::UnlinkUncommitted(s));
+                    }
+                    self.unlink(s); // Unlinked, or AlreadyGone
+                }
+                match done {
+                    Poll::Pending => {
+                        fin.set_round(0);
+                        self.set_pc(p, Pc::At(op, Step::Fin(fin)));
+                    }
+                    // InUse, Deferred, Unlinked, AlreadyGone.
+                    Poll::Ready(_) => self.end(p),
+                }
+            }
         }
-        false
     }
 
-    /// `transfer`: CAS slot `slot` of `s` from `from` to `to` (the planted bug stores).
+    /// What process `p` sees of the OS in a step on segment `s`.
+    fn kernel(&self, p: Pid, s: u8) -> Kernel {
+        Kernel {
+            me: p,
+            alive: self.procs.map(|q| q.alive),
+            named: self.seg(s).named,
+            unlinked: Cell::new(false),
+        }
+    }
+
+    /// Runs `f` on segment `s`'s words as the production code sees them (slots,
+    /// finalizer word, pending flag), then stores back what it wrote.
+    fn with_holders<R>(&mut self, s: u8, f: impl FnOnce(&Holders<'_>) -> R) -> R {
+        let n = self.slots();
+        let seg = self.seg_mut(s);
+        let slots = seg.slots.map(|w| AtomicU64::new(w.encode()));
+        let finalizer = AtomicU64::new(seg.finalizer.encode());
+        let pending = AtomicU64::new(u64::from(seg.pending));
+        let result = f(&Holders::new(&slots[..n], &finalizer, &pending));
+        for (word, slot) in seg.slots.iter_mut().zip(&slots) {
+            *word = Word::decode(slot.load(SeqCst));
+        }
+        seg.finalizer = Word::decode(finalizer.load(SeqCst));
+        seg.pending = pending.load(SeqCst) != 0;
+        result
+    }
+
+    /// `holders::transfer`'s step: CAS slot `slot` of `s` from `from` to `to`.
     fn transfer(&mut self, s: u8, slot: u8, from: Word, to: Word) -> bool {
-        if cfg!(shmrc_plant = "release_without_cas") {
-            self.seg_mut(s).slots[usize::from(slot)] = to;
-            return true;
-        }
-        self.cas(s, slot, from, to)
-    }
-
-    fn cas(&mut self, s: u8, slot: u8, from: Word, to: Word) -> bool {
-        let w = &mut self.seg_mut(s).slots[usize::from(slot)];
-        if *w == from {
-            *w = to;
-            true
-        } else {
-            false
-        }
+        TRANSFER_STEPS.fetch_add(1, Relaxed);
+        self.with_holders(s, |h| {
+            holders::transfer_step(h, usize::from(slot), from.encode(), to.encode())
+        })
     }
 
     fn unlink(&mut self, s: u8) {
@@ -846,20 +800,6 @@ impl State {
         self.end(p);
     }
 
-    /// The end of a claim round that took no slot.
-    fn claim_round_end(&mut self, p: Pid, op: Op, all_tomb: bool, give_up: bool) -> bool {
-        if all_tomb {
-            self.claim_failed(p, op); // Gone
-            return false;
-        }
-        if give_up {
-            self.claim_failed(p, op); // Full
-        } else {
-            self.set_pc(p, claim_start(op));
-        }
-        true
-    }
-
     /// A claim ended in `Gone` or `Full`: a share returns the error; an attach returns
     /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates.
     fn claim_failed(&mut self, p: Pid, op: Op) {
@@ -871,174 +811,176 @@ impl State {
         }
     }
 
-    /// Another finalize round, or (give_up) the end of the last one: `Deferred`.
-    fn fin_round_end(&mut self, p: Pid, op: Op, give_up: bool) -> bool {
-        if give_up {
-            self.end(p);
-        } else {
-            self.set_pc(p, fin_start(op));
-        }
-        true
-    }
-
-    fn exec_fin(&mut self, p: Pid, op: Op, fin: Fin, give_up: bool) -> bool {
-        let s = fin_seg(op);
-        let n = self.slots_n;
-        let mode = match op {
+    /// The first crash point of `finalize` for `op` (`Reclaim::All` for a sweep).
+    fn fin_start(&mut self, op: Op) -> Pc {
+        let reclaim = match op {
             Op::Sweep(_) => Reclaim::All,
             _ => Reclaim::UntilLive,
         };
-        let mine = Word::Held(p);
-        let at = |f: Fin| Pc::At(op, Step::Fin(f));
-        let reclaim_next = |i: u8, live: bool| {
-            if i + 1 < n {
-                at(Fin::ReclaimLoad { i: i + 1, live })
-            } else {
-                at(Fin::LoadFinalizer { live })
-            }
+        let fin = self.with_holders(fin_seg(op), |h| Finalize::new(reclaim, h));
+        Pc::At(op, Step::Fin(fin))
+    }
+}
+
+/// A segment's mapping as create's publish step writes it: the header words and the
+/// slots, initialized by production's [`segment::initialize`].
+struct Scratch(Vec<AtomicU64>);
+
+impl Scratch {
+    /// Segment `s`'s header, `slots` slots, as process `p` creating it writes them.
+    fn initialized(p: Pid, s: u8, slots: usize) -> Scratch {
+        let layout = Layout::new(8, slots).expect("a small layout is valid");
+        let fields = Fields {
+            layout,
+            creator: token(p),
+            uid: 1000,
+            pid_namespace: 1,
+            created_at_nanos: 1,
+            nonce: u128::from(s),
         };
-        let tomb_next = |i: u8| {
-            if i + 1 < n {
-                at(Fin::TombLoad { i: i + 1 })
-            } else {
-                at(Fin::Unlink)
-            }
-        };
-        let rollback_next = |i: u8| {
-            if i + 1 < n {
-                at(Fin::RollbackLoad { i: i + 1 })
-            } else {
-                at(Fin::LetGo)
-            }
-        };
-        match fin {
-            Fin::ReclaimLoad { i, live } => {
-                let w = self.seg(s).slots[usize::from(i)];
-                let pc = match w {
-                    Word::Free | Word::Tomb => reclaim_next(i, live),
-                    w if self.keeps(p, w) => {
-                        if mode == Reclaim::UntilLive {
-                            at(Fin::LoadFinalizer { live: true })
-                        } else {
-                            reclaim_next(i, true)
-                        }
-                    }
-                    seen => at(Fin::ReclaimCas { i, seen, live }),
-                };
-                self.set_pc(p, pc);
-            }
-            Fin::ReclaimCas { i, seen, live } => {
-                self.cas(s, i, seen, Word::Free);
-                self.set_pc(p, reclaim_next(i, live));
-            }
-            Fin::LoadFinalizer { live } => {
-                let f = self.seg(s).finalizer;
-                let f_live = f != Word::Free && self.word_live(p, f);
-                let abandoned = f != Word::Free && !f_live;
-                if live && !abandoned {
-                    self.end(p); // InUse
-                } else if f_live && f != mine {
-                    self.set_pc(p, at(Fin::SetPending { seen: f }));
-                } else {
-                    self.set_pc(p, at(Fin::TakeFinalizer { seen: f }));
-                }
-            }
-            Fin::SetPending { seen } => {
-                self.seg_mut(s).pending = true;
-                self.set_pc(p, at(Fin::CheckFinalizer { seen }));
-            }
-            Fin::CheckFinalizer { seen } => {
-                if self.seg(s).finalizer == seen {
-                    self.end(p); // Deferred
-                } else {
-                    return self.fin_round_end(p, op, give_up);
-                }
-            }
-            Fin::TakeFinalizer { seen } => {
-                let seg = self.seg_mut(s);
-                if seg.finalizer == seen {
-                    seg.finalizer = mine;
-                    self.set_pc(p, at(Fin::ClearPending));
-                } else {
-                    return self.fin_round_end(p, op, give_up);
-                }
-            }
-            Fin::ClearPending => {
-                self.seg_mut(s).pending = false;
-                self.set_pc(p, at(Fin::TombLoad { i: 0 }));
-            }
-            Fin::TombLoad { i } => {
-                let w = self.seg(s).slots[usize::from(i)];
-                let pc = if w == Word::Tomb {
-                    tomb_next(i)
-                } else {
-                    at(Fin::TombCas {
-                        i,
-                        free: w == Word::Free,
-                    })
-                };
-                self.set_pc(p, pc);
-            }
-            Fin::TombCas { i, free } => {
-                if free && self.cas(s, i, Word::Free, Word::Tomb) {
-                    self.set_pc(p, tomb_next(i));
-                } else if cfg!(shmrc_plant = "no_rollback") {
-                    self.set_pc(p, at(Fin::LetGo));
-                } else {
-                    self.set_pc(p, at(Fin::RollbackLoad { i: 0 }));
-                }
-            }
-            Fin::Unlink => {
-                if !self.all_tomb(s) {
-                    self.flaw = Some(Flaw::UnlinkUncommitted(s));
-                }
-                self.unlink(s); // Unlinked, or AlreadyGone
-                self.end(p);
-            }
-            Fin::RollbackLoad { i } => {
-                let pc = if self.seg(s).slots[usize::from(i)] == Word::Tomb {
-                    at(Fin::RollbackCas { i })
-                } else {
-                    rollback_next(i)
-                };
-                self.set_pc(p, pc);
-            }
-            Fin::RollbackCas { i } => {
-                self.cas(s, i, Word::Tomb, Word::Free);
-                self.set_pc(p, rollback_next(i));
-            }
-            Fin::LetGo => {
-                let seg = self.seg_mut(s);
-                if seg.finalizer == mine {
-                    seg.finalizer = Word::Free;
-                }
-                self.set_pc(p, at(Fin::CheckPending));
-            }
-            Fin::CheckPending => {
-                if self.seg(s).pending {
-                    return self.fin_round_end(p, op, give_up);
-                }
-                self.end(p); // InUse
-            }
-        }
+        let words = layout.total_len().div_ceil(8);
+        let header = Scratch((0..words).map(|_| AtomicU64::new(0)).collect());
+        segment::initialize(&header, &fields, Some(token(p))).expect("the mapping is long enough");
+        header
+    }
+
+    /// Slot `i`'s word.
+    fn slot(&self, i: usize) -> u64 {
+        self.0[segment::HEADER_WORDS + i].load(SeqCst)
+    }
+
+    /// Whether the magic (word 0) is published.
+    fn published(&self) -> bool {
+        self.0[0].load(SeqCst) == segment::MAGIC
+    }
+}
+
+impl Mapping for Scratch {
+    fn len(&self) -> usize {
+        self.0.len() * 8
+    }
+
+    fn words(&self, n: usize) -> Option<&[AtomicU64]> {
+        self.0.get(..n)
+    }
+
+    fn read(&self, _offset: usize, _out: &mut [u8]) -> bool {
+        false
+    }
+
+    fn write(&self, _offset: usize, _data: &[u8]) -> bool {
         false
     }
 }
 
-/// The first crash point of `finalize` (round 1, slot 0).
-/// A claim round from its first slot (of a share, or an attach whose transfer failed).
-fn claim_start(op: Op) -> Pc {
-    Pc::At(
-        op,
-        Step::ClaimLoad {
-            i: 0,
-            all_tomb: true,
-        },
-    )
+/// What a process sees of the OS inside a protocol step ([`StepOs`]): its token, the
+/// liveness of the others, and the unlink of the segment the step works on.
+struct Kernel {
+    me: Pid,
+    alive: [bool; MAX_PROCS],
+    named: bool,
+    unlinked: Cell<bool>,
 }
 
-fn fin_start(op: Op) -> Pc {
-    Pc::At(op, Step::Fin(Fin::ReclaimLoad { i: 0, live: false }))
+impl StepOs for Kernel {
+    fn current(&self) -> Token {
+        token(self.me)
+    }
+
+    fn is_alive(&self, t: Token) -> bool {
+        pid_of(t).is_some_and(|q| self.alive[usize::from(q)])
+    }
+
+    fn shm_unlink(&self, name: &str) -> shmrc::Result<()> {
+        self.unlinked.set(true);
+        if self.named {
+            Ok(())
+        } else {
+            Err(Error::Gone {
+                segment: name.to_owned(),
+            })
+        }
+    }
+}
+
+/// How often each production function ran in this process's explorations.
+static CLAIM_STEPS: Counter = Counter::new(0);
+static FINALIZE_STEPS: Counter = Counter::new(0);
+static TRANSFER_STEPS: Counter = Counter::new(0);
+static PUBLISHES: Counter = Counter::new(0);
+static SWEEP_DECISIONS: Counter = Counter::new(0);
+
+/// The production functions the model's transitions run, with how often each ran so
+/// far in this process (what `shmrc-proofs` reports).
+pub fn production_steps() -> [(&'static str, u64); 5] {
+    [
+        ("shmrc::holders::Claim::step", CLAIM_STEPS.load(Relaxed)),
+        (
+            "shmrc::holders::Finalize::step",
+            FINALIZE_STEPS.load(Relaxed),
+        ),
+        (
+            "shmrc::holders::transfer_step",
+            TRANSFER_STEPS.load(Relaxed),
+        ),
+        ("shmrc::segment::initialize", PUBLISHES.load(Relaxed)),
+        (
+            "shmrc::sweep::decide and decide_again",
+            SWEEP_DECISIONS.load(Relaxed),
+        ),
+    ]
+}
+
+/// The first pid of the model's processes in production tokens.
+const FIRST_PID: u32 = 100;
+
+/// Process `p`'s token in production's words.
+fn token(p: Pid) -> Token {
+    Token::new(FIRST_PID + u32::from(p), 1).expect("a small pid makes a token")
+}
+
+/// The model process whose token `t` is (None: not one of ours).
+fn pid_of(t: Token) -> Option<Pid> {
+    let p = t.pid().checked_sub(FIRST_PID)?;
+    Pid::try_from(p)
+        .ok()
+        .filter(|p| usize::from(*p) < MAX_PROCS)
+}
+
+impl Word {
+    /// The slot word production stores for this.
+    pub fn encode(self) -> u64 {
+        match self {
+            Word::Free => holders::FREE,
+            Word::Tomb => holders::TOMB,
+            Word::Held(p) => holders::held_word(token(p)),
+            Word::InFlight(p) => holders::in_flight_word(token(p)),
+        }
+    }
+
+    /// The model's view of a slot word production wrote.
+    ///
+    /// # Panics
+    /// On a word no protocol step of the model's processes writes.
+    pub fn decode(word: u64) -> Word {
+        match holders::Slot::decode(word) {
+            holders::Slot::Free => Word::Free,
+            holders::Slot::Tomb => Word::Tomb,
+            holders::Slot::Held(t) => Word::Held(pid_of(t).expect("a model process")),
+            holders::Slot::InFlight(t) => Word::InFlight(pid_of(t).expect("a model process")),
+            holders::Slot::Garbage(w) => panic!("the protocol wrote garbage {w:#x}"),
+        }
+    }
+}
+
+/// A claim round from its first slot, for `p` (an in-flight word for a share, a held
+/// word for an attach whose transfer failed).
+fn claim_start(op: Op, p: Pid) -> Pc {
+    let word = match op {
+        Op::Share(_) => Word::InFlight(p),
+        _ => Word::Held(p),
+    };
+    Pc::At(op, Step::Claim(Claim::new(word.encode())))
 }
 
 fn claim_seg(op: Op) -> u8 {

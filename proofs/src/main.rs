@@ -6,7 +6,7 @@
 
 use std::process::ExitCode;
 
-use shmrc_model::protocol::{Config, Property};
+use shmrc_model::protocol::{Config, Property, production_steps};
 use shmrc_proofs::explore;
 
 fn main() -> ExitCode {
@@ -63,6 +63,10 @@ fn main() -> ExitCode {
         "explored {} states, {} transitions, BFS depth {}, in {:.1?}",
         report.states, report.transitions, report.depth, report.elapsed
     );
+    println!("production code run by the transitions (the model adds only the operations' glue):");
+    for (function, runs) in production_steps() {
+        println!("  {function}: {runs} steps");
+    }
     match report.violation {
         None => {
             for p in Property::ALL {

@@ -6,9 +6,10 @@
 //! reports each piece as base handle + offset).
 
 use std::fmt;
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
-use super::driver::{DevicePtr, Driver, IpcMemHandle, MemoryInfo};
+use super::driver::{DevicePtr, Driver, HandleKind, IpcMemHandle, MemoryInfo};
 use super::lock;
 use crate::error::{Error, Result};
 
@@ -18,6 +19,7 @@ use crate::error::{Error, Result};
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, EMM_INTERFACE_VERSION};
 ///
@@ -34,6 +36,7 @@ pub const EMM_INTERFACE_VERSION: u32 = 1;
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, IpcExport};
 ///
@@ -53,6 +56,43 @@ pub struct IpcExport {
     pub offset: u64,
 }
 
+/// How another process finds a buffer, whichever [`HandleKind`] its allocator shares
+/// by: what [`DeviceAllocator::export`] returns.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+/// use std::sync::Arc;
+/// use shmrc::cuda::{DeviceAllocator, DeviceExport, FakeDriver, VmmAllocator};
+///
+/// let driver = Arc::new(FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-dev-export", 1 << 30)?);
+/// let allocator = VmmAllocator::new(driver)?;
+/// let ptr = allocator.memalloc(4096)?; // rounded up to the 2 MiB granularity
+/// match allocator.export(ptr)? {
+///     DeviceExport::PosixFd { allocation, offset, .. } => assert_eq!((allocation, offset), (2 << 20, 0)),
+///     DeviceExport::Legacy(_) => unreachable!("a VMM allocator shares by fd"),
+/// }
+/// allocator.memfree(ptr)?;
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+#[derive(Debug)]
+pub enum DeviceExport {
+    /// A legacy IPC handle and the buffer's offset in its allocation.
+    Legacy(IpcExport),
+    /// A POSIX fd of the containing `cuMemCreate` allocation.
+    PosixFd {
+        /// The descriptor (`cuMemExportToShareableHandle`), owned: it goes with the
+        /// handle over `SCM_RIGHTS`.
+        fd: OwnedFd,
+        /// Bytes of the whole allocation (what the importer maps).
+        allocation: u64,
+        /// Offset of the buffer in it.
+        offset: u64,
+    },
+}
+
 /// A device-memory owner for [`super::CudaDevice`], modelled on Numba's External
 /// Memory Management (EMM) plugin interface. [`DriverAllocator`] is the default;
 /// install another (a pool, a counting wrapper) with
@@ -63,6 +103,7 @@ pub struct IpcExport {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
 /// use std::sync::atomic::{AtomicUsize, Ordering};
 /// use shmrc::cuda::{
@@ -123,6 +164,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -139,6 +181,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -156,6 +199,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -172,6 +216,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -190,6 +235,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -207,6 +253,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -224,6 +271,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-emm", 1 << 20)?;
@@ -236,12 +284,48 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn deferral(&self) -> &CleanupDeferral;
+    /// How this allocator's buffers are shared: [`HandleKind::LegacyIpc`] (the
+    /// default, through [`DeviceAllocator::get_ipc_handle`]) or [`HandleKind::PosixFd`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver, HandleKind, VmmAllocator};
+    /// let driver = Arc::new(FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-kind", 1 << 30)?);
+    /// assert_eq!(DriverAllocator::new(driver.clone()).handle_kind(), HandleKind::LegacyIpc);
+    /// assert_eq!(VmmAllocator::new(driver)?.handle_kind(), HandleKind::PosixFd);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn handle_kind(&self) -> HandleKind {
+        HandleKind::LegacyIpc
+    }
+    /// How another process finds the buffer at `ptr`; by default its legacy IPC
+    /// handle ([`DeviceAllocator::get_ipc_handle`]). Called at every share: a POSIX-fd
+    /// export is a new descriptor each time.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{DeviceAllocator, DeviceExport, DriverAllocator, FakeDriver};
+    /// let driver = Arc::new(FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-export-default", 1 << 20)?);
+    /// let allocator = DriverAllocator::new(driver);
+    /// let ptr = allocator.memalloc(64)?;
+    /// assert!(matches!(allocator.export(ptr)?, DeviceExport::Legacy(e) if e.offset == 0));
+    /// allocator.memfree(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn export(&self, ptr: DevicePtr) -> Result<DeviceExport> {
+        self.get_ipc_handle(ptr).map(DeviceExport::Legacy)
+    }
     /// While the guard lives, no memory of this allocator is freed: buffers released
     /// meanwhile wait in the limbo list (EMM's `defer_cleanup` context).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -312,6 +396,7 @@ impl CleanupDeferral {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::CudaDevice;
 ///
@@ -341,6 +426,7 @@ impl Drop for DeferGuard {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, DeviceAllocator, DriverAllocator};
@@ -365,6 +451,7 @@ impl DriverAllocator {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::CreateOptions;
     /// use shmrc::cuda::{CudaDevice, DriverAllocator};
@@ -412,5 +499,109 @@ impl DeviceAllocator for DriverAllocator {
 
     fn deferral(&self) -> &CleanupDeferral {
         &self.deferral
+    }
+}
+
+/// The allocator of the POSIX-fd path: one `cuMemCreate` allocation per buffer, its
+/// size rounded up to the device's granularity, shared as a file descriptor
+/// ([`HandleKind::PosixFd`]). [`super::CudaDevice`] installs it by itself when the
+/// device supports it and the process-wide strategy is file_descriptor.
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+/// use std::sync::Arc;
+/// use shmrc::cuda::{CudaDevice, HandleKind, VmmAllocator};
+/// use shmrc::CreateOptions;
+///
+/// let device = CudaDevice::fake("shmrc-doc-vmm-alloc", 1 << 30, &CreateOptions::new())?;
+/// device.set_allocator(Arc::new(VmmAllocator::new(Arc::clone(device.driver()))?));
+/// let buf = device.alloc(4096)?;
+/// assert_eq!(buf.len(), 4096);
+/// assert_eq!(device.allocator().handle_kind(), HandleKind::PosixFd);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+#[derive(Debug)]
+pub struct VmmAllocator {
+    /// Memory information, reset and deferral are the default allocator's.
+    base: DriverAllocator,
+    granularity: u64,
+}
+
+impl VmmAllocator {
+    /// The POSIX-fd allocator over `driver`; [`Error::CudaUnsupported`] when the
+    /// device cannot export POSIX fds.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{FakeDriver, VmmAllocator};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-vmm-new", 1 << 30)?;
+    /// let _allocator = VmmAllocator::new(Arc::new(driver))?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn new(driver: Arc<dyn Driver>) -> Result<VmmAllocator> {
+        if !driver.supports_posix_fd()? {
+            return Err(Error::CudaUnsupported {
+                op: "POSIX-fd sharing (the device cannot export its memory as an fd)",
+            });
+        }
+        let granularity = driver.vmm_granularity()?.max(1);
+        Ok(VmmAllocator {
+            base: DriverAllocator::new(driver),
+            granularity,
+        })
+    }
+
+    fn rounded(&self, size: usize) -> Result<u64> {
+        (size as u64)
+            .max(1)
+            .checked_next_multiple_of(self.granularity)
+            .ok_or_else(|| Error::InvalidArgument(format!("{size} bytes of device memory")))
+    }
+}
+
+impl DeviceAllocator for VmmAllocator {
+    fn memalloc(&self, size: usize) -> Result<DevicePtr> {
+        self.base.driver.vmm_alloc(self.rounded(size)?)
+    }
+
+    fn memfree(&self, ptr: DevicePtr) -> Result<()> {
+        self.base.driver.vmm_free(ptr)
+    }
+
+    fn get_ipc_handle(&self, _ptr: DevicePtr) -> Result<IpcExport> {
+        Err(Error::CudaUnsupported {
+            op: "legacy IPC handles (VMM memory is shared as a POSIX fd)",
+        })
+    }
+
+    fn export(&self, ptr: DevicePtr) -> Result<DeviceExport> {
+        let driver = &self.base.driver;
+        let (base, allocation) = driver.address_range(ptr)?;
+        Ok(DeviceExport::PosixFd {
+            fd: driver.vmm_export(base)?,
+            allocation,
+            offset: ptr.0 - base.0,
+        })
+    }
+
+    fn handle_kind(&self) -> HandleKind {
+        HandleKind::PosixFd
+    }
+
+    fn memory_info(&self) -> Result<MemoryInfo> {
+        self.base.memory_info()
+    }
+
+    fn reset(&self) -> Result<()> {
+        self.base.reset()
+    }
+
+    fn deferral(&self) -> &CleanupDeferral {
+        self.base.deferral()
     }
 }

@@ -10,11 +10,14 @@
 
 use std::fmt;
 use std::ops::Deref;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
-use super::allocator::DeviceAllocator;
+use super::allocator::{DeviceAllocator, DeviceExport};
 use super::device::CudaDevice;
-use super::driver::{DevicePtr, Driver, IpcMemHandle};
+use super::driver::{
+    DeviceId, DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle,
+};
 use super::identity::{IDENTITY_BYTES, Identity};
 use super::limbo::Entry;
 use super::lock;
@@ -32,6 +35,7 @@ use crate::strategy::Strategy;
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, DeviceSpan};
 ///
@@ -57,6 +61,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -76,6 +81,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-len", 1 << 20, &shmrc::CreateOptions::new())?;
     /// assert_eq!(device.alloc(4096)?.len(), 4096);
     /// # }
@@ -90,6 +96,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-empty", 1 << 20, &shmrc::CreateOptions::new())?;
     /// assert!(!device.alloc(1)?.is_empty());
     /// # }
@@ -105,6 +112,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -126,6 +134,7 @@ impl DeviceSpan {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-read", 1 << 20, &shmrc::CreateOptions::new())?;
     /// let buf = device.alloc(8)?;
     /// buf.write_at(0, &1.5f64.to_le_bytes())?;
@@ -177,6 +186,7 @@ impl fmt::Debug for DeviceSpan {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceBuf};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -196,7 +206,18 @@ pub struct DeviceBuf<O: Os = crate::DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
     span: DeviceSpan,
-    keepalive: Mutex<Option<ShmBuf<O>>>,
+    /// The keep-alive, from the first share on.
+    keepalive: Mutex<Option<Shared<O>>>,
+}
+
+/// What a buffer's first share set up.
+struct Shared<O: Os> {
+    keepalive: ShmBuf<O>,
+    kind: HandleKind,
+    /// Recorded at every share; consumers' streams wait on it.
+    event: EventId,
+    /// The device the memory is on (every handle says so).
+    device: DeviceId,
 }
 
 impl<O: Os> DeviceBuf<O> {
@@ -216,14 +237,17 @@ impl<O: Os> DeviceBuf<O> {
     }
 
     /// A handle that lets one other process attach this buffer; it holds an in-flight
-    /// reference, so the memory stays allocated while it travels. Waits for the
-    /// device's queued work first (`cuCtxSynchronize`), so the consumer sees what this
-    /// process's kernels wrote. Send it as bytes ([`DeviceHandle::into_bytes`]) or over
-    /// a Unix socket ([`DeviceHandle::into_share_handle`]).
+    /// reference, so the memory stays allocated while it travels. Records the buffer's
+    /// IPC event on this process's default stream first (`cuEventRecord`; the host does
+    /// not wait), and the consumer's stream waits on it at attach, so the consumer sees
+    /// what this process's kernels queued before the share. A legacy-IPC handle goes as
+    /// bytes ([`DeviceHandle::into_bytes`]) or over a Unix socket; a posix_fd one only
+    /// over a socket ([`super::transport::send`]).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -258,32 +282,112 @@ impl<O: Os> DeviceBuf<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
-        self.span.driver.synchronize()?;
-        let mut keepalive = lock(&self.keepalive);
-        if keepalive.is_none() {
-            *keepalive = Some(self.create_keepalive()?);
+        let driver = &self.span.driver;
+        let mut shared = lock(&self.keepalive);
+        let mut first_export = None;
+        if shared.is_none() {
+            let export = self.allocator.export(self.span.ptr)?;
+            let event = driver.ipc_event_create()?;
+            match self.create_keepalive(&export, event) {
+                Ok(made) => *shared = Some(made),
+                Err(e) => {
+                    let _ = driver.event_destroy(event);
+                    return Err(e);
+                }
+            }
+            first_export = Some(export);
         }
-        let held = keepalive.as_ref().ok_or_else(|| Error::NotHolder {
-            segment: "device keep-alive".into(),
-        })?;
+        let Some(Shared {
+            keepalive,
+            kind,
+            event,
+            device,
+        }) = shared.as_ref()
+        else {
+            return Err(Error::NotHolder {
+                segment: "device keep-alive".into(),
+            });
+        };
+        // The consumer's stream waits for this: the work queued before the share.
+        driver.event_record(*event)?;
+        // A POSIX-fd handle carries a descriptor of its own (the one the keep-alive
+        // was made with, else a new export).
+        let export = match (kind, first_export) {
+            (HandleKind::LegacyIpc, _) => None,
+            (HandleKind::PosixFd, Some(export)) => Some(export),
+            (HandleKind::PosixFd, None) => Some(self.allocator.export(self.span.ptr)?),
+        };
+        let fd = match export {
+            Some(DeviceExport::PosixFd { fd, .. }) => Some(fd),
+            Some(DeviceExport::Legacy(_)) => {
+                return Err(Error::CudaUnsupported {
+                    op: "a legacy export of a buffer first shared as a POSIX fd",
+                });
+            }
+            None => None,
+        };
         Ok(DeviceHandle {
-            keepalive: held.share()?,
+            keepalive: keepalive.share()?,
+            fd,
+            device: Some(*device),
         })
     }
 
-    fn create_keepalive(&self) -> Result<ShmBuf<O>> {
+    fn create_keepalive(&self, export: &DeviceExport, event: EventId) -> Result<Shared<O>> {
         let inner = &self.device.inner;
-        let export = self.allocator.get_ipc_handle(self.span.ptr)?;
-        let identity = Identity {
-            ipc: export.handle,
-            offset: export.offset,
-            size: self.span.size,
-            device: inner.driver.device()?,
-            producer: inner.os.current(),
+        let (kind, ipc, allocation, offset) = match export {
+            DeviceExport::Legacy(e) => (HandleKind::LegacyIpc, e.handle, 0, e.offset),
+            DeviceExport::PosixFd {
+                allocation, offset, ..
+            } => (
+                HandleKind::PosixFd,
+                IpcMemHandle([0; IPC_HANDLE_BYTES]),
+                *allocation,
+                *offset,
+            ),
         };
-        let buf = ShmBuf::create_with(&inner.os, IDENTITY_BYTES, &inner.keepalive_options)?;
-        buf.write_at(0, &identity.encode())?;
-        Ok(buf)
+        let device = inner.driver.device()?;
+        let identity = Identity {
+            kind,
+            ipc,
+            allocation,
+            offset,
+            size: self.span.size,
+            device,
+            producer: inner.os.current(),
+            event: Some(inner.driver.ipc_event_handle(event)?),
+        };
+        let keepalive = ShmBuf::create_with(&inner.os, IDENTITY_BYTES, &inner.keepalive_options)?;
+        keepalive.write_at(0, &identity.encode())?;
+        Ok(Shared {
+            keepalive,
+            kind,
+            event,
+            device,
+        })
+    }
+
+    /// How this buffer is shared, once it was ([`HandleKind::LegacyIpc`] or
+    /// [`HandleKind::PosixFd`], as its allocator exports it); `None` before.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use shmrc::cuda::{CudaDevice, HandleKind};
+    /// use shmrc::{CreateOptions, Strategy};
+    ///
+    /// shmrc::set_sharing_strategy(Strategy::FileSystem); // legacy IPC handles, as bytes
+    /// let device = CudaDevice::fake("shmrc-doc-handle-kind", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(64)?;
+    /// assert_eq!(buf.handle_kind(), None);
+    /// let _handle = buf.share()?;
+    /// assert_eq!(buf.handle_kind(), Some(HandleKind::LegacyIpc));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn handle_kind(&self) -> Option<HandleKind> {
+        lock(&self.keepalive).as_ref().map(|shared| shared.kind)
     }
 
     /// The keep-alive segment's name, once the buffer was shared (`None` before: a
@@ -292,6 +396,7 @@ impl<O: Os> DeviceBuf<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -308,22 +413,27 @@ impl<O: Os> DeviceBuf<O> {
     pub fn keepalive_name(&self) -> Option<String> {
         lock(&self.keepalive)
             .as_ref()
-            .and_then(|k| k.name().map(str::to_owned))
+            .and_then(|shared| shared.keepalive.name().map(str::to_owned))
     }
 
     /// The keep-alive's holder slots, once the buffer was shared.
     #[doc(hidden)]
     pub fn census(&self) -> Option<Census> {
-        lock(&self.keepalive).as_ref().and_then(ShmBuf::census)
+        lock(&self.keepalive)
+            .as_ref()
+            .and_then(|shared| shared.keepalive.census())
     }
 }
 
 impl<O: Os> Drop for DeviceBuf<O> {
     fn drop(&mut self) {
-        let keepalive = lock(&self.keepalive).take();
-        let still_named = keepalive.and_then(|k| {
-            let name = k.name().map(str::to_owned);
-            match k.release() {
+        let shared = lock(&self.keepalive).take();
+        let event = shared
+            .as_ref()
+            .map(|shared| (Arc::clone(&self.span.driver), shared.event));
+        let still_named = shared.and_then(|Shared { keepalive, .. }| {
+            let name = keepalive.name().map(str::to_owned);
+            match keepalive.release() {
                 Ok(Some(Finalized {
                     outcome: Outcome::Unlinked | Outcome::AlreadyGone,
                     ..
@@ -336,6 +446,7 @@ impl<O: Os> Drop for DeviceBuf<O> {
             ptr: self.span.ptr,
             allocator: Arc::clone(&self.allocator),
             keepalive: still_named,
+            event,
         });
     }
 }
@@ -364,6 +475,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceHandle};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -382,6 +494,11 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 #[derive(Debug)]
 pub struct DeviceHandle<O: Os = crate::DefaultOs> {
     keepalive: ShareHandle<O>,
+    /// The allocation's descriptor, for a [`HandleKind::PosixFd`] buffer.
+    fd: Option<OwnedFd>,
+    /// The device the memory is on; unknown for a handle rebuilt from bytes or from a
+    /// keep-alive handle (its keep-alive says, once attached).
+    device: Option<DeviceId>,
 }
 
 impl<O: Os> DeviceHandle<O> {
@@ -391,6 +508,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -414,7 +532,7 @@ impl<O: Os> DeviceHandle<O> {
     /// let (to_consumer, at_consumer) = UnixStream::pair().unwrap();
     /// let buf = producer.alloc(64)?;
     /// buf.write_at(0, b"batch 3")?;
-    /// transport::send(&to_consumer, b"device batch", vec![buf.share()?.into_share_handle()])?;
+    /// transport::send(&to_consumer, b"device batch", vec![buf.share()?.into_share_handle()?])?;
     /// in_child(|| {
     ///     let consumer = CudaDevice::fake("shmrc-doc-into-share", 1 << 20, &keepalive)?;
     ///     let mut message = transport::recv(&at_consumer)?;
@@ -427,8 +545,83 @@ impl<O: Os> DeviceHandle<O> {
     /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
-    pub fn into_share_handle(self) -> ShareHandle<O> {
-        self.keepalive
+    pub fn into_share_handle(self) -> Result<ShareHandle<O>> {
+        self.without_fd("sending a device handle as a host handle")
+    }
+
+    /// How the buffer is shared: a [`HandleKind::PosixFd`] handle carries a file
+    /// descriptor and travels only with [`super::transport::send`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use std::sync::Arc;
+    /// use shmrc::cuda::{CudaDevice, HandleKind, VmmAllocator};
+    /// use shmrc::{CreateOptions, Error};
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-dev-kind", 1 << 30, &CreateOptions::new())?;
+    /// device.set_allocator(Arc::new(VmmAllocator::new(Arc::clone(device.driver()))?));
+    /// let handle = device.alloc(64)?.share()?;
+    /// assert_eq!(handle.handle_kind(), HandleKind::PosixFd);
+    /// assert!(matches!(handle.into_bytes(), Err(Error::WrongStrategy { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn handle_kind(&self) -> HandleKind {
+        match self.fd {
+            Some(_) => HandleKind::PosixFd,
+            None => HandleKind::LegacyIpc,
+        }
+    }
+
+    /// The keep-alive handle, for a handle that carries no descriptor.
+    fn without_fd(self, op: &'static str) -> Result<ShareHandle<O>> {
+        match self.fd {
+            None => Ok(self.keepalive),
+            Some(_) => Err(Error::WrongStrategy {
+                op,
+                strategy: Strategy::FileDescriptor,
+            }),
+        }
+    }
+
+    /// The device the buffer's memory is on, when the handle says (one made by a
+    /// share or received with [`super::transport`]; not one rebuilt from bytes).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::CreateOptions;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-handle-device", 1 << 30, &CreateOptions::new())?;
+    /// let handle = device.alloc(64)?.share()?;
+    /// assert_eq!(handle.device(), Some(device.driver().device()?));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn device(&self) -> Option<DeviceId> {
+        self.device
+    }
+
+    /// The keep-alive handle, the descriptor and the device (what
+    /// [`super::transport`] sends).
+    pub(crate) fn into_parts(self) -> (ShareHandle<O>, Option<OwnedFd>, Option<DeviceId>) {
+        (self.keepalive, self.fd, self.device)
+    }
+
+    /// A handle from its parts (what [`super::transport`] received).
+    pub(crate) fn from_parts(
+        keepalive: ShareHandle<O>,
+        fd: Option<OwnedFd>,
+        device: Option<DeviceId>,
+    ) -> DeviceHandle<O> {
+        DeviceHandle {
+            keepalive,
+            fd,
+            device,
+        }
     }
 
     /// A device handle from a keep-alive handle received over a socket (see
@@ -439,6 +632,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
     ///
@@ -453,7 +647,11 @@ impl<O: Os> DeviceHandle<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn from_share_handle(keepalive: ShareHandle<O>) -> DeviceHandle<O> {
-        DeviceHandle { keepalive }
+        DeviceHandle {
+            keepalive,
+            fd: None,
+            device: None,
+        }
     }
 
     /// The handle as bytes (it names a file_system segment), to send by any means; the
@@ -463,6 +661,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -476,13 +675,47 @@ impl<O: Os> DeviceHandle<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn into_bytes(self) -> Result<Vec<u8>> {
-        self.keepalive.into_bytes()
+        self.without_fd("encoding a device handle as bytes")?
+            .into_bytes()
     }
 
     /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
     #[doc(hidden)]
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
+    }
+}
+
+/// Makes this process's default stream wait for the producer's event (recorded at
+/// the share), so work queued here after the attach sees what the producer wrote.
+fn wait_for_producer(driver: &dyn Driver, handle: &super::driver::IpcEventHandle) -> Result<()> {
+    let event = driver.ipc_event_open(handle)?;
+    let waited = driver.stream_wait_event(event);
+    let destroyed = driver.event_destroy(event);
+    waited.and(destroyed)
+}
+
+/// A consumer's mapping of the device memory, undone on drop.
+enum Lease<O: Os> {
+    /// One use of a legacy IPC mapping (shared by the process's views of it).
+    Legacy { _use: IpcLease<O> },
+    /// A POSIX-fd import of this view's own.
+    Vmm(VmmLease),
+}
+
+/// A VMM mapping imported from an fd; dropping it unmaps it here (the memory goes
+/// once no process maps it and no exported fd is open).
+struct VmmLease {
+    driver: Arc<dyn Driver>,
+    base: DevicePtr,
+    /// The descriptor it came with, kept to pass the buffer on ([`DeviceView::share`]).
+    fd: OwnedFd,
+}
+
+impl Drop for VmmLease {
+    fn drop(&mut self) {
+        // A failed unmap leaves the mapping until the process exits; nothing to undo.
+        let _ = self.driver.vmm_free(self.base);
     }
 }
 
@@ -508,6 +741,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
 /// #     use nix::sys::wait::{WaitStatus, waitpid};
 /// #     use nix::unistd::{ForkResult, fork};
@@ -546,7 +780,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// ```
 pub struct DeviceView<O: Os = crate::DefaultOs> {
     // Field order is drop order: unmap first, then release the reference.
-    lease: IpcLease<O>,
+    lease: Lease<O>,
     keepalive: ShmBuf<O>,
     span: DeviceSpan,
     identity: Identity,
@@ -554,7 +788,8 @@ pub struct DeviceView<O: Os = crate::DefaultOs> {
 
 impl<O: Os> DeviceView<O> {
     pub(crate) fn attach(device: &CudaDevice<O>, handle: DeviceHandle<O>) -> Result<DeviceView<O>> {
-        let keepalive = ShmBuf::attach(handle.keepalive)?;
+        let (keepalive, fd, _) = handle.into_parts();
+        let keepalive = ShmBuf::attach(keepalive)?;
         let segment = keepalive
             .name()
             .unwrap_or("a file_descriptor buffer")
@@ -576,12 +811,35 @@ impl<O: Os> DeviceView<O> {
         if identity.producer == device.inner.os.current() {
             return Err(Error::CudaOwnExport { segment });
         }
-        let base = device.open_ipc(&identity.ipc)?;
-        let lease = IpcLease {
-            device: device.clone(),
-            handle: identity.ipc,
-        };
         let driver = Arc::clone(&device.inner.driver);
+        if let Some(handle) = &identity.event {
+            wait_for_producer(driver.as_ref(), handle)?;
+        }
+        let (base, lease) = match (identity.kind, fd) {
+            (HandleKind::LegacyIpc, _) => {
+                let base = device.open_ipc(&identity.ipc)?;
+                let lease = IpcLease {
+                    device: device.clone(),
+                    handle: identity.ipc,
+                };
+                (base, Lease::Legacy { _use: lease })
+            }
+            (HandleKind::PosixFd, Some(fd)) => {
+                let base = driver.vmm_import(fd.as_fd(), identity.allocation)?;
+                let lease = VmmLease {
+                    driver: Arc::clone(&driver),
+                    base,
+                    fd,
+                };
+                (base, Lease::Vmm(lease))
+            }
+            (HandleKind::PosixFd, None) => {
+                return Err(bad(
+                    "a posix_fd buffer's handle came without its descriptor (send it with shmrc::cuda::transport)"
+                        .into(),
+                ));
+            }
+        };
         let (_, mapped) = driver.address_range(base)?;
         let ptr = base
             .offset(identity.offset)
@@ -610,6 +868,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -653,6 +912,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -678,15 +938,21 @@ impl<O: Os> DeviceView<O> {
     ///     let consumer = CudaDevice::fake("shmrc-doc-view-share", 1 << 20, &keepalive)?;
     ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
     ///     let onward = view.share()?; // for the next stage of a pipeline
-    ///     assert_eq!(onward.into_share_handle().name(), view.keepalive_name());
+    ///     assert_eq!(onward.into_share_handle()?.name(), view.keepalive_name());
     ///     Ok(())
     /// });
     /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn share(&self) -> Result<DeviceHandle<O>> {
+        let fd = match &self.lease {
+            Lease::Legacy { .. } => None,
+            Lease::Vmm(lease) => Some(lease.fd.try_clone().map_err(|e| Error::os("dup", e))?),
+        };
         Ok(DeviceHandle {
             keepalive: self.keepalive.share()?,
+            fd,
+            device: Some(self.identity.device),
         })
     }
 
@@ -696,6 +962,7 @@ impl<O: Os> DeviceView<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -744,7 +1011,7 @@ impl<O: Os> fmt::Debug for DeviceView<O> {
         f.debug_struct("DeviceView")
             .field("span", &self.span)
             .field("keepalive", &self.keepalive.name())
-            .field("ipc", &self.lease.handle)
+            .field("kind", &self.identity.kind)
             .finish()
     }
 }

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::allocator::{DeviceAllocator, DriverAllocator};
+use super::allocator::{DeviceAllocator, DriverAllocator, VmmAllocator};
 use super::buf::{DeviceBuf, DeviceHandle, DeviceView};
 use super::driver::{DevicePtr, Driver, IpcMemHandle, MemoryInfo};
 use super::limbo::{self, CollectReport, Drain, Entry};
@@ -18,7 +18,7 @@ use super::lock;
 use crate::buf::CreateOptions;
 use crate::error::Result;
 use crate::os::Os;
-use crate::strategy::Strategy;
+use crate::strategy::{Strategy, sharing_strategy};
 
 pub(crate) struct DeviceInner<O: Os> {
     pub(crate) os: O,
@@ -53,6 +53,7 @@ impl<O: Os> Drop for DeviceInner<O> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::CudaDevice;
 /// use shmrc::{CreateOptions, Error, Namespace};
 ///
@@ -90,7 +91,12 @@ impl<O: Os> fmt::Debug for CudaDevice<O> {
 }
 
 impl<O: Os> CudaDevice<O> {
-    /// A device over `driver` as process `os`, with the default allocator. Keep-alive
+    /// A device over `driver` as process `os`, with the default allocator: a
+    /// [`VmmAllocator`] (buffers shared as POSIX fds, which travel with
+    /// [`super::transport`]) when the process-wide strategy
+    /// ([`crate::sharing_strategy`]) is file_descriptor and the device can export
+    /// fds, else a [`DriverAllocator`] (legacy IPC handles, which travel as bytes too).
+    /// Keep-alive
     /// segments are created with `keepalive` (its namespace and holder capacity; the
     /// strategy is always file_system). For a [`Driver`] of your own; the real and fake
     /// drivers have [`CudaDevice::real`] and [`CudaDevice::fake`].
@@ -98,6 +104,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::cuda::{CudaDevice, FakeDriver};
     /// use shmrc::{CreateOptions, DefaultOs};
@@ -109,8 +116,7 @@ impl<O: Os> CudaDevice<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn with_driver(os: O, driver: Arc<dyn Driver>, keepalive: &CreateOptions) -> CudaDevice<O> {
-        let allocator: Arc<dyn DeviceAllocator> =
-            Arc::new(DriverAllocator::new(Arc::clone(&driver)));
+        let allocator = default_allocator(&driver);
         CudaDevice {
             inner: Arc::new(DeviceInner {
                 os,
@@ -129,6 +135,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-driver", 1 << 20, &shmrc::CreateOptions::new())?;
     /// let id = device.driver().device()?;
     /// assert_eq!(id.ordinal, 0);
@@ -144,6 +151,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-allocator-get", 1 << 20, &shmrc::CreateOptions::new())?;
     /// let allocator = device.allocator();
     /// assert!(format!("{allocator:?}").starts_with("DriverAllocator"));
@@ -167,6 +175,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
     /// use shmrc::CreateOptions;
     /// use shmrc::cuda::{CudaDevice, DeviceAllocator, DriverAllocator};
@@ -195,6 +204,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
     /// use shmrc::cuda::CudaDevice;
     ///
@@ -225,6 +235,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -273,6 +284,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -297,6 +309,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -324,6 +337,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-meminfo", 1 << 20, &shmrc::CreateOptions::new())?;
     /// let _buf = device.alloc(1024)?;
     /// let info = device.memory_info()?;
@@ -378,6 +392,7 @@ impl<O: Os> CudaDevice<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -414,4 +429,15 @@ impl<O: Os> CudaDevice<O> {
     pub fn open_handles(&self) -> usize {
         lock(&self.inner.opened).len()
     }
+}
+
+/// The allocator a new device starts with: POSIX-fd sharing where the device has it
+/// and the process shares by file descriptor, legacy IPC handles otherwise.
+fn default_allocator(driver: &Arc<dyn Driver>) -> Arc<dyn DeviceAllocator> {
+    if sharing_strategy() == Strategy::FileDescriptor {
+        if let Ok(vmm) = VmmAllocator::new(Arc::clone(driver)) {
+            return Arc::new(vmm);
+        }
+    }
+    Arc::new(DriverAllocator::new(Arc::clone(driver)))
 }

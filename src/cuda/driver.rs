@@ -5,6 +5,7 @@
 //! whole flow runs across real processes without a GPU.
 
 use std::fmt;
+use std::os::fd::{BorrowedFd, OwnedFd};
 
 use crate::error::{Error, Result};
 
@@ -54,6 +55,7 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, IpcMemHandle};
 ///
@@ -83,6 +85,7 @@ impl fmt::Debug for IpcMemHandle {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, DeviceId};
 ///
@@ -106,6 +109,7 @@ pub struct DeviceId {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, MemoryInfo};
 ///
@@ -134,6 +138,7 @@ pub struct MemoryInfo {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
 /// use shmrc::cuda::{CudaDevice, Driver};
 ///
@@ -158,6 +163,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let id = driver.device()?;
@@ -171,6 +177,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(4096)?;
@@ -185,6 +192,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(4096)?;
@@ -199,6 +207,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(4096)?;
@@ -214,6 +223,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -254,6 +264,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -294,6 +305,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let base = driver.alloc(4096)?;
@@ -309,6 +321,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let before = driver.memory_info()?;
@@ -324,6 +337,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(16)?;
@@ -339,6 +353,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(16)?;
@@ -351,12 +366,36 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
-    /// Waits for all work of this context (`cuCtxSynchronize`): what a producer does
-    /// before it shares a buffer its kernels wrote.
+    /// Copies `len` bytes from device address `src` to device address `dst`
+    /// (`cuMemcpyDtoD`; asynchronous on the device: [`Driver::synchronize`] to wait).
+    /// Either side may be an IPC or fd mapping of another process's memory.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
+    /// let (a, b) = (driver.alloc(16)?, driver.alloc(16)?);
+    /// driver.copy_to_device(a, b"device to device")?;
+    /// driver.copy_on_device(b, a, 16)?;
+    /// driver.synchronize()?;
+    /// let mut out = [0u8; 16];
+    /// driver.copy_from_device(b, &mut out)?;
+    /// assert_eq!(&out, b"device to device");
+    /// driver.free(a)?;
+    /// driver.free(b)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()>;
+    /// Waits for all work of this context (`cuCtxSynchronize`): what a consumer does
+    /// before it releases a buffer its kernels wrote (sharing orders the producer's
+    /// work with an IPC event instead).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
     /// let ptr = driver.alloc(16)?;
@@ -367,6 +406,241 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn synchronize(&self) -> Result<()>;
+
+    /// Whether the device can share memory as a POSIX file descriptor
+    /// (`CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`): the
+    /// [`HandleKind::PosixFd`] path of the `vmm_*` calls below.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// assert!(driver.supports_posix_fd()?);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn supports_posix_fd(&self) -> Result<bool>;
+    /// The size every `vmm_alloc` must be a multiple of (`cuMemGetAllocationGranularity`,
+    /// minimum granularity of a pinned device allocation exportable as a POSIX fd).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// assert_eq!(driver.vmm_granularity()?, 2 << 20); // as on current NVIDIA GPUs
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_granularity(&self) -> Result<u64>;
+    /// Allocates `size` bytes (a multiple of [`Driver::vmm_granularity`], else
+    /// `CUDA_ERROR_INVALID_VALUE`) exportable as a POSIX fd, mapped read-write for this
+    /// device: `cuMemCreate`, `cuMemAddressReserve`, `cuMemMap`, `cuMemSetAccess`.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let size = driver.vmm_granularity()?;
+    /// let ptr = driver.vmm_alloc(size)?;
+    /// assert_eq!(driver.address_range(ptr)?, (ptr, size));
+    /// assert!(driver.vmm_alloc(size + 1).is_err(), "not a multiple of the granularity");
+    /// driver.vmm_free(ptr)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_alloc(&self, size: u64) -> Result<DevicePtr>;
+    /// A POSIX file descriptor for the allocation whose base is `ptr`
+    /// (`cuMemRetainAllocationHandle`, `cuMemExportToShareableHandle`). It holds a
+    /// reference to the memory of its own: send it to another process with
+    /// `SCM_RIGHTS` ([`super::transport`]), close it when done.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
+    /// let fd: std::os::fd::OwnedFd = driver.vmm_export(ptr)?;
+    /// driver.vmm_free(ptr)?;
+    /// drop(fd);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_export(&self, ptr: DevicePtr) -> Result<OwnedFd>;
+    /// Maps the `size`-byte allocation that `fd` shares (`cuMemImportFromShareableHandle`,
+    /// then reserve, map and set access as [`Driver::vmm_alloc`]); returns its base.
+    /// The mapping holds the memory until [`Driver::vmm_free`], whatever the exporter
+    /// does; `fd` may be closed at once.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use std::os::fd::AsFd;
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let size = driver.vmm_granularity()?;
+    /// let ptr = driver.vmm_alloc(size)?;
+    /// driver.copy_to_device(ptr, b"by fd")?;
+    /// let fd = driver.vmm_export(ptr)?;
+    /// driver.vmm_free(ptr)?; // the exported fd still holds the memory
+    /// let mapped = driver.vmm_import(fd.as_fd(), size)?;
+    /// let mut out = [0u8; 5];
+    /// driver.copy_from_device(mapped, &mut out)?;
+    /// assert_eq!(&out, b"by fd");
+    /// driver.vmm_free(mapped)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr>;
+    /// Unmaps an allocation made by [`Driver::vmm_alloc`] or [`Driver::vmm_import`]
+    /// and drops this process's reference (`cuMemUnmap`, `cuMemAddressFree`); the
+    /// memory is freed once no mapping and no exported fd refers to it.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
+    /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
+    /// driver.vmm_free(ptr)?;
+    /// assert!(driver.vmm_free(ptr).is_err(), "unmapped already");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn vmm_free(&self, ptr: DevicePtr) -> Result<()>;
+
+    /// Creates an event other processes can wait on (`cuEventCreate` with
+    /// `CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?; // after the work a consumer must see
+    /// let _handle = driver.ipc_event_handle(event)?; // for the consumer
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_create(&self) -> Result<EventId>;
+    /// The IPC handle of an event made by [`Driver::ipc_event_create`]
+    /// (`cuIpcGetEventHandle`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// assert_eq!(driver.ipc_event_handle(event)?, driver.ipc_event_handle(event)?);
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_handle(&self, event: EventId) -> Result<IpcEventHandle>;
+    /// Opens another process's event here (`cuIpcOpenEventHandle`); destroy it with
+    /// [`Driver::event_destroy`] when done.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver, IpcEventHandle};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// assert!(driver.ipc_event_open(&IpcEventHandle([0; 64])).is_err(), "no event's handle");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<EventId>;
+    /// Records `event` on this context's default stream (`cuEventRecord`): it
+    /// completes when the work queued there before it has.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?;
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn event_record(&self, event: EventId) -> Result<()>;
+    /// Makes this context's default stream wait, on the device, until `event`
+    /// completes (`cuStreamWaitEvent`); the host does not block.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_record(event)?;
+    /// driver.stream_wait_event(event)?; // later work on the stream runs after it
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn stream_wait_event(&self, event: EventId) -> Result<()>;
+    /// Destroys an event created or opened here (`cuEventDestroy`).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.event_destroy(event)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    fn event_destroy(&self, event: EventId) -> Result<()>;
+}
+
+/// An event created or opened in this process (`CUevent`), as the [`Driver`] that
+/// made it names it; meaningless elsewhere.
+///
+/// ```
+/// use shmrc::cuda::EventId;
+/// assert_eq!(format!("{:?}", EventId(7)), "EventId(7)");
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct EventId(pub u64);
+
+/// An IPC event handle (`CUipcEventHandle`, 64 opaque bytes): what another process
+/// opens to wait on a producer's event. shmrc carries it in the keep-alive.
+///
+/// ```
+/// use shmrc::cuda::IpcEventHandle;
+/// let handle = IpcEventHandle([0; 64]);
+/// assert_eq!(handle.0.len(), 64);
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct IpcEventHandle(pub [u8; IPC_HANDLE_BYTES]);
+
+/// How a device allocation is shared with another process.
+///
+/// ```
+/// use shmrc::cuda::HandleKind;
+/// assert_eq!(HandleKind::PosixFd.to_string(), "posix_fd");
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Hash)]
+pub enum HandleKind {
+    /// A legacy IPC handle (`cuIpcGetMemHandle`, 64 bytes): travels as bytes; the
+    /// memory lives only while the exporting process does.
+    LegacyIpc,
+    /// A POSIX file descriptor of a `cuMemCreate` allocation
+    /// (`cuMemExportToShareableHandle`): travels only over a Unix socket
+    /// (`SCM_RIGHTS`); each importer's mapping holds the memory.
+    PosixFd,
+}
+
+impl fmt::Display for HandleKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            HandleKind::LegacyIpc => "legacy_ipc",
+            HandleKind::PosixFd => "posix_fd",
+        })
+    }
 }
 
 /// The [`Error::Cuda`] for `call` failing with `code`, named `name`: what a [`Driver`]

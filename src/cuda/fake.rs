@@ -10,13 +10,24 @@
 //! cache is needed), freeing or copying outside an allocation fails
 //! (`CUDA_ERROR_INVALID_VALUE`), and allocating past the device's size fails
 //! (`CUDA_ERROR_OUT_OF_MEMORY`).
+//!
+//! Its VMM allocations (`vmm_*`, the POSIX-fd path) are memfds: the exported "shareable
+//! handle" is a duplicate of the memfd, an import maps (here: keeps) a duplicate of its
+//! own, so the memory lives while any mapping or exported fd refers to it and goes
+//! when the last closes, which is the kernel's refcount on the file, as the driver's
+//! is on a `cuMemCreate` allocation. Sizes must be multiples of a 2 MiB granularity
+//! (`CUDA_ERROR_INVALID_VALUE` otherwise), and an fd of the wrong size does not map.
 
 use std::collections::BTreeMap;
 use std::fmt;
+use std::fs::File;
+use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::unix::fs::FileExt;
 use std::sync::Mutex;
 
 use super::driver::{
-    DeviceId, DevicePtr, Driver, IPC_HANDLE_BYTES, IpcMemHandle, MemoryInfo, driver_error,
+    DeviceId, DevicePtr, Driver, EventId, IPC_HANDLE_BYTES, IpcEventHandle, IpcMemHandle,
+    MemoryInfo, driver_error,
 };
 use super::lock;
 use crate::error::{Error, Result};
@@ -28,11 +39,12 @@ const HANDLE_MAGIC: &[u8; 8] = b"SHMRCFK1";
 const NAME_AT: usize = HANDLE_MAGIC.len() + 1;
 /// The longest object name a fake IPC handle carries.
 const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
-/// The longest name prefix (room for `-<pid>-<n, 8 hex>-<8 hex>`).
+/// The longest name prefix (room for `-<pid>-<tag><n, 8 hex>-<8 hex>`).
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::DefaultOs;
 /// use shmrc::cuda::{FakeDriver, fake::MAX_FAKE_PREFIX};
 ///
@@ -43,10 +55,12 @@ const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub const MAX_FAKE_PREFIX: usize = 24;
-const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 8 + 1 + 8 <= MAX_NAME);
+const _: () = assert!(MAX_FAKE_PREFIX + 1 + 10 + 1 + 1 + 8 + 1 + 8 <= MAX_NAME);
 /// Fake device addresses start here; each allocation gets its own 4 GiB window.
 const ADDRESS_BASE: u64 = 0x7000_0000_0000;
 const WINDOW: u64 = 1 << 32;
+/// The fake device's VMM allocation granularity (2 MiB, as on current NVIDIA GPUs).
+const GRANULARITY: u64 = 2 << 20;
 /// The UUID the fake device reports.
 const FAKE_UUID: [u8; 16] = *b"shmrc-fake-gpu-0";
 
@@ -54,6 +68,10 @@ const INVALID_VALUE: (i32, &str) = (1, "CUDA_ERROR_INVALID_VALUE");
 const OUT_OF_MEMORY: (i32, &str) = (2, "CUDA_ERROR_OUT_OF_MEMORY");
 const INVALID_CONTEXT: (i32, &str) = (201, "CUDA_ERROR_INVALID_CONTEXT");
 const ALREADY_MAPPED: (i32, &str) = (208, "CUDA_ERROR_ALREADY_MAPPED");
+const INVALID_HANDLE: (i32, &str) = (400, "CUDA_ERROR_INVALID_HANDLE");
+const NOT_SUPPORTED: (i32, &str) = (801, "CUDA_ERROR_NOT_SUPPORTED");
+/// Bytes of a fake event's object: its record count.
+const EVENT_BYTES: u64 = 8;
 
 fn fail(call: &'static str, (code, name): (i32, &str)) -> Error {
     driver_error(call, code, name)
@@ -73,6 +91,30 @@ struct State<O: Os> {
     own: BTreeMap<u64, Region<O>>,
     /// Other processes' allocations opened here, by base address.
     opened: BTreeMap<u64, Region<O>>,
+    /// VMM mappings (allocated here or imported from an fd), by base address.
+    vmm: BTreeMap<u64, VmmRegion>,
+    /// Events created (`own`) or opened here, by id.
+    events: BTreeMap<u64, FakeEvent<O>>,
+    next_event: u64,
+    /// Successful `stream_wait_event` calls.
+    waits: u64,
+}
+
+/// A fake IPC event: a named 8-byte object holding how often it was recorded (the
+/// fake runs no asynchronous work, so a record is complete at once and a wait only
+/// checks the event is valid).
+struct FakeEvent<O: Os> {
+    name: String,
+    map: O::Map,
+    own: bool,
+}
+
+/// One VMM mapping: its memfd (this mapping's reference to the memory).
+struct VmmRegion {
+    file: File,
+    size: u64,
+    /// Allocated here (counts against the device's size), not imported.
+    own: bool,
 }
 
 /// A fake CUDA driver: device memory that is shared memory, one named object per
@@ -84,6 +126,7 @@ struct State<O: Os> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
 /// use shmrc::cuda::{CudaDevice, FakeDriver};
 /// use shmrc::{CreateOptions, DefaultOs};
@@ -101,6 +144,9 @@ pub struct FakeDriver<O: Os> {
     os: O,
     prefix: String,
     total: u64,
+    /// Whether the device exports POSIX fds (`without_posix_fd` models one that
+    /// does not).
+    posix_fd: bool,
     state: Mutex<State<O>>,
 }
 
@@ -124,6 +170,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// use shmrc::{DefaultOs, Error};
     ///
@@ -144,13 +191,37 @@ impl<O: Os> FakeDriver<O> {
             os,
             prefix: prefix.to_owned(),
             total,
+            posix_fd: true,
             state: Mutex::new(State {
                 next_window: 0,
                 allocated: 0,
                 own: BTreeMap::new(),
                 opened: BTreeMap::new(),
+                vmm: BTreeMap::new(),
+                events: BTreeMap::new(),
+                next_event: 1,
+                waits: 0,
             }),
         })
+    }
+
+    /// The same fake device, but one that cannot export its memory as POSIX fds (as
+    /// a GPU without `CU_DEVICE_ATTRIBUTE_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR_SUPPORTED`):
+    /// `supports_posix_fd` is false and the fd calls fail with
+    /// `CUDA_ERROR_NOT_SUPPORTED`, so devices over it share legacy IPC handles.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-no-fd", 1 << 30)?.without_posix_fd();
+    /// assert!(!driver.supports_posix_fd()?);
+    /// assert!(driver.vmm_alloc(2 << 20).is_err());
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn without_posix_fd(mut self) -> FakeDriver<O> {
+        self.posix_fd = false;
+        self
     }
 
     /// Number of allocations made here and not yet freed.
@@ -158,6 +229,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// use shmrc::DefaultOs;
     ///
@@ -170,7 +242,8 @@ impl<O: Os> FakeDriver<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn live_allocations(&self) -> usize {
-        lock(&self.state).own.len()
+        let state = lock(&self.state);
+        state.own.len() + state.vmm.values().filter(|r| r.own).count()
     }
 
     /// Number of other processes' allocations opened here and not yet closed.
@@ -178,6 +251,7 @@ impl<O: Os> FakeDriver<O> {
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
     /// #     use nix::sys::wait::{WaitStatus, waitpid};
     /// #     use nix::unistd::{ForkResult, fork};
@@ -213,7 +287,57 @@ impl<O: Os> FakeDriver<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn open_handles(&self) -> usize {
-        lock(&self.state).opened.len()
+        let state = lock(&self.state);
+        state.opened.len() + state.vmm.values().filter(|r| !r.own).count()
+    }
+
+    /// Events this process created or opened and has not destroyed, and how often its
+    /// default stream waited on one (what a test checks the ordering with).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-fake-ev", 1 << 20)?;
+    /// let event = driver.ipc_event_create()?;
+    /// driver.stream_wait_event(event)?;
+    /// assert_eq!(driver.event_counts(), (1, 1));
+    /// driver.event_destroy(event)?;
+    /// assert_eq!(driver.event_counts(), (0, 1));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn event_counts(&self) -> (usize, u64) {
+        let state = lock(&self.state);
+        (state.events.len(), state.waits)
+    }
+
+    /// The VMM mapping containing `ptr`, with its base address.
+    fn vmm_at(state: &State<O>, ptr: DevicePtr) -> Option<(u64, &VmmRegion)> {
+        state
+            .vmm
+            .range(..=ptr.0)
+            .next_back()
+            .filter(|(base, region)| ptr.0 - **base < region.size)
+            .map(|(base, region)| (*base, region))
+    }
+
+    /// Runs `f` on the memfd of the VMM mapping containing `[ptr, ptr + len)` and the
+    /// offset of `ptr` in it; `None` when no VMM mapping contains `ptr`.
+    fn with_vmm_range(
+        &self,
+        call: &'static str,
+        ptr: DevicePtr,
+        len: usize,
+        f: impl FnOnce(&File, u64) -> std::io::Result<()>,
+    ) -> Option<Result<()>> {
+        let state = lock(&self.state);
+        let (base, region) = Self::vmm_at(&state, ptr)?;
+        let offset = ptr.0 - base;
+        if offset.saturating_add(len as u64) > region.size {
+            return Some(Err(fail(call, INVALID_VALUE)));
+        }
+        Some(f(&region.file, offset).map_err(|_| fail(call, INVALID_VALUE)))
     }
 
     fn encode_handle(name: &str) -> IpcMemHandle {
@@ -236,6 +360,33 @@ impl<O: Os> FakeDriver<O> {
             .strip_prefix(&self.prefix)
             .is_some_and(|rest| rest.starts_with('-'));
         ours.then(|| name.to_owned())
+    }
+
+    /// A fresh object name `<prefix>-<pid>-<tag><n>-<random>` (at most 54 bytes: it
+    /// fits a handle); `tag` is "" for allocations and "e" for events.
+    fn fresh_name(&self, tag: &str, n: u64) -> Result<String> {
+        Ok(format!(
+            "{}-{}-{tag}{:x}-{:08x}",
+            self.prefix,
+            self.os.current().pid(),
+            n as u32,
+            self.os.random_u128()? as u32
+        ))
+    }
+
+    /// Runs `f` on the event `event` of this process.
+    fn with_event<T>(
+        &self,
+        call: &'static str,
+        event: EventId,
+        f: impl FnOnce(&FakeEvent<O>) -> Option<T>,
+    ) -> Result<T> {
+        let state = lock(&self.state);
+        state
+            .events
+            .get(&event.0)
+            .and_then(f)
+            .ok_or_else(|| fail(call, INVALID_HANDLE))
     }
 
     /// The base address of a fresh 4 GiB window; `None` once the address space is used
@@ -301,14 +452,7 @@ impl<O: Os> Driver for FakeDriver<O> {
             return Err(fail(CALL, OUT_OF_MEMORY));
         }
         let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
-        // At most 24 + 1 + 10 + 1 + 8 + 1 + 8 = 53 bytes: it fits a handle.
-        let name = format!(
-            "{}-{}-{:x}-{:08x}",
-            self.prefix,
-            self.os.current().pid(),
-            state.next_window as u32,
-            self.os.random_u128()? as u32
-        );
+        let name = self.fresh_name("", state.next_window)?;
         let file = self.os.shm_create(&name)?;
         let mapped = self
             .os
@@ -384,6 +528,7 @@ impl<O: Os> Driver for FakeDriver<O> {
         let state = lock(&self.state);
         Self::region_at(&state, ptr)
             .map(|(base, region)| (DevicePtr(base), region.size))
+            .or_else(|| Self::vmm_at(&state, ptr).map(|(base, r)| (DevicePtr(base), r.size)))
             .ok_or_else(|| fail("cuMemGetAddressRange", INVALID_VALUE))
     }
 
@@ -396,6 +541,12 @@ impl<O: Os> Driver for FakeDriver<O> {
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
+        let vmm = self.with_vmm_range("cuMemcpyHtoD", dst, src.len(), |file, offset| {
+            file.write_all_at(src, offset)
+        });
+        if let Some(done) = vmm {
+            return done;
+        }
         self.with_range("cuMemcpyHtoD", dst, src.len(), |region, offset| {
             region.map.write(offset, src)
         })
@@ -403,12 +554,187 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
         let len = dst.len();
+        let vmm = self.with_vmm_range("cuMemcpyDtoH", src, len, |file, offset| {
+            file.read_exact_at(dst, offset)
+        });
+        if let Some(done) = vmm {
+            return done;
+        }
+        let len = dst.len();
         self.with_range("cuMemcpyDtoH", src, len, |region, offset| {
             region.map.read(offset, dst)
         })
     }
 
+    fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
+        // The fake device is host memory: through a host buffer, checked as the
+        // driver checks both ranges.
+        let mut bytes = vec![0u8; len];
+        self.copy_from_device(src, &mut bytes)
+            .and_then(|()| self.copy_to_device(dst, &bytes))
+            .map_err(|e| match e {
+                Error::Cuda { .. } => fail("cuMemcpyDtoD", INVALID_VALUE),
+                e => e,
+            })
+    }
+
     fn synchronize(&self) -> Result<()> {
+        Ok(())
+    }
+
+    fn supports_posix_fd(&self) -> Result<bool> {
+        Ok(self.posix_fd)
+    }
+
+    fn vmm_granularity(&self) -> Result<u64> {
+        Ok(GRANULARITY)
+    }
+
+    fn vmm_alloc(&self, size: u64) -> Result<DevicePtr> {
+        const CALL: &str = "cuMemCreate";
+        if !self.posix_fd {
+            return Err(fail(CALL, NOT_SUPPORTED));
+        }
+        if size == 0 || size % GRANULARITY != 0 || size >= WINDOW {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let mut state = lock(&self.state);
+        if state.allocated.saturating_add(size) > self.total {
+            return Err(fail(CALL, OUT_OF_MEMORY));
+        }
+        let fd = nix::sys::memfd::memfd_create(
+            c"shmrc-fake-vmm",
+            nix::sys::memfd::MFdFlags::MFD_CLOEXEC,
+        )
+        .map_err(|e| Error::os("memfd_create", e))?;
+        let file = File::from(fd);
+        file.set_len(size).map_err(|e| Error::os("ftruncate", e))?;
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
+        state.allocated += size;
+        let own = true;
+        state.vmm.insert(base, VmmRegion { file, size, own });
+        Ok(DevicePtr(base))
+    }
+
+    fn vmm_export(&self, ptr: DevicePtr) -> Result<OwnedFd> {
+        const CALL: &str = "cuMemExportToShareableHandle";
+        let state = lock(&self.state);
+        let region = state
+            .vmm
+            .get(&ptr.0)
+            .ok_or_else(|| fail(CALL, INVALID_VALUE))?;
+        region
+            .file
+            .try_clone()
+            .map(OwnedFd::from)
+            .map_err(|e| Error::os("dup", e))
+    }
+
+    fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr> {
+        const CALL: &str = "cuMemImportFromShareableHandle";
+        if !self.posix_fd {
+            return Err(fail(CALL, NOT_SUPPORTED));
+        }
+        let file = File::from(fd.try_clone_to_owned().map_err(|e| Error::os("dup", e))?);
+        // A file that is no allocation of this size does not map (cuMemMap refuses).
+        let actual = file.metadata().map(|m| m.len()).unwrap_or(0);
+        if size == 0 || size % GRANULARITY != 0 || actual != size {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let mut state = lock(&self.state);
+        let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
+        let own = false;
+        state.vmm.insert(base, VmmRegion { file, size, own });
+        Ok(DevicePtr(base))
+    }
+
+    fn vmm_free(&self, ptr: DevicePtr) -> Result<()> {
+        let mut state = lock(&self.state);
+        let region = state
+            .vmm
+            .remove(&ptr.0)
+            .ok_or_else(|| fail("cuMemUnmap", INVALID_VALUE))?;
+        if region.own {
+            state.allocated -= region.size;
+        }
+        Ok(())
+    }
+
+    fn ipc_event_create(&self) -> Result<EventId> {
+        let mut state = lock(&self.state);
+        let id = state.next_event;
+        let name = self.fresh_name("e", id)?;
+        let file = self.os.shm_create(&name)?;
+        let map = self
+            .os
+            .allocate(&file, EVENT_BYTES)
+            .and_then(|()| self.os.map(&file, EVENT_BYTES as usize));
+        let map = match map {
+            Ok(map) => map,
+            Err(e) => {
+                let _ = self.os.shm_unlink(&name);
+                return Err(e);
+            }
+        };
+        state.next_event += 1;
+        let own = true;
+        state.events.insert(id, FakeEvent { name, map, own });
+        Ok(EventId(id))
+    }
+
+    fn ipc_event_handle(&self, event: EventId) -> Result<IpcEventHandle> {
+        self.with_event("cuIpcGetEventHandle", event, |e| {
+            e.own
+                .then(|| IpcEventHandle(Self::encode_handle(&e.name).0))
+        })
+    }
+
+    fn ipc_event_open(&self, handle: &IpcEventHandle) -> Result<EventId> {
+        const CALL: &str = "cuIpcOpenEventHandle";
+        let name = self
+            .decode_handle(&IpcMemHandle(handle.0))
+            .ok_or_else(|| fail(CALL, INVALID_VALUE))?;
+        let file = self.os.shm_open(&name).map_err(|e| match e {
+            Error::Gone { .. } => fail(CALL, INVALID_VALUE),
+            e => e,
+        })?;
+        if self.os.stat(&file)?.len != EVENT_BYTES {
+            return Err(fail(CALL, INVALID_VALUE));
+        }
+        let map = self.os.map(&file, EVENT_BYTES as usize)?;
+        let mut state = lock(&self.state);
+        let id = state.next_event;
+        state.next_event += 1;
+        let own = false;
+        state.events.insert(id, FakeEvent { name, map, own });
+        Ok(EventId(id))
+    }
+
+    fn event_record(&self, event: EventId) -> Result<()> {
+        self.with_event("cuEventRecord", event, |e| {
+            let mut count = [0u8; 8];
+            (e.map.read(0, &mut count)
+                && e.map
+                    .write(0, &(u64::from_le_bytes(count) + 1).to_le_bytes()))
+            .then_some(())
+        })
+    }
+
+    fn stream_wait_event(&self, event: EventId) -> Result<()> {
+        self.with_event("cuStreamWaitEvent", event, |e| {
+            let mut count = [0u8; 8];
+            e.map.read(0, &mut count).then_some(())
+        })?;
+        lock(&self.state).waits += 1;
+        Ok(())
+    }
+
+    fn event_destroy(&self, event: EventId) -> Result<()> {
+        let removed = lock(&self.state).events.remove(&event.0);
+        let event = removed.ok_or_else(|| fail("cuEventDestroy", INVALID_HANDLE))?;
+        if event.own {
+            self.os.shm_unlink(&event.name)?;
+        }
         Ok(())
     }
 }

@@ -1,18 +1,25 @@
 //! What a device buffer's keep-alive segment carries in its data part: the identity of
-//! the device allocation it keeps alive (IPC handle, offset and size of the buffer in
-//! that allocation, device, exporting process). Encoded at share time by the producer,
+//! the device allocation it keeps alive (how it is shared: a legacy IPC handle, or a
+//! POSIX fd that travels beside the handle, with the allocation's size; offset and
+//! size of the buffer in that allocation; device; exporting process).
+//!
+//! Layout (version 2, little-endian): magic 0..8, version 8..12, ordinal 12..16, UUID
+//! 16..32, legacy IPC handle 32..96 (zero for posix_fd), offset 96..104, size
+//! 104..112, producer 112..120, kind 120 (1 legacy_ipc, 2 posix_fd), allocation size
+//! 128..136 (posix_fd), event flag 136 (1: an IPC event follows), IPC event handle
+//! 144..208, the rest zero. Encoded at share time by the producer,
 //! decoded and validated by every consumer before it opens anything.
 
-use super::driver::{DeviceId, IPC_HANDLE_BYTES, IpcMemHandle};
+use super::driver::{DeviceId, HandleKind, IPC_HANDLE_BYTES, IpcEventHandle, IpcMemHandle};
 use crate::error::{Error, Result};
 use crate::token::Token;
 
 /// Bytes of the data part of a keep-alive segment.
 #[doc(hidden)]
-pub const IDENTITY_BYTES: usize = 128;
+pub const IDENTITY_BYTES: usize = 256;
 /// Layout version of the identity record.
 #[doc(hidden)]
-pub const IDENTITY_VERSION: u32 = 1;
+pub const IDENTITY_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SHMRCDEV";
 
 const AT_VERSION: usize = 8;
@@ -22,7 +29,11 @@ const AT_IPC: usize = 32;
 const AT_OFFSET: usize = AT_IPC + IPC_HANDLE_BYTES;
 const AT_SIZE: usize = AT_OFFSET + 8;
 const AT_PRODUCER: usize = AT_SIZE + 8;
-const END: usize = AT_PRODUCER + 8;
+const AT_KIND: usize = AT_PRODUCER + 8;
+const AT_ALLOCATION: usize = AT_KIND + 8;
+const AT_EVENT_FLAG: usize = AT_ALLOCATION + 8;
+const AT_EVENT: usize = AT_EVENT_FLAG + 8;
+const END: usize = AT_EVENT + IPC_HANDLE_BYTES;
 const _: () = assert!(END <= IDENTITY_BYTES);
 
 /// The device allocation a keep-alive segment stands for, as a consumer's
@@ -31,6 +42,7 @@ const _: () = assert!(END <= IDENTITY_BYTES);
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
 /// #     use nix::sys::wait::{WaitStatus, waitpid};
 /// #     use nix::unistd::{ForkResult, fork};
@@ -66,8 +78,14 @@ const _: () = assert!(END <= IDENTITY_BYTES);
 /// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct Identity {
-    /// The IPC handle of the whole allocation (its base).
+    /// How the allocation is shared.
+    pub kind: HandleKind,
+    /// The IPC handle of the whole allocation (its base); all zero for
+    /// [`HandleKind::PosixFd`], whose fd travels beside the handle.
     pub ipc: IpcMemHandle,
+    /// Bytes of the whole allocation, which a [`HandleKind::PosixFd`] importer maps
+    /// (0 for legacy handles: the driver knows).
+    pub allocation: u64,
     /// Where the shared buffer starts in that allocation (pool allocators).
     pub offset: u64,
     /// Bytes of the shared buffer.
@@ -76,6 +94,9 @@ pub struct Identity {
     pub device: DeviceId,
     /// The process that exported it (and alone may free it).
     pub producer: Token,
+    /// The producer's IPC event, recorded at each share after the work queued on the
+    /// buffer; a consumer's stream waits on it before using the buffer.
+    pub event: Option<IpcEventHandle>,
 }
 
 impl Identity {
@@ -90,7 +111,16 @@ impl Identity {
         b[AT_IPC..AT_OFFSET].copy_from_slice(&self.ipc.0);
         b[AT_OFFSET..AT_SIZE].copy_from_slice(&self.offset.to_le_bytes());
         b[AT_SIZE..AT_PRODUCER].copy_from_slice(&self.size.to_le_bytes());
-        b[AT_PRODUCER..END].copy_from_slice(&self.producer.word().to_le_bytes());
+        b[AT_PRODUCER..AT_KIND].copy_from_slice(&self.producer.word().to_le_bytes());
+        b[AT_KIND] = match self.kind {
+            HandleKind::LegacyIpc => 1,
+            HandleKind::PosixFd => 2,
+        };
+        b[AT_ALLOCATION..AT_EVENT_FLAG].copy_from_slice(&self.allocation.to_le_bytes());
+        if let Some(event) = &self.event {
+            b[AT_EVENT_FLAG] = 1;
+            b[AT_EVENT..END].copy_from_slice(&event.0);
+        }
         b
     }
 
@@ -120,8 +150,27 @@ impl Identity {
         }
         let producer = Token::from_word(u64_at(AT_PRODUCER))
             .ok_or_else(|| bad("the producer token is not a process".into()))?;
+        let allocation = u64_at(AT_ALLOCATION);
+        let kind = match b[AT_KIND] {
+            1 => HandleKind::LegacyIpc,
+            2 if offset + size <= allocation => HandleKind::PosixFd,
+            2 => {
+                return Err(bad(format!(
+                    "offset {offset} + size {size} lie beyond the {allocation}-byte allocation"
+                )));
+            }
+            other => return Err(bad(format!("handle kind {other} is none of this build's"))),
+        };
+        let event = match b[AT_EVENT_FLAG] {
+            0 => None,
+            1 => Some(IpcEventHandle(bytes_at(b, AT_EVENT))),
+            other => return Err(bad(format!("event flag {other} is neither 0 nor 1"))),
+        };
         Ok(Identity {
+            event,
+            kind,
             ipc: IpcMemHandle(bytes_at(b, AT_IPC)),
+            allocation,
             offset,
             size,
             device: DeviceId {

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use super::allocator::DeviceAllocator;
-use super::driver::DevicePtr;
+use super::driver::{DevicePtr, Driver, EventId};
 use crate::error::{Error, Result};
 use crate::holders::{self, Outcome, Reclaim};
 use crate::namespace::Namespace;
@@ -26,6 +26,8 @@ pub struct Entry {
     /// Its keep-alive segment, while that may still exist (`None`: never shared, or
     /// known gone).
     pub keepalive: Option<String>,
+    /// Its IPC event, destroyed with the memory (a handle still in flight names it).
+    pub event: Option<(Arc<dyn Driver>, EventId)>,
 }
 
 /// How hard [`drain`] looks at a keep-alive that still exists.
@@ -45,6 +47,7 @@ pub enum Drain {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CollectReport, CudaDevice};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -95,6 +98,10 @@ pub fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport
         match entry.allocator.memfree(entry.ptr) {
             Ok(()) => {
                 report.freed += 1;
+                if let Some((driver, event)) = entry.event.take() {
+                    // The memory is gone; a failed destroy leaks one event until exit.
+                    let _ = driver.event_destroy(event);
+                }
                 false
             }
             Err(e) => {

@@ -16,10 +16,15 @@
 //!   table of opened IPC handles).
 //! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
 //! - [`limbo`]: when a dropped buffer may be freed.
+//! - [`placement`]: one share path for host and device buffers ([`AnyHandle`] says
+//!   where its buffer lives; attach dispatches on it).
+//! - [`transport`]: host and device handles over a Unix socket (a `posix_fd` handle's
+//!   descriptor rides with `SCM_RIGHTS`).
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 //! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+//! # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 //! # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
 //! #     use nix::sys::wait::{WaitStatus, waitpid};
 //! #     use nix::unistd::{ForkResult, fork};
@@ -75,16 +80,25 @@ pub mod fake;
 pub mod identity;
 pub mod limbo;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod placement;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod real;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod transport;
 
 pub use allocator::{
-    CleanupDeferral, DeferGuard, DeviceAllocator, DriverAllocator, EMM_INTERFACE_VERSION, IpcExport,
+    CleanupDeferral, DeferGuard, DeviceAllocator, DeviceExport, DriverAllocator,
+    EMM_INTERFACE_VERSION, IpcExport, VmmAllocator,
 };
 pub use buf::{DeviceBuf, DeviceHandle, DeviceSpan, DeviceView};
 pub use device::CudaDevice;
-pub use driver::{DeviceId, DevicePtr, Driver, IpcMemHandle, MemoryInfo};
+pub use driver::{
+    DeviceId, DevicePtr, Driver, EventId, HandleKind, IpcEventHandle, IpcMemHandle, MemoryInfo,
+};
 pub use fake::FakeDriver;
 pub use limbo::CollectReport;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use placement::{AnyBuf, AnyHandle, Placement};
 
 /// Locks `m`, recovering from poisoning: no code holding these locks panics half-way
 /// through an update.
@@ -110,6 +124,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::cuda::CudaDevice;
         /// use shmrc::{CreateOptions, Error, Namespace};
         ///
@@ -143,6 +158,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::CreateOptions;
         /// use shmrc::cuda::CudaDevice;
         ///
@@ -171,6 +187,7 @@ mod production {
         /// ```
         /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+        /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
         /// #     use nix::sys::wait::{WaitStatus, waitpid};
         /// #     use nix::unistd::{ForkResult, fork};

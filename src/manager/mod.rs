@@ -17,6 +17,8 @@
 //!   [`status`] ([`ManagerStatus`], [`ClientRow`]).
 //! - [`serve`]: a program serving as the manager ([`serve::start_detached`]).
 //! - [`runtime`]: where the manager lives (socket, lock, log).
+//! - `registry`: the manager's decisions (whom it watches, what to sweep when), pure
+//!   and generic over the OS; `server`: the poll loop that feeds it and carries them out.
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -51,6 +53,9 @@ pub use mode::{ManagerMode, manager_mode, set_manager_mode};
 pub mod client;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod log;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[doc(hidden)]
+pub mod registry;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod runtime;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -1,7 +1,10 @@
-//! The manager daemon's event loop: one instance per runtime directory (by `flock`), a
-//! `poll` over the listening socket, the client connections and the clients' pidfds
-//! (no busy loop, no sleeps); on each client death a sweep of the namespaces it
-//! registered; at start and before exiting a sweep of every shmrc namespace of this user.
+//! The manager daemon's event loop, a thin shell around its decisions
+//! ([`super::registry`]): one instance per runtime directory (by `flock`), a `poll` over
+//! the listening socket, the client connections and the clients' pidfds (no busy loop,
+//! no sleeps). It turns what it reads into the registry's events (Hello, Watch, deaths,
+//! the time) and carries out what the registry decides (a sweep of the namespaces the
+//! dead registered; at start and before exiting a sweep of every shmrc namespace of
+//! this user) and answers.
 //!
 //! A Hello is believed only when the kernel agrees: the socket's peer (`SO_PEERCRED`)
 //! has this uid and the pid the Hello names, the token's pid is that pid, and the
@@ -9,13 +12,15 @@
 //! pidfd watches that very process). Anything else is refused, logged, and changes
 //! nothing.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::{Duration, Instant};
 
 use super::log::{info, warning};
+pub use super::registry::{MAX_NAMESPACES, namespaces_found};
+use super::registry::{Registry, Sweep, Tick};
 use super::runtime::RuntimeDir;
 use super::sys::{self, Peer, PidFd};
 use super::wire::{self, ClientRow, ManagerStatus, Reply, Request};
@@ -23,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::os::posix::PosixOs;
-use crate::sweep::sweep_after_deaths;
+use crate::sweep::SweepReport;
 use crate::token::Token;
 
 /// Environment variable: the grace period in milliseconds (default [`DEFAULT_GRACE`]).
@@ -35,9 +40,6 @@ const LOCK_WAIT: Duration = Duration::from_secs(5);
 /// The most connections open at once; more are refused as they arrive (each costs a
 /// descriptor, and the listener must not stay readable with nothing accepted).
 pub const MAX_CONNECTIONS: usize = 1024;
-/// The most namespaces one client may register: each costs a sweep at its death, and
-/// a real process uses a few.
-pub const MAX_NAMESPACES: usize = 64;
 /// How long the manager stops accepting after `accept` failed for want of resources
 /// (descriptors, buffers): the listener stays readable, and retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -74,18 +76,6 @@ fn parse_grace(value: Option<String>) -> Result<Duration> {
             Error::InvalidArgument(format!("{GRACE_ENV}={v:?} is not a number of milliseconds"))
         }),
     }
-}
-
-/// Every shmrc namespace of user `uid` that has a segment in `/dev/shm`, sorted.
-pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
-    let uid = os.uid();
-    let found: BTreeSet<String> = os
-        .shm_list(crate::namespace::DEFAULT_PREFIX)?
-        .iter()
-        .filter_map(|name| Namespace::of_segment(name, uid).ok())
-        .map(|(ns, _)| ns.prefix().to_owned())
-        .collect();
-    found.into_iter().map(Namespace::new).collect()
 }
 
 /// Runs the manager of `config.runtime` until its grace period passes with no live
@@ -145,12 +135,6 @@ fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<sy
     }
 }
 
-/// A client: a process that said Hello and is watched until it dies.
-struct Client {
-    pidfd: PidFd,
-    namespaces: BTreeSet<Namespace>,
-}
-
 /// An accepted connection.
 struct Connection {
     stream: UnixStream,
@@ -167,23 +151,15 @@ enum AfterRead {
     Close,
 }
 
-/// The counters `shmrc status` shows.
-#[derive(Default)]
-struct Counters {
-    clients_ever: u64,
-    sweeps: u64,
-    reclaimed: u64,
-    unlinked: u64,
-    refused: u64,
-}
-
 struct Manager<'a> {
     uid: u32,
     config: &'a Config,
     started: Instant,
-    clients: HashMap<Token, Client>,
+    /// What the manager knows and decides.
+    registry: Registry,
+    /// A pidfd on each client the registry watches.
+    pidfds: HashMap<Token, PidFd>,
     connections: Vec<Connection>,
-    counters: Counters,
 }
 
 impl<'a> Manager<'a> {
@@ -192,38 +168,37 @@ impl<'a> Manager<'a> {
             uid,
             config,
             started: Instant::now(),
-            clients: HashMap::new(),
+            registry: Registry::new(config.grace),
+            pidfds: HashMap::new(),
             connections: Vec::new(),
-            counters: Counters::default(),
         }
     }
 
     /// The poll loop; returns when the grace period has passed with no live client and
     /// no connection is waiting to be accepted.
     fn serve(&mut self, listener: &UnixListener) -> Result<()> {
-        let mut idle_since = Some(Instant::now());
         loop {
-            let timeout = idle_since.map(|t| self.config.grace.saturating_sub(t.elapsed()));
-            let (listener_ready, conns_ready, dead) = self.wait(listener, timeout)?;
-            if listener_ready {
-                self.accept_all(listener);
-            }
-            self.read_connections(&conns_ready);
-            self.bury(&dead);
-            match (self.clients.is_empty(), idle_since) {
-                (false, _) => idle_since = None,
-                (true, None) => idle_since = Some(Instant::now()),
-                (true, Some(t)) if t.elapsed() >= self.config.grace => {
+            let timeout = match self.registry.tick(self.started.elapsed()) {
+                Tick::Wait(timeout) => timeout,
+                Tick::GraceOver => {
                     self.sweep_everything("grace period over");
                     let waiting = sys::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
                     if !waiting[0].readable {
                         return Ok(());
                     }
                     // Someone is connecting: stay, and give it a fresh grace period.
-                    idle_since = Some(Instant::now());
+                    self.registry.stay(self.started.elapsed());
+                    continue;
                 }
-                (true, Some(_)) => {}
+            };
+            let (listener_ready, conns_ready, dead) = self.wait(listener, timeout)?;
+            // Connections that hung up are closed before new ones are counted against
+            // MAX_CONNECTIONS (a newcomer is not refused for room that is free).
+            self.read_connections(&conns_ready);
+            if listener_ready {
+                self.accept_all(listener);
             }
+            self.bury(&dead);
         }
     }
 
@@ -234,10 +209,10 @@ impl<'a> Manager<'a> {
         listener: &UnixListener,
         timeout: Option<Duration>,
     ) -> Result<(bool, Vec<usize>, Vec<Token>)> {
-        let tokens: Vec<Token> = self.clients.keys().copied().collect();
+        let tokens: Vec<Token> = self.pidfds.keys().copied().collect();
         let mut fds: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
         fds.extend(self.connections.iter().map(|c| c.stream.as_fd()));
-        fds.extend(tokens.iter().map(|t| self.clients[t].pidfd.as_fd()));
+        fds.extend(tokens.iter().map(|t| self.pidfds[t].as_fd()));
         let ready = sys::poll_readable(&fds, timeout)?;
         let conns = &ready[1..1 + self.connections.len()];
         let pidfds = &ready[1 + self.connections.len()..];
@@ -357,52 +332,34 @@ impl<'a> Manager<'a> {
                     return Err(format!("this connection already said hello as {known}"));
                 }
                 let pidfd = vet_hello(self.connections[i].peer, token, pid)?;
-                if !self.clients.contains_key(&token) {
-                    self.counters.clients_ever += 1;
+                if let Err(why) = self.registry.hello(token, namespaces) {
+                    self.pidfds.remove(&token);
+                    return Err(why);
                 }
-                let client = self.clients.entry(token).or_insert_with(|| Client {
-                    pidfd,
-                    namespaces: BTreeSet::new(),
-                });
-                client.namespaces.extend(namespaces);
-                if client.namespaces.len() > MAX_NAMESPACES {
-                    self.clients.remove(&token);
-                    return Err(format!(
-                        "more than {MAX_NAMESPACES} namespaces for one client"
-                    ));
-                }
+                // A second Hello of the same process keeps the first pidfd.
+                self.pidfds.entry(token).or_insert(pidfd);
                 self.connections[i].client = Some(token);
-                info!(
-                    "client {token} watched for {:?}",
-                    self.clients[&token]
-                        .namespaces
-                        .iter()
-                        .map(Namespace::prefix)
-                        .collect::<Vec<_>>()
-                );
+                info!("client {token} watched for {:?}", self.namespaces_of(token));
                 Ok(self.welcome())
             }
             Request::Watch { namespace } => {
                 let token = self.connections[i]
                     .client
                     .ok_or("watch before hello: say who you are first")?;
-                let client = self
-                    .clients
-                    .get_mut(&token)
-                    .ok_or("the client of this connection has died")?;
-                if !client.namespaces.contains(&namespace)
-                    && client.namespaces.len() >= MAX_NAMESPACES
-                {
-                    return Err(format!(
-                        "more than {MAX_NAMESPACES} namespaces for one client"
-                    ));
-                }
                 info!("client {token} also uses {namespace}");
-                client.namespaces.insert(namespace);
+                self.registry.uses(token, namespace)?;
                 Ok(self.welcome())
             }
             Request::Status => Ok(Reply::Status(self.status())),
         }
+    }
+
+    fn namespaces_of(&self, token: Token) -> Vec<&str> {
+        self.registry
+            .clients()
+            .filter(|(t, _)| *t == token)
+            .flat_map(|(_, namespaces)| namespaces.into_iter().map(Namespace::prefix))
+            .collect()
     }
 
     fn welcome(&self) -> Reply {
@@ -417,7 +374,7 @@ impl<'a> Manager<'a> {
 
     /// Refuses the request on connection `i`: counted, logged, answered, closed.
     fn refuse(&mut self, i: usize, reason: &str) -> AfterRead {
-        self.counters.refused += 1;
+        self.registry.refused();
         let peer = self.connections[i].peer;
         warning!("refused peer pid {} uid {}: {reason}", peer.pid, peer.uid);
         let _ = self.send(
@@ -430,77 +387,78 @@ impl<'a> Manager<'a> {
         AfterRead::Close
     }
 
-    /// Forgets the clients that died and sweeps the namespaces they used, each once.
-    /// The segments the dead created are swept first (see [`sweep_after_deaths`]).
+    /// Tells the registry which clients died, closes their connections, and carries
+    /// out the sweep it decides (the namespaces they used, each once, the segments
+    /// they created first).
     fn bury(&mut self, dead: &[Token]) {
-        let mut namespaces = BTreeSet::new();
-        for token in dead {
-            if let Some(client) = self.clients.remove(token) {
-                info!("client {token} died");
-                namespaces.extend(client.namespaces);
-            }
-        }
         if dead.is_empty() {
             return;
         }
+        for token in dead {
+            if self.pidfds.remove(token).is_some() {
+                info!("client {token} died");
+            }
+        }
         self.connections
             .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
-        for ns in &namespaces {
-            self.sweep(ns, "client death", dead);
+        if let Some(sweep) = self.registry.died(dead) {
+            self.carry_out(&sweep);
+        }
+    }
+
+    fn carry_out(&mut self, sweep: &Sweep) {
+        for (ns, report) in sweep.carry_out(&PosixOs) {
+            self.log_sweep("client death", &ns, &report);
+            self.registry.swept(&report);
         }
     }
 
     fn sweep_everything(&mut self, why: &str) {
-        match namespaces_found(&PosixOs) {
-            Ok(found) => {
-                for ns in &found {
-                    self.sweep(ns, why, &[]);
+        match super::registry::sweep_everything(&PosixOs) {
+            Ok(swept) => {
+                for (ns, report) in swept {
+                    self.log_sweep(why, &ns, &report);
+                    self.registry.swept(&report);
                 }
             }
             Err(e) => warning!("cannot list /dev/shm for the {why} sweep: {e}"),
         }
     }
 
-    /// Sweeps `ns`, the segments `dead` created first.
-    fn sweep(&mut self, ns: &Namespace, why: &str, dead: &[Token]) {
-        match sweep_after_deaths(&PosixOs, ns, dead) {
-            Ok(report) => {
-                self.counters.sweeps += 1;
-                self.counters.reclaimed += u64::from(report.reclaimed);
-                self.counters.unlinked += u64::from(report.unlinked);
-                info!(
-                    "{why}: swept {ns}: reclaimed {} slot(s), unlinked {} segment(s)",
-                    report.reclaimed, report.unlinked
-                );
-            }
+    fn log_sweep(&self, why: &str, ns: &Namespace, report: &Result<SweepReport>) {
+        match report {
+            Ok(report) => info!(
+                "{why}: swept {ns}: reclaimed {} slot(s), unlinked {} segment(s)",
+                report.reclaimed, report.unlinked
+            ),
             Err(e) => warning!("{why}: sweeping {ns} failed: {e}"),
         }
     }
 
     fn status(&self) -> ManagerStatus {
         let mut rows: Vec<ClientRow> = self
-            .clients
-            .iter()
-            .map(|(token, client)| ClientRow {
+            .registry
+            .clients()
+            .map(|(token, namespaces)| ClientRow {
                 pid: token.pid(),
-                connected: self.connections.iter().any(|c| c.client == Some(*token)),
-                namespaces: client
-                    .namespaces
-                    .iter()
+                connected: self.connections.iter().any(|c| c.client == Some(token)),
+                namespaces: namespaces
+                    .into_iter()
                     .map(|ns| ns.prefix().to_owned())
                     .collect(),
             })
             .collect();
+        let counters = self.registry.counters();
         rows.sort_by_key(|r| r.pid);
         ManagerStatus {
             pid: std::process::id(),
             uptime_ms: u64::try_from(self.started.elapsed().as_millis()).unwrap_or(u64::MAX),
-            clients: u32::try_from(self.clients.len()).unwrap_or(u32::MAX),
-            clients_ever: self.counters.clients_ever,
-            sweeps: self.counters.sweeps,
-            reclaimed: self.counters.reclaimed,
-            unlinked: self.counters.unlinked,
-            refused: self.counters.refused,
+            clients: u32::try_from(self.registry.len()).unwrap_or(u32::MAX),
+            clients_ever: counters.clients_ever,
+            sweeps: counters.sweeps,
+            reclaimed: counters.reclaimed,
+            unlinked: counters.unlinked,
+            refused: counters.refused,
             runtime_dir: self.config.runtime.path().display().to_string(),
             rows,
         }

@@ -255,9 +255,10 @@ mod tests {
         let mut child = spawn_in_new_session(Command::new("sleep").arg("30")).unwrap();
         drop(write_end);
         // `spawn` returned after the exec: if the child kept the write end, the read end
-        // would not see end-of-file.
+        // would not see end-of-file. Another test of this binary may be between a fork
+        // and its exec, holding a copy for a moment: wait up to 5 s, not zero.
         let mut fds = [PollFd::new(read_end.as_fd(), PollFlags::POLLIN)];
-        let ready = poll(&mut fds, PollTimeout::ZERO).unwrap();
+        let ready = poll(&mut fds, PollTimeout::from(5000u16)).unwrap();
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(ready, 1, "the child holds the caller's pipe");

@@ -4,7 +4,7 @@
 //! leave `/dev/shm` clean, test data, JSON fields) are `shmrc-testkit`'s.
 #![allow(dead_code)]
 
-use shmrc_testkit::process::output_within;
+use shmrc_testkit::process::{output_within, wait_within};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
@@ -86,10 +86,11 @@ impl Worker {
         self.child.wait().expect("reap worker");
     }
 
-    /// Asks the worker to exit and reaps it.
+    /// Asks the worker to exit and reaps it (killed, failing the test, if it does not
+    /// exit within [`LIMIT`]).
     pub fn exit(mut self) {
         assert_eq!(self.try_ask("exit", vec![]), "bye");
-        assert!(self.child.wait().expect("reap worker").success());
+        assert!(wait_within(&mut self.child, LIMIT).success());
     }
 }
 

@@ -14,7 +14,7 @@ use super::process::Proc;
 use super::stream::Pair;
 use super::{FIRST_PID, os_error};
 use crate::error::{Error, Result};
-use crate::sync::Ordering;
+use crate::sync::{AtomicU64, Ordering};
 
 /// The simulated kernel, shared by every simulated process; cloning is cheap.
 #[derive(Clone)]
@@ -22,6 +22,10 @@ pub struct SimKernel(Arc<Inner>);
 
 struct Inner {
     state: Mutex<State>,
+    /// The model checker's view of the page tables: memory made for an object is
+    /// published through it before the object points at it, and a mapping reads it
+    /// before it touches the memory (see [`SimKernel::publish_memory`]).
+    memory: AtomicU64,
 }
 
 /// The kernel tables.
@@ -233,7 +237,27 @@ impl SimKernel {
                 reserved: 0,
                 at_death: BTreeMap::new(),
             }),
+            memory: AtomicU64::new(0),
         }))
+    }
+
+    /// Called by whoever made new memory for an object, after initializing it and
+    /// before installing it: under loom, this read-modify-write (and
+    /// [`SimKernel::see_memory`]'s after it, in the one order of this word) is what
+    /// makes the memory's creation happen before another process's access, as the real
+    /// kernel's page tables do. Without it, loom rejects any model where one process
+    /// maps what another created meanwhile ("causality violation").
+    pub(super) fn publish_memory(&self) {
+        // AcqRel: the release half publishes the new words' initialization.
+        self.0.memory.swap(0, Ordering::AcqRel);
+    }
+
+    /// Called by a mapping, after it took the object's memory and before it touches
+    /// it: pairs with [`SimKernel::publish_memory`].
+    pub(super) fn see_memory(&self) {
+        // AcqRel: the acquire half sees the initialization; an RMW always reads the
+        // newest value, so it follows every publish made before the memory was found.
+        self.0.memory.swap(0, Ordering::AcqRel);
     }
 
     /// Runs `f` on the tables under the lock; storages it frees are dropped after the

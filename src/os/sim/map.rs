@@ -77,6 +77,7 @@ pub(super) fn map(os: &SimOs, file: &SimFile, len: usize) -> Result<SimMap> {
         o.maps += 1;
         Ok(o.storage.clone())
     })?;
+    os.kernel.see_memory();
     Ok(SimMap {
         kernel: os.kernel.clone(),
         object: file.object,

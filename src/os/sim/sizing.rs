@@ -210,6 +210,7 @@ impl SimKernel {
                 }
                 Plan::Replace { old, old_len } => {
                     let new = grown(&old, old_len.min(len), words);
+                    self.publish_memory();
                     let done = self.with(|st, garbage| {
                         let o = st.sizable(id, len, sizing)?;
                         if !Arc::ptr_eq(&o.storage, &old) || o.len != old_len || o.maps > 0 {

@@ -1,0 +1,391 @@
+//! The manager's decisions, and nothing else: which processes it watches and what
+//! each of them uses, what to sweep when some of them die, when to sweep everything,
+//! and when to exit. No I/O and no clock: the poll loop (`server.rs`) feeds it events
+//! it has already vetted against the kernel (a client said Hello with a token whose
+//! pidfd it holds, a client uses one more namespace, pidfds turned readable, the time
+//! since the manager started) and carries out what it returns, through any [`Os`]
+//! ([`Sweep::carry_out`], [`sweep_everything`]). The same registry runs, unchanged, over
+//! the simulated kernel in `tests/manager_registry.rs`, with clients killed, two
+//! managers at once, a manager killed part-way through a sweep, and restarts.
+//!
+//! What a client uses is a set of [`Use`]s, today namespaces only. A per-segment event
+//! (a client says which segment it attached, so a death sweeps just those) would be
+//! one more `Use` variant and one more list in [`Sweep`]; the decisions around it stay.
+//!
+//! Built with `RUSTFLAGS='--cfg shmrc_plant="manager_forgets_death"'` the registry
+//! forgets a dead client without sweeping what it used (a known bug the model-based
+//! test must catch; see `docs/VERIFICATION.md`).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::Duration;
+
+use crate::error::Result;
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::sweep::{SweepReport, sweep_after_deaths};
+use crate::token::Token;
+
+/// The most namespaces one client may register: each costs a sweep at its death, and
+/// a real process uses a few.
+pub const MAX_NAMESPACES: usize = 64;
+
+/// Something a client uses, which its death must get swept.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub enum Use {
+    /// Every segment of a namespace.
+    Namespace(Namespace),
+}
+
+/// What the registry knows of one client.
+#[derive(Clone, Default, Debug)]
+struct Client {
+    uses: BTreeSet<Use>,
+}
+
+impl Client {
+    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.uses.iter().map(|u| match u {
+            Use::Namespace(ns) => ns,
+        })
+    }
+}
+
+/// A sweep the registry decided: the namespaces the dead used, each once, the segments
+/// the dead created first.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Sweep {
+    /// Namespaces to sweep, sorted, each once.
+    pub namespaces: Vec<Namespace>,
+    /// The clients whose death called for it.
+    pub dead: Vec<Token>,
+}
+
+impl Sweep {
+    /// Sweeps each namespace on `os` (`sweep_after_deaths`), in order; one result per
+    /// namespace. A sweeper killed part-way gets [`crate::Error::Killed`] from then on.
+    pub fn carry_out<O: Os>(&self, os: &O) -> Vec<(Namespace, Result<SweepReport>)> {
+        self.namespaces
+            .iter()
+            .map(|ns| (ns.clone(), sweep_after_deaths(os, ns, &self.dead)))
+            .collect()
+    }
+}
+
+/// Sweeps every shmrc namespace of `os`'s user found among the named objects (the
+/// start and grace sweeps); the listing's error when it cannot be read.
+pub fn sweep_everything<O: Os>(os: &O) -> Result<Vec<(Namespace, Result<SweepReport>)>> {
+    let found = namespaces_found(os)?;
+    Ok(found
+        .into_iter()
+        .map(|ns| {
+            let report = sweep_after_deaths(os, &ns, &[]);
+            (ns, report)
+        })
+        .collect())
+}
+
+/// Every shmrc namespace of user `os.uid()` that has a segment, sorted.
+pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
+    let uid = os.uid();
+    let found: BTreeSet<String> = os
+        .shm_list(crate::namespace::DEFAULT_PREFIX)?
+        .iter()
+        .filter_map(|name| Namespace::of_segment(name, uid).ok())
+        .map(|(ns, _)| ns.prefix().to_owned())
+        .collect();
+    found.into_iter().map(Namespace::new).collect()
+}
+
+/// What the timer says ([`Registry::tick`]).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Tick {
+    /// Some client lives, or the grace period runs: wait for events, at most this long
+    /// (`None`: no limit).
+    Wait(Option<Duration>),
+    /// No client for a whole grace period: sweep everything, then exit unless someone
+    /// is connecting (then [`Registry::stay`]).
+    GraceOver,
+}
+
+/// The counters `shmrc status` shows.
+#[derive(Copy, Clone, Default, PartialEq, Eq, Debug)]
+pub struct Counters {
+    /// Clients ever watched.
+    pub clients_ever: u64,
+    /// Namespace sweeps that completed.
+    pub sweeps: u64,
+    /// Dead holders' slots reclaimed by them.
+    pub reclaimed: u64,
+    /// Segments unlinked by them.
+    pub unlinked: u64,
+    /// Requests refused.
+    pub refused: u64,
+}
+
+/// The manager's state: the live clients and what each uses, the grace timer, the
+/// counters. See the module docs.
+#[derive(Clone, Debug)]
+pub struct Registry {
+    grace: Duration,
+    clients: BTreeMap<Token, Client>,
+    /// Since when (time since start) no client has lived; `None` while one does.
+    idle_since: Option<Duration>,
+    counters: Counters,
+}
+
+impl Registry {
+    /// A manager that just started (at time 0) with grace period `grace`. Its first
+    /// act is to sweep everything: the clients of a manager that died before it are
+    /// nobody's now (those alive will say Hello again).
+    pub fn new(grace: Duration) -> Registry {
+        Registry {
+            grace,
+            clients: BTreeMap::new(),
+            idle_since: Some(Duration::ZERO),
+            counters: Counters::default(),
+        }
+    }
+
+    /// A client said Hello (the shell checked that `token` is the connecting process,
+    /// alive, and watched by a pidfd) using `namespaces`. Saying Hello again (another
+    /// connection of the same process, after a manager restart) adds to what it uses.
+    /// `Err` is the reason to refuse it; a refused client is not watched.
+    pub fn hello(
+        &mut self,
+        token: Token,
+        namespaces: impl IntoIterator<Item = Namespace>,
+    ) -> std::result::Result<(), String> {
+        let known = self.clients.contains_key(&token);
+        let client = self.clients.entry(token).or_default();
+        client
+            .uses
+            .extend(namespaces.into_iter().map(Use::Namespace));
+        if client.uses.len() > MAX_NAMESPACES {
+            self.clients.remove(&token);
+            return Err(format!(
+                "more than {MAX_NAMESPACES} namespaces for one client"
+            ));
+        }
+        if !known {
+            self.counters.clients_ever += 1;
+        }
+        Ok(())
+    }
+
+    /// Client `token` also uses `namespace`. `Err` is the reason to refuse it (an
+    /// unknown or dead client, too many namespaces); what it used before stays watched.
+    pub fn uses(&mut self, token: Token, namespace: Namespace) -> std::result::Result<(), String> {
+        let client = self
+            .clients
+            .get_mut(&token)
+            .ok_or("the client of this connection has died")?;
+        let new = Use::Namespace(namespace);
+        if !client.uses.contains(&new) && client.uses.len() >= MAX_NAMESPACES {
+            return Err(format!(
+                "more than {MAX_NAMESPACES} namespaces for one client"
+            ));
+        }
+        client.uses.insert(new);
+        Ok(())
+    }
+
+    /// The clients `dead` died (their pidfds turned readable): they are forgotten, and
+    /// the sweep of what they used is returned (`None` if none of them was known or
+    /// used anything). Deaths reported together share one sweep per namespace.
+    pub fn died(&mut self, dead: &[Token]) -> Option<Sweep> {
+        let mut namespaces = BTreeSet::new();
+        let mut known = Vec::new();
+        for token in dead {
+            if let Some(client) = self.clients.remove(token) {
+                namespaces.extend(client.namespaces().cloned());
+                known.push(*token);
+            }
+        }
+        if cfg!(shmrc_plant = "manager_forgets_death") || namespaces.is_empty() {
+            return None;
+        }
+        Some(Sweep {
+            namespaces: namespaces.into_iter().collect(),
+            dead: known,
+        })
+    }
+
+    /// The timer at `now` (time since the manager started).
+    pub fn tick(&mut self, now: Duration) -> Tick {
+        if !self.clients.is_empty() {
+            self.idle_since = None;
+            return Tick::Wait(None);
+        }
+        let since = *self.idle_since.get_or_insert(now);
+        let idle = now.saturating_sub(since);
+        if idle >= self.grace {
+            Tick::GraceOver
+        } else {
+            Tick::Wait(Some(self.grace - idle))
+        }
+    }
+
+    /// After [`Tick::GraceOver`], someone was connecting: stay, with a fresh grace
+    /// period from `now`.
+    pub fn stay(&mut self, now: Duration) {
+        self.idle_since = Some(now);
+    }
+
+    /// A sweep was carried out: counts what it did (a failed one counts nothing).
+    pub fn swept(&mut self, report: &Result<SweepReport>) {
+        if let Ok(report) = report {
+            self.counters.sweeps += 1;
+            self.counters.reclaimed += u64::from(report.reclaimed);
+            self.counters.unlinked += u64::from(report.unlinked);
+        }
+    }
+
+    /// A request was refused.
+    pub fn refused(&mut self) {
+        self.counters.refused += 1;
+    }
+
+    /// The counters so far.
+    pub fn counters(&self) -> Counters {
+        self.counters
+    }
+
+    /// The live clients, by token, each with the namespaces it uses (sorted).
+    pub fn clients(&self) -> impl Iterator<Item = (Token, Vec<&Namespace>)> {
+        self.clients
+            .iter()
+            .map(|(token, client)| (*token, client.namespaces().collect()))
+    }
+
+    /// Whether `token` is a watched client.
+    pub fn watches(&self, token: Token) -> bool {
+        self.clients.contains_key(&token)
+    }
+
+    /// How many clients are watched.
+    pub fn len(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// Whether no client is watched.
+    pub fn is_empty(&self) -> bool {
+        self.clients.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(pid: u32) -> Token {
+        Token::new(pid, 1000 + u64::from(pid)).unwrap()
+    }
+
+    fn ns(name: &str) -> Namespace {
+        Namespace::new(format!("shmrc-registry-{name}")).unwrap()
+    }
+
+    const GRACE: Duration = Duration::from_millis(100);
+
+    #[test]
+    fn a_death_sweeps_each_namespace_the_dead_used_once() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), [ns("a"), ns("b")]).unwrap();
+        r.hello(token(2), [ns("b")]).unwrap();
+        r.uses(token(2), ns("c")).unwrap();
+        r.hello(token(3), [ns("d")]).unwrap();
+        let sweep = r.died(&[token(1), token(2), token(9)]).unwrap();
+        assert_eq!(sweep.namespaces, vec![ns("a"), ns("b"), ns("c")]);
+        assert_eq!(sweep.dead, vec![token(1), token(2)]);
+        assert!(!r.watches(token(1)) && !r.watches(token(2)) && r.watches(token(3)));
+        // Told twice, or of a stranger: nothing to sweep.
+        assert_eq!(r.died(&[token(1), token(9)]), None);
+    }
+
+    #[test]
+    fn a_second_hello_adds_to_what_the_client_uses() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), [ns("a")]).unwrap();
+        r.hello(token(1), [ns("b")]).unwrap();
+        assert_eq!(r.counters().clients_ever, 1);
+        let sweep = r.died(&[token(1)]).unwrap();
+        assert_eq!(sweep.namespaces, vec![ns("a"), ns("b")]);
+    }
+
+    #[test]
+    fn a_client_with_no_namespace_dies_without_a_sweep() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), []).unwrap();
+        assert_eq!(r.died(&[token(1)]), None);
+    }
+
+    #[test]
+    fn uses_of_an_unknown_client_is_refused() {
+        let mut r = Registry::new(GRACE);
+        let why = r.uses(token(1), ns("a")).unwrap_err();
+        assert!(why.contains("died"), "{why}");
+        r.hello(token(1), []).unwrap();
+        r.died(&[token(1)]);
+        assert!(r.uses(token(1), ns("a")).is_err());
+    }
+
+    #[test]
+    fn too_many_namespaces_are_refused_at_hello_and_at_uses() {
+        let mut r = Registry::new(GRACE);
+        let many: Vec<Namespace> = (0..=MAX_NAMESPACES).map(|i| ns(&format!("n{i}"))).collect();
+        let why = r.hello(token(1), many.clone()).unwrap_err();
+        assert!(why.contains("more than"), "{why}");
+        assert!(!r.watches(token(1)), "a refused client is not watched");
+        r.hello(token(2), many[..MAX_NAMESPACES].to_vec()).unwrap();
+        // One already used is fine, one more is not; the client stays watched.
+        r.uses(token(2), many[0].clone()).unwrap();
+        assert!(r.uses(token(2), many[MAX_NAMESPACES].clone()).is_err());
+        assert!(r.watches(token(2)));
+        assert_eq!(
+            r.died(&[token(2)]).unwrap().namespaces.len(),
+            MAX_NAMESPACES
+        );
+    }
+
+    #[test]
+    fn the_grace_period_runs_only_while_no_client_lives() {
+        let ms = Duration::from_millis;
+        let mut r = Registry::new(GRACE);
+        assert_eq!(r.tick(ms(30)), Tick::Wait(Some(ms(70))));
+        r.hello(token(1), [ns("a")]).unwrap();
+        assert_eq!(r.tick(ms(500)), Tick::Wait(None));
+        r.died(&[token(1)]);
+        // The period starts when the last client is gone, not at start.
+        assert_eq!(r.tick(ms(600)), Tick::Wait(Some(GRACE)));
+        assert_eq!(r.tick(ms(650)), Tick::Wait(Some(ms(50))));
+        assert_eq!(r.tick(ms(700)), Tick::GraceOver);
+        r.stay(ms(710));
+        assert_eq!(r.tick(ms(720)), Tick::Wait(Some(ms(90))));
+        assert_eq!(r.tick(ms(810)), Tick::GraceOver);
+    }
+
+    #[test]
+    fn counters_count_clients_completed_sweeps_and_refusals() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), []).unwrap();
+        r.hello(token(2), []).unwrap();
+        r.refused();
+        r.swept(&Ok(SweepReport {
+            segments: Vec::new(),
+            reclaimed: 2,
+            unlinked: 1,
+            dry_run: false,
+        }));
+        r.swept(&Err(crate::Error::Killed));
+        assert_eq!(
+            r.counters(),
+            Counters {
+                clients_ever: 2,
+                sweeps: 1,
+                reclaimed: 2,
+                unlinked: 1,
+                refused: 1
+            }
+        );
+    }
+}
