@@ -96,6 +96,7 @@
 //! - [`manager`]: the per-user daemon that sweeps within milliseconds of a holder's
 //!   death. It needs no program installed: the library starts it on first need from
 //!   the program's own image ([`manager::ManagerMode`], [`manager::status`]).
+//! - `report` (feature `serde`): what `shmrc ls --json` and `shmrc sweep --json` print.
 //! - [`Error`]: every failure, by cause.
 //! - `cuda` (feature `cuda`): device buffers shared on the same protocol.
 //!
@@ -195,6 +196,8 @@ pub type DefaultOs = os::sim::SimOs;
 mod production;
 #[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
 pub use array::FrozenArray;
+#[cfg(all(feature = "serde", not(any(feature = "loom", feature = "shuttle"))))]
+pub mod report;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -4,14 +4,13 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
+use shmrc::Namespace;
 use shmrc::os::Os;
-use shmrc::{DefaultOs, Namespace, SweepReport};
 use shmrc_bench::harness::BenchOptions;
 use shmrc_bench::table::{Table, age, bytes};
 use shmrc_bench::workloads::PEER_CONTENDER;
 
 use crate::error::{CliError, Result};
-use crate::report::{Listing, NamespaceView, Swept};
 
 #[derive(Parser)]
 #[command(
@@ -125,15 +124,9 @@ pub fn main() -> Result<()> {
     Ok(())
 }
 
-/// The namespaces to look at: the one given, or every shmrc namespace of this user
-/// found in `/dev/shm`.
-fn namespaces(given: Option<&str>) -> Result<Vec<Namespace>> {
-    if let Some(prefix) = given {
-        return Ok(vec![Namespace::new(prefix)?]);
-    }
-    Ok(shmrc::manager::server::namespaces_found(
-        &DefaultOs::default(),
-    )?)
+/// The namespace given, if any.
+fn parse_namespace(given: Option<&str>) -> Result<Option<Namespace>> {
+    Ok(given.map(Namespace::new).transpose()?)
 }
 
 /// Prints `value` as one JSON document on stdout: indented, or on one line.
@@ -149,19 +142,9 @@ pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
 }
 
 fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
-    let now = DefaultOs::default().now_unix_nanos();
-    let mut listing = Listing {
-        manager: None,
-        namespaces: Vec::new(),
-    };
-    for ns in namespaces(namespace)? {
-        let report = shmrc::inspect(&ns)?;
-        listing
-            .namespaces
-            .push(NamespaceView::new(&ns, &report, false, now));
-    }
+    let now = shmrc::DefaultOs::default().now_unix_nanos();
+    let listing = shmrc::report::listing(parse_namespace(namespace)?.as_ref())?;
     if json {
-        listing.manager = crate::status::manager_summary();
         return print_json(&listing, true);
     }
     let mut table = Table::new([
@@ -201,28 +184,8 @@ fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
 }
 
 fn sweep(namespace: Option<&str>, dry_run: bool, json: bool) -> Result<()> {
-    let now = DefaultOs::default().now_unix_nanos();
-    let mut swept = Swept {
-        manager: None,
-        dry_run,
-        namespaces: Vec::new(),
-        reclaimed: 0,
-        unlinked: 0,
-    };
-    for ns in namespaces(namespace)? {
-        let report: SweepReport = if dry_run {
-            shmrc::inspect(&ns)?
-        } else {
-            shmrc::sweep(&ns)?
-        };
-        swept.reclaimed += report.reclaimed;
-        swept.unlinked += report.unlinked;
-        swept
-            .namespaces
-            .push(NamespaceView::new(&ns, &report, !dry_run, now));
-    }
+    let swept = shmrc::report::swept(parse_namespace(namespace)?.as_ref(), dry_run)?;
     if json {
-        swept.manager = crate::status::manager_summary();
         return print_json(&swept, true);
     }
     let mut table = Table::new(["NAME", "RECLAIMED", "ACTION"]);

@@ -14,7 +14,6 @@ mod error;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod manager;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod report;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod status;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -4,7 +4,6 @@
 use shmrc_bench::table::{Table, age};
 
 use crate::error::Result;
-use crate::report::ManagerLine;
 
 /// Runs `shmrc status`.
 pub fn run(json: bool) -> Result<()> {
@@ -46,14 +45,6 @@ pub fn run(json: bool) -> Result<()> {
         clients.print();
     }
     Ok(())
-}
-
-/// The manager's pid and live clients, if one answers (`ls --json`, `sweep --json`).
-pub fn manager_summary() -> Option<ManagerLine> {
-    shmrc::manager::status().ok().map(|s| ManagerLine {
-        pid: s.pid,
-        clients: s.clients,
-    })
 }
 
 /// "manager: pid N, K client(s)" or "no manager running".

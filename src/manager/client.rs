@@ -12,6 +12,7 @@
 //! so that a lock some thread of the parent held at the fork cannot block it.
 
 use std::collections::BTreeSet;
+use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
@@ -44,8 +45,9 @@ pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(10);
 /// manager that is exiting at the very moment closes the new connection).
 const ATTEMPTS: u32 = 3;
 
-/// The program set by [`set_manager_program`].
-static PROGRAM: Mutex<Option<PathBuf>> = Mutex::new(None);
+/// The program and its leading arguments set by [`set_manager_command`] (or
+/// [`set_manager_program`]).
+static PROGRAM: Mutex<Option<(PathBuf, Vec<OsString>)>> = Mutex::new(None);
 /// The connection state of the process that last asked for it, by pid. The outer lock
 /// is held only to look the state up, never across I/O; the state's own lock may be
 /// held for a connect or a manager start (seconds). A forked child gets a fresh state:
@@ -77,7 +79,8 @@ fn connection_for(pid: u32) -> &'static State {
 /// Sets the `shmrc` program that [`ManagerMode::Auto`] starts (as `PROGRAM manager`),
 /// overriding `$SHMRC_MANAGER_PROGRAM`. Without one, the manager is served from this
 /// program's own image ([`super::serve`]); a program that cannot be re-executed that
-/// way (a Python extension, a sandboxed binary) names the `shmrc` CLI here.
+/// way (a Python extension, a sandboxed binary) names the `shmrc` CLI here, or a
+/// command of its own with [`set_manager_command`].
 ///
 /// ```
 /// use std::path::PathBuf;
@@ -87,7 +90,56 @@ fn connection_for(pid: u32) -> &'static State {
 /// assert_eq!(manager_program(), Some(PathBuf::from("/opt/shmrc/bin/shmrc")));
 /// ```
 pub fn set_manager_program(program: PathBuf) {
-    *lock(&PROGRAM) = Some(program);
+    set_manager_command(program, Vec::new());
+}
+
+/// Sets the command that runs the manager: `PROGRAM ARGS... manager` must start one
+/// detached (if none runs) and exit once it answers, as `shmrc manager` does, and
+/// `PROGRAM ARGS... manager --foreground` must serve it in the foreground, as
+/// `shmrc manager --foreground` does (both with `$SHMRC_RUNTIME_DIR` set). It overrides
+/// `$SHMRC_MANAGER_PROGRAM`, and [`super::serve::start_detached`] uses it too instead of
+/// this program's own image. This is how a program that cannot re-execute itself
+/// serves the manager with nothing else installed: the Python package sets
+/// `[sys.executable, "-m", "shmrc._manager"]`, whose `manager` subcommand calls
+/// [`super::serve::start_detached`] and [`super::serve::serve_here`].
+///
+/// ```
+/// use std::ffi::OsString;
+/// use std::path::PathBuf;
+/// use shmrc::manager::{manager_command, manager_program, set_manager_command};
+///
+/// let args = vec![OsString::from("-m"), OsString::from("shmrc._manager")];
+/// set_manager_command(PathBuf::from("/usr/bin/python3"), args.clone());
+/// assert_eq!(manager_program(), Some(PathBuf::from("/usr/bin/python3")));
+/// assert_eq!(manager_command(), Some((PathBuf::from("/usr/bin/python3"), args)));
+/// ```
+pub fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
+    *lock(&PROGRAM) = Some((program, args));
+}
+
+/// The command set by [`set_manager_command`] or [`set_manager_program`] in this
+/// process, if any (not `$SHMRC_MANAGER_PROGRAM`).
+pub(crate) fn explicit_command() -> Option<(PathBuf, Vec<OsString>)> {
+    lock(&PROGRAM).clone()
+}
+
+/// A command that runs `PROGRAM ARGS... manager [extra]` for `runtime`, with no
+/// standard input or output.
+pub(crate) fn manager_subcommand(
+    program: &PathBuf,
+    args: &[OsString],
+    extra: &[&str],
+    runtime: &RuntimeDir,
+) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .arg("manager")
+        .args(extra)
+        .env(RUNTIME_DIR_ENV, runtime.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    command
 }
 
 /// The connection of this process to its manager.
@@ -320,14 +372,9 @@ fn lock_start(runtime: &RuntimeDir) -> Result<sys::FileLock> {
 /// The starter gets [`START_TIMEOUT`] and a little more; one that takes longer is
 /// killed (by its pid) and reaped.
 fn start(runtime: &RuntimeDir) -> Result<()> {
-    let (program, mut command) = match manager_program() {
-        Some(program) => {
-            let mut command = Command::new(&program);
-            command
-                .arg("manager")
-                .env(RUNTIME_DIR_ENV, runtime.path())
-                .stdin(Stdio::null())
-                .stdout(Stdio::null());
+    let (program, mut command) = match manager_command() {
+        Some((program, args)) => {
+            let command = manager_subcommand(&program, &args, &[], runtime);
             (program, command)
         }
         None => (
@@ -381,9 +428,9 @@ fn start(runtime: &RuntimeDir) -> Result<()> {
     Err(failed(format!("it exited with {status}: {}", said())))
 }
 
-/// The program named to run the manager ([`set_manager_program`], else
-/// `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the library serves the manager from
-/// this program's own image.
+/// The program named to run the manager ([`set_manager_command`],
+/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the
+/// library serves the manager from this program's own image.
 ///
 /// ```
 /// match shmrc::manager::manager_program() {
@@ -392,11 +439,22 @@ fn start(runtime: &RuntimeDir) -> Result<()> {
 /// }
 /// ```
 pub fn manager_program() -> Option<PathBuf> {
-    let explicit = lock(&PROGRAM).clone();
-    explicit.or_else(|| {
+    manager_command().map(|(program, _)| program)
+}
+
+/// The program and leading arguments that run the manager ([`set_manager_command`],
+/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM` with no arguments), if any.
+///
+/// ```
+/// if let Some((program, args)) = shmrc::manager::manager_command() {
+///     println!("the manager runs as `{} {args:?} manager`", program.display());
+/// }
+/// ```
+pub fn manager_command() -> Option<(PathBuf, Vec<OsString>)> {
+    explicit_command().or_else(|| {
         std::env::var_os(PROGRAM_ENV)
             .filter(|p| !p.is_empty())
-            .map(PathBuf::from)
+            .map(|p| (PathBuf::from(p), Vec::new()))
     })
 }
 
@@ -516,6 +574,25 @@ mod tests {
         assert_eq!(
             manager_program(),
             Some(PathBuf::from("/opt/shmrc/bin/shmrc"))
+        );
+        assert_eq!(
+            manager_command(),
+            Some((PathBuf::from("/opt/shmrc/bin/shmrc"), Vec::new()))
+        );
+        let runtime = RuntimeDir::at(PathBuf::from("/run/user/1/shmrc"));
+        let args = [OsString::from("-m"), OsString::from("shmrc._manager")];
+        let command = manager_subcommand(
+            &PathBuf::from("python3"),
+            &args,
+            &["--foreground"],
+            &runtime,
+        );
+        let argv: Vec<_> = command.get_args().collect();
+        assert_eq!(argv, ["-m", "shmrc._manager", "manager", "--foreground"]);
+        assert!(
+            command
+                .get_envs()
+                .any(|(k, v)| k == RUNTIME_DIR_ENV && v == Some(runtime.path().as_os_str()))
         );
     }
 

@@ -12,7 +12,8 @@
 //! - [`mode`]: [`ManagerMode`] and its process-wide switch ([`set_manager_mode`],
 //!   `$SHMRC_MANAGER`).
 //! - [`watched`]: [`Watched`], the production OS (the manager watches each use).
-//! - [`client`]: which program runs the manager ([`set_manager_program`]), and
+//! - [`client`]: which program runs the manager ([`set_manager_program`],
+//!   [`set_manager_command`]), and
 //!   [`status`] ([`ManagerStatus`], [`ClientRow`]).
 //! - [`serve`]: a program serving as the manager ([`serve::start_detached`]).
 //! - [`runtime`]: where the manager lives (socket, lock, log).
@@ -70,7 +71,9 @@ pub mod watched;
 #[doc(hidden)]
 pub mod wire;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use client::{manager_program, set_manager_program, status};
+pub use client::{
+    manager_command, manager_program, set_manager_command, set_manager_program, status,
+};
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use watched::Watched;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -274,13 +274,20 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
         return Ok(status.pid);
     }
     let log = runtime.open_log()?;
-    let mut command = own_image(SERVE, runtime)?;
+    // A command set for the manager serves it; else this program's own image does.
+    let (program, mut command) = match client::explicit_command() {
+        Some((program, args)) => {
+            let command = client::manager_subcommand(&program, &args, &["--foreground"], runtime);
+            (program, command)
+        }
+        None => (OWN_IMAGE.into(), own_image(SERVE, runtime)?),
+    };
     command
         .env(GRACE_ENV, grace.as_millis().to_string())
         .current_dir("/")
         .stderr(log);
     let mut child = sys::spawn_in_new_session(&mut command).map_err(|e| Error::ManagerStart {
-        program: OWN_IMAGE.into(),
+        program: program.clone(),
         why: format!("cannot spawn it: {e}"),
     })?;
     let deadline = Instant::now() + client::START_TIMEOUT;
@@ -294,7 +301,7 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
                 format!("it exited with {s}")
             });
             return Err(Error::ManagerStart {
-                program: OWN_IMAGE.into(),
+                program,
                 why: format!("{what}; see {}", runtime.log().display()),
             });
         }

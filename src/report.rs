@@ -1,12 +1,17 @@
-//! What `ls` and `sweep` print with `--json`: views of the library's [`SweepReport`]s
-//! made for serde_json (the reports themselves hold the library's parsed header and
-//! name, and an [`shmrc::Error`] for a segment left alone, none of which is meant to be
-//! a JSON schema), and how an [`Action`] reads in a table.
+//! What `shmrc ls --json` and `shmrc sweep --json` print, and what the Python
+//! package's `shmrc.ls()` and `shmrc.sweep()` return (feature `serde`): views of the
+//! library's [`SweepReport`]s made for serde (the reports themselves hold the library's
+//! parsed header and name, and an [`crate::Error`] for a segment left alone, none of
+//! which is meant to be a schema), and how an [`Action`] reads in a table.
+//! [`listing`] and [`swept`] make them for one namespace or every one found.
 
 use serde::Serialize;
-use shmrc::{Action, Namespace, SegmentReport, SweepReport};
 
-/// `shmrc ls --json`.
+use crate::error::Result;
+use crate::os::Os;
+use crate::{Action, DefaultOs, Namespace, SegmentReport, SweepReport};
+
+/// `shmrc ls --json`: made by [`listing`].
 #[derive(Serialize)]
 pub struct Listing {
     /// The user's manager, `null` when none answers.
@@ -15,7 +20,7 @@ pub struct Listing {
     pub namespaces: Vec<NamespaceView>,
 }
 
-/// `shmrc sweep --json [--dry-run]`.
+/// `shmrc sweep --json [--dry-run]`: made by [`swept`].
 #[derive(Serialize)]
 pub struct Swept {
     /// The user's manager, `null` when none answers.
@@ -98,6 +103,89 @@ pub struct Creator {
     pub pid: u32,
     /// Whether it is alive (`true` when that cannot be judged).
     pub alive: bool,
+}
+
+/// The namespaces to look at: the one given, or every shmrc namespace of this user
+/// found in `/dev/shm`.
+fn namespaces(given: Option<&Namespace>) -> Result<Vec<Namespace>> {
+    match given {
+        Some(ns) => Ok(vec![ns.clone()]),
+        None => crate::manager::server::namespaces_found(&DefaultOs::default()),
+    }
+}
+
+/// The manager's pid and live clients, if one answers (never starts one).
+pub fn manager_line() -> Option<ManagerLine> {
+    crate::manager::status().ok().map(|s| ManagerLine {
+        pid: s.pid,
+        clients: s.clients,
+    })
+}
+
+/// What `shmrc ls --json` prints: the segments of `namespace`, or of every shmrc
+/// namespace of this user, changing nothing ([`crate::inspect`]), and the manager.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-listing")?;
+/// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
+/// let buf = ShmBuf::with_options(64, &options)?;
+/// let listing = shmrc::report::listing(Some(&ns))?;
+/// let segment = &listing.namespaces[0].segments[0];
+/// assert_eq!(Some(segment.name.as_str()), buf.name());
+/// assert_eq!((segment.size, segment.action), (Some(64), "kept"));
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub fn listing(namespace: Option<&Namespace>) -> Result<Listing> {
+    let now = DefaultOs::default().now_unix_nanos();
+    let mut namespaces = Vec::new();
+    for ns in self::namespaces(namespace)? {
+        let report = crate::inspect(&ns)?;
+        namespaces.push(NamespaceView::new(&ns, &report, false, now));
+    }
+    Ok(Listing {
+        manager: manager_line(),
+        namespaces,
+    })
+}
+
+/// What `shmrc sweep --json [--dry-run]` prints: sweeps `namespace`, or every shmrc
+/// namespace of this user ([`crate::sweep()`]; with `dry_run`, [`crate::inspect`]).
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::Namespace;
+///
+/// let ns = Namespace::new("shmrc-doc-swept")?;
+/// let swept = shmrc::report::swept(Some(&ns), false)?;
+/// assert_eq!((swept.reclaimed, swept.unlinked, swept.dry_run), (0, 0, false));
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub fn swept(namespace: Option<&Namespace>, dry_run: bool) -> Result<Swept> {
+    let now = DefaultOs::default().now_unix_nanos();
+    let mut swept = Swept {
+        manager: None,
+        dry_run,
+        namespaces: Vec::new(),
+        reclaimed: 0,
+        unlinked: 0,
+    };
+    for ns in self::namespaces(namespace)? {
+        let report: SweepReport = if dry_run {
+            crate::inspect(&ns)?
+        } else {
+            crate::sweep(&ns)?
+        };
+        swept.reclaimed += report.reclaimed;
+        swept.unlinked += report.unlinked;
+        swept
+            .namespaces
+            .push(NamespaceView::new(&ns, &report, !dry_run, now));
+    }
+    swept.manager = manager_line();
+    Ok(swept)
 }
 
 impl NamespaceView {

@@ -1,0 +1,310 @@
+"""shmrc: shared memory between processes without leaks, for Python and PyTorch.
+
+A :class:`ShmBuf` is a shared buffer with a reference count that survives SIGKILL.
+It exposes the buffer protocol (``memoryview(buf)`` is writable, ``numpy.frombuffer``
+and ``torch.frombuffer`` are zero-copy). :meth:`ShmBuf.share` makes a
+:class:`ShareHandle` that pickles (through ``multiprocessing`` queues, pipes, pools);
+:meth:`ShmBuf.attach` turns it into the receiving process's own ``ShmBuf``.
+
+Two strategies, named as in ``torch.multiprocessing``: ``file_descriptor`` (an
+anonymous memfd whose descriptor travels with ``multiprocessing``'s fd passing; the
+kernel frees it when the last holder goes) and ``file_system`` (a named segment in
+``/dev/shm`` with holder slots; the user's manager, started from this package with
+nothing else installed, unlinks it within milliseconds of the death of its last
+holder, even a SIGKILLed one).
+
+``shmrc.torch.install()`` makes torch's CPU tensors cross processes in shmrc memory.
+Every failure raises a subclass of :class:`ShmrcError` named after its cause
+(:class:`NoSpaceError`, :class:`GoneError`, ...). The logic is the Rust library's;
+this package is a skin over it (``shmrc._shmrc``).
+"""
+
+import ctypes
+import json
+import os
+import sys
+import weakref
+
+from . import _shmrc
+from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
+    BadMagicError,
+    BadNamespaceError,
+    CorruptedError,
+    DisconnectedError,
+    GoneError,
+    HalfCreatedError,
+    HoldersFullError,
+    InvalidArgumentError,
+    MalformedError,
+    ManagerRefusedError,
+    ManagerStartError,
+    NoManagerError,
+    NoSpaceError,
+    NotHolderError,
+    OsError,
+    OtherPidNamespaceError,
+    OtherUserError,
+    OutOfBoundsError,
+    OutsideNamespaceError,
+    ShmrcError,
+    SocketPathTooLongError,
+    TooManyFdsError,
+    TruncatedError,
+    UnknownStrategyError,
+    UnsafeRuntimeDirError,
+    WrongStrategyError,
+    WrongVersionError,
+)
+
+__all__ = [
+    "ShmBuf",
+    "ShareHandle",
+    "set_sharing_strategy",
+    "get_sharing_strategy",
+    "get_all_sharing_strategies",
+    "sweep",
+    "ls",
+    "manager_status",
+] + sorted(name for name in dir(_shmrc) if name.endswith("Error"))
+
+
+def _manager_command():
+    """The command that runs the manager from this very package: the interpreter
+    running now, importing shmrc from where this copy lives."""
+    parent = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = (
+        "import sys; sys.path.insert(0, %r); "
+        "import shmrc._manager as m; sys.exit(m.main(sys.argv[1:]))" % parent
+    )
+    return sys.executable, ["-c", code]
+
+
+if sys.executable:
+    _program, _args = _manager_command()
+    _shmrc.set_manager_command(_program, _args)
+
+
+def set_sharing_strategy(strategy):
+    """Sets the strategy (``"file_descriptor"`` or ``"file_system"``) of buffers created
+    from now on in this process, as ``torch.multiprocessing.set_sharing_strategy``.
+    An unknown name raises :class:`UnknownStrategyError`."""
+    _shmrc.set_sharing_strategy(strategy)
+
+
+def get_sharing_strategy():
+    """The strategy new buffers are created with (``$SHMRC_SHARING_STRATEGY``, else
+    ``"file_descriptor"``, until set)."""
+    return _shmrc.get_sharing_strategy()
+
+
+def get_all_sharing_strategies():
+    """The strategies this system supports, as a set of torch's names."""
+    return set(_shmrc.get_all_sharing_strategies())
+
+
+def ls(namespace=None):
+    """This user's shmrc segments (of ``namespace``, or of every shmrc namespace), with
+    their holders and the manager: the same data as ``shmrc ls --json``."""
+    return json.loads(_shmrc.ls_json(namespace))
+
+
+def sweep(namespace=None, dry_run=False):
+    """Reclaims dead holders' slots and unlinks every segment nobody live holds (in
+    ``namespace``, or every shmrc namespace of this user); returns what it did, as
+    ``shmrc sweep --json``. The manager does this by itself within milliseconds of a
+    death; call it when the manager is off."""
+    return json.loads(_shmrc.sweep_json(namespace, dry_run))
+
+
+def manager_status():
+    """The running manager's pid, counters and clients (``shmrc status --json``);
+    :class:`NoManagerError` when none runs (this never starts one)."""
+    return json.loads(_shmrc.manager_status_json())
+
+
+class ShareHandle:
+    """A buffer on its way to another process: pickle it (any ``multiprocessing``
+    channel), then :meth:`ShmBuf.attach` it there, once.
+
+    A file_system handle is bytes that carry an in-flight reference (the buffer stays
+    alive while it travels, even if the sender drops its own). A file_descriptor handle
+    owns a duplicate of the memfd, passed with ``multiprocessing``'s descriptor passing
+    (``multiprocessing.reduction.DupFd``) when pickled.
+    """
+
+    __slots__ = ("strategy", "nbytes", "_bytes", "_fd", "_dupfd", "_spent", "__weakref__")
+
+    def __init__(self, strategy, nbytes, data, fd=None, dupfd=None):
+        self.strategy = strategy
+        self.nbytes = nbytes
+        self._bytes = data
+        self._fd = fd
+        self._dupfd = dupfd
+        self._spent = False
+
+    def _take(self):
+        if self._spent:
+            raise InvalidArgumentError(
+                "this handle was already attached or sent: call ShmBuf.share() again"
+            )
+        self._spent = True
+
+    def attach(self):
+        """Attaches the buffer in this process (see :meth:`ShmBuf.attach`)."""
+        self._take()
+        if self.strategy == "file_system":
+            return _wrap(_shmrc.Buf.attach_bytes(self._bytes))
+        fd, self._fd = self._fd, None
+        if fd is None:
+            fd = _receive_fd(self._dupfd)
+        return _wrap(_shmrc.Buf.attach_fd(self._bytes, fd))
+
+    def __reduce__(self):
+        self._take()
+        if self.strategy == "file_system":
+            return (_handle_from_bytes, (self.nbytes, self._bytes))
+        from multiprocessing import reduction
+
+        fd, self._fd = self._fd, None
+        try:
+            dupfd = reduction.DupFd(fd)
+        finally:
+            os.close(fd)
+        return (_handle_from_dupfd, (self.nbytes, self._bytes, dupfd))
+
+    def __del__(self):
+        if self._spent:
+            return
+        self._spent = True
+        try:
+            if self._fd is not None:
+                os.close(self._fd)
+            elif self.strategy == "file_system" and self._dupfd is None:
+                # Give the in-flight reference back: attaching in a process that holds
+                # the buffer already returns its buffer and vacates the slot.
+                _shmrc.Buf.attach_bytes(self._bytes)
+        except Exception:  # noqa: BLE001 (a finalizer must not raise)
+            pass
+
+    def __repr__(self):
+        return "ShareHandle(%s, %d bytes)" % (self.strategy, self.nbytes)
+
+
+def _handle_from_bytes(nbytes, data):
+    return ShareHandle("file_system", nbytes, data)
+
+
+def _handle_from_dupfd(nbytes, data, dupfd):
+    return ShareHandle("file_descriptor", nbytes, data, dupfd=dupfd)
+
+
+def _receive_fd(dupfd):
+    """The descriptor behind ``dupfd``; at the open-file limit, a
+    :class:`TooManyFdsError` that says so (instead of "received 0 items of ancdata" or
+    a bare EMFILE)."""
+    try:
+        return dupfd.detach()
+    except (OSError, RuntimeError) as e:
+        import errno
+        import resource
+
+        if isinstance(e, OSError) and e.errno not in (errno.EMFILE, errno.ENFILE):
+            raise
+        if isinstance(e, RuntimeError) and "ancdata" not in str(e):
+            raise
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        raise TooManyFdsError(
+            "cannot receive a file_descriptor buffer: this process is at its open-file "
+            "limit (RLIMIT_NOFILE %d soft, %d hard; %s). Raise the limit (ulimit -n), "
+            "hold fewer buffers, or use the file_system strategy "
+            "(shmrc.set_sharing_strategy('file_system'))" % (soft, hard, e)
+        ) from e
+
+
+class ShmBuf:
+    """A shared-memory buffer of ``nbytes`` zero-filled bytes.
+
+    ``ShmBuf(nbytes, strategy=None, namespace=None)``: ``strategy`` is
+    ``"file_descriptor"`` or ``"file_system"`` (``None``: :func:`get_sharing_strategy`);
+    ``namespace`` a prefix of your own for file_system segments (``None``: ``shmrc``),
+    so that :func:`ls` and :func:`sweep` can look at just yours.
+
+    The buffer protocol gives the memory itself: ``memoryview(buf)`` (writable; its
+    format is ctypes' ``<B``, so index it through :meth:`view`, which is
+    ``memoryview(buf).cast("B")``), ``numpy.frombuffer(buf, dtype)``,
+    ``torch.frombuffer(buf, dtype=...)``; each keeps the buffer alive. ``len(buf)`` is its size. The reference is released
+    when the last Python reference to the buffer (or to a view of it) goes.
+
+    Pickling a ``ShmBuf`` through ``multiprocessing`` shares it (``share()`` on the
+    way out, ``attach`` on the way in).
+    """
+
+    # The concrete class of each buffer is a subclass of this one and of a ctypes
+    # byte array of its size (made once per size): ctypes gives the buffer protocol on
+    # every CPython >= 3.9 under the stable ABI, and the instance keeps the Rust buffer
+    # (``_buf``) alive as long as any view of it lives.
+    __slots__ = ()
+
+    def __new__(cls, nbytes, strategy=None, namespace=None):
+        return _wrap(_shmrc.Buf(nbytes, strategy, namespace))
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    @staticmethod
+    def attach(handle):
+        """The buffer ``handle`` (from :meth:`share` in another process, unpickled here)
+        points at, held by this process. A handle whose buffer is gone raises
+        :class:`GoneError`; each handle attaches once."""
+        return handle.attach()
+
+    def share(self):
+        """A :class:`ShareHandle` for one other process (pickle it to send it)."""
+        if self._buf.strategy == "file_system":
+            return ShareHandle("file_system", len(self), self._buf.share_bytes())
+        data, fd = self._buf.share_fd()
+        return ShareHandle("file_descriptor", len(self), data, fd=fd)
+
+    def view(self):
+        """A writable ``memoryview`` of the bytes, format ``B`` (zero-copy)."""
+        return memoryview(self).cast("B")
+
+    @property
+    def strategy(self):
+        """``"file_descriptor"`` or ``"file_system"``."""
+        return self._buf.strategy
+
+    @property
+    def name(self):
+        """The segment's name in ``/dev/shm`` (file_system), else ``None``."""
+        return self._buf.name
+
+    @property
+    def address(self):
+        """The address of the first byte in this process."""
+        return self._buf.address
+
+    def __reduce__(self):
+        return (ShmBuf.attach, (self.share(),))
+
+    def __repr__(self):
+        where = (" %s" % self.name) if self.name else ""
+        return "ShmBuf(%d bytes, %s%s)" % (len(self), self.strategy, where)
+
+
+_SIZED = weakref.WeakValueDictionary()
+
+
+def _sized_class(nbytes):
+    cls = _SIZED.get(nbytes)
+    if cls is None:
+        cls = type("ShmBuf", (ShmBuf, ctypes.c_ubyte * nbytes), {"__module__": __name__})
+        _SIZED[nbytes] = cls
+    return cls
+
+
+def _wrap(raw):
+    """The Python ``ShmBuf`` over the Rust buffer ``raw``."""
+    buf = _sized_class(len(raw)).from_address(raw.address)
+    buf._buf = raw
+    return buf

@@ -1,0 +1,199 @@
+"""shmrc for PyTorch: CPU tensors and storages that cross processes through
+``torch.multiprocessing`` (queues, pipes, pools) and ``DataLoader`` workers live in
+shmrc buffers, with the reference count that survives SIGKILL.
+
+``install(strategy=None, namespace=None)`` registers ``ForkingPickler`` reducers for
+``torch.Tensor``, ``torch.UntypedStorage`` and ``torch.TypedStorage`` that take
+precedence over torch's, and makes ``torch.UntypedStorage._new_shared`` (what
+``DataLoader``'s default collate builds each batch in, inside a worker) allocate in
+shmrc memory, so batches are built there directly, not copied. A tensor travels as
+metadata (dtype, shape, strides, storage offset) over its storage, which travels
+once as a shmrc handle; a process that receives the same storage twice gets one
+storage. ``uninstall()`` restores torch's reducers and allocator.
+
+Workers started with ``fork`` (torch's default on Linux) inherit the installation;
+with ``spawn`` or ``forkserver`` call ``install()`` in ``worker_init_fn`` too.
+
+Tensors that are not on the CPU, sparse, or that require grad without being leaves
+go through torch's own reducers, unchanged.
+"""
+
+import threading
+import weakref
+
+import torch
+import torch.multiprocessing  # noqa: F401  (registers torch's reducers first)
+from multiprocessing.reduction import ForkingPickler
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import shmrc
+
+__all__ = ["install", "uninstall", "installed", "new_shared_storage", "buffer_of"]
+
+_LOCK = threading.Lock()
+# What install() replaced: {class: torch's reducer or None}, and torch's _new_shared.
+_SAVED = None
+_OPTIONS = {"strategy": None, "namespace": None}
+# address -> (weakref to the ShmBuf, StorageWeakRef to its one torch storage).
+_BY_ADDRESS = {}
+
+
+def installed():
+    """Whether :func:`install` is in effect."""
+    return _SAVED is not None
+
+
+def _forget(address, ref):
+    entry = _BY_ADDRESS.get(address)
+    if entry is not None and entry[0] is ref:
+        del _BY_ADDRESS[address]
+
+
+def _storage_of(buf):
+    """The one torch storage over ``buf``'s memory in this process (made on first
+    need). Attaching a segment this process holds already gives the same mapping, so
+    the address names it while the storage made for it lives (that storage keeps its
+    buffer, hence the mapping, alive)."""
+    address = buf.address
+    entry = _BY_ADDRESS.get(address)
+    if entry is not None and not entry[1].expired():
+        storage = torch.UntypedStorage._new_with_weak_ptr(entry[1].cdata)
+        if storage.nbytes() == len(buf):
+            return storage
+    storage = torch.frombuffer(buf, dtype=torch.uint8).untyped_storage()
+    ref = weakref.ref(buf, lambda r, a=address: _forget(a, r))
+    _BY_ADDRESS[address] = (ref, StorageWeakRef(storage))
+    return storage
+
+
+def buffer_of(storage):
+    """The :class:`shmrc.ShmBuf` a CPU storage lives in, or ``None``."""
+    entry = _BY_ADDRESS.get(storage.data_ptr())
+    if entry is None:
+        return None
+    buf = entry[0]()
+    if buf is None or len(buf) != storage.nbytes():
+        return None
+    return buf
+
+
+def new_shared_storage(nbytes):
+    """A zero-filled ``torch.UntypedStorage`` of ``nbytes`` bytes in a new shmrc buffer
+    (the strategy and namespace given to :func:`install`)."""
+    buf = shmrc.ShmBuf(max(nbytes, 1), _OPTIONS["strategy"], _OPTIONS["namespace"])
+    storage = _storage_of(buf)
+    if nbytes == 0:
+        storage = storage[0:0]
+    return storage
+
+
+def _new_shared(cls, size, *, device="cpu"):
+    if torch.device(device).type != "cpu":
+        return _SAVED["bound_new_shared"](size, device=device)
+    return new_shared_storage(size)
+
+
+def _rebuild_storage(handle):
+    return _storage_of(handle.attach())
+
+
+def _reduce_untyped_storage(storage):
+    if storage.device.type != "cpu" or storage.nbytes() == 0:
+        return _SAVED[torch.UntypedStorage](storage)
+    buf = buffer_of(storage)
+    if buf is None:
+        # Not in shmrc memory yet: a copy in a new buffer goes (torch would move the
+        # storage into shared memory in place, which Python cannot do to a storage).
+        copy = new_shared_storage(storage.nbytes())
+        copy.copy_(storage)
+        buf = buffer_of(copy)
+    return (_rebuild_storage, (buf.share(),))
+
+
+def _rebuild_typed_storage(storage, dtype):
+    return torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+
+
+def _reduce_typed_storage(storage):
+    return (_rebuild_typed_storage, (storage._untyped_storage, storage.dtype))
+
+
+def _rebuild_tensor(storage, dtype, offset, size, stride, requires_grad):
+    typed = torch.storage.TypedStorage(wrap_storage=storage, dtype=dtype, _internal=True)
+    tensor = torch._utils._rebuild_tensor(typed, offset, size, stride)
+    tensor.requires_grad_(requires_grad)
+    return tensor
+
+
+def _reduce_tensor(tensor):
+    if (
+        type(tensor) is not torch.Tensor
+        or tensor.device.type != "cpu"
+        or tensor.layout != torch.strided
+        or tensor.is_quantized
+        or tensor.is_nested
+        or (tensor.requires_grad and not tensor.is_leaf)
+    ):
+        return _SAVED[torch.Tensor](tensor)
+    return (
+        _rebuild_tensor,
+        (
+            tensor.untyped_storage(),
+            tensor.dtype,
+            tensor.storage_offset(),
+            tuple(tensor.size()),
+            tuple(tensor.stride()),
+            tensor.requires_grad,
+        ),
+    )
+
+
+_REDUCERS = {
+    torch.Tensor: _reduce_tensor,
+    torch.UntypedStorage: _reduce_untyped_storage,
+    torch.storage.TypedStorage: _reduce_typed_storage,
+}
+
+
+def install(strategy=None, namespace=None):
+    """Makes CPU tensors and storages cross processes in shmrc buffers (see the module
+    docs). ``strategy``: ``"file_descriptor"`` or ``"file_system"`` (``None``:
+    :func:`shmrc.get_sharing_strategy` at each allocation); ``namespace``: a prefix of
+    the job's own for its file_system segments. Calling it again changes the options."""
+    global _SAVED
+    if strategy is not None and strategy not in shmrc.get_all_sharing_strategies():
+        raise shmrc.UnknownStrategyError(
+            "unknown sharing strategy %r (known: %s)"
+            % (strategy, ", ".join(sorted(shmrc.get_all_sharing_strategies())))
+        )
+    with _LOCK:
+        _OPTIONS["strategy"] = strategy
+        _OPTIONS["namespace"] = namespace
+        if _SAVED is not None:
+            return
+        saved = {cls: ForkingPickler._extra_reducers.get(cls) for cls in _REDUCERS}
+        saved["_new_shared"] = torch.UntypedStorage.__dict__.get("_new_shared")
+        saved["bound_new_shared"] = torch.UntypedStorage._new_shared
+        for cls, reducer in _REDUCERS.items():
+            ForkingPickler.register(cls, reducer)
+        torch.UntypedStorage._new_shared = classmethod(_new_shared)
+        _SAVED = saved
+
+
+def uninstall():
+    """Restores torch's reducers and allocator (buffers already shared stay valid)."""
+    global _SAVED
+    with _LOCK:
+        if _SAVED is None:
+            return
+        for cls in _REDUCERS:
+            original = _SAVED[cls]
+            if original is None:
+                ForkingPickler._extra_reducers.pop(cls, None)
+            else:
+                ForkingPickler.register(cls, original)
+        if _SAVED["_new_shared"] is None:
+            del torch.UntypedStorage._new_shared
+        else:
+            torch.UntypedStorage._new_shared = _SAVED["_new_shared"]
+        _SAVED = None

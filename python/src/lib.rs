@@ -1,0 +1,318 @@
+//! `shmrc._shmrc`: the Rust side of the Python package `shmrc` (PyO3, abi3 for
+//! CPython >= 3.9). It is a thin skin over the library: a buffer ([`Buf`]) and its
+//! handles, the sharing-strategy switch, `ls` and `sweep` (the data of
+//! `shmrc ls --json`, from `shmrc::report`), the manager's start-up and serving, and
+//! one Python exception per cause of `shmrc::Error`. The Python modules in `shmrc/`
+//! build the public API on it (the buffer protocol, pickling, the torch reducers);
+//! no protocol logic lives in Python.
+//!
+//! # Safety
+//! One `unsafe` block: taking ownership of a descriptor number that Python hands over
+//! (`Buf.attach_fd`), whose caller promises it owns that descriptor.
+#![allow(unsafe_code)]
+
+use std::ffi::OsString;
+use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::time::Duration;
+
+use pyo3::create_exception;
+use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::{serve, server};
+use shmrc::os::Os;
+use shmrc::{CreateOptions, DefaultOs, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+
+create_exception!(
+    _shmrc,
+    ShmrcError,
+    PyException,
+    "Every shmrc failure (the Rust library's `shmrc::Error`); subclasses name the cause."
+);
+
+/// Declares one exception class per cause, each a subclass of `ShmrcError`.
+macro_rules! causes {
+    ($($name:ident: $doc:literal,)*) => {
+        $(create_exception!(_shmrc, $name, ShmrcError, $doc);)*
+        /// Adds every cause's class to the module.
+        fn add_causes(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            let py = m.py();
+            m.add("ShmrcError", py.get_type::<ShmrcError>())?;
+            $(m.add(stringify!($name), py.get_type::<$name>())?;)*
+            Ok(())
+        }
+    };
+}
+
+causes! {
+    GoneError: "The segment is gone (unlinked: every holder released it).",
+    HalfCreatedError: "The segment's creator died before publishing its header.",
+    TruncatedError: "The segment is shorter than its header says.",
+    BadMagicError: "The object is no shmrc segment.",
+    WrongVersionError: "The segment or handle has another layout version.",
+    OtherUserError: "The segment belongs to another user.",
+    OtherPidNamespaceError: "The segment was made in another pid namespace.",
+    CorruptedError: "The segment's header is corrupted.",
+    NoSpaceError: "/dev/shm (or the memory cgroup) has no room for the buffer.",
+    TooManyFdsError: "This process is at its open-file limit: a descriptor could not be received.",
+    HoldersFullError: "Every holder slot of the segment is held by a live process.",
+    OutsideNamespaceError: "The name lies outside this user's shmrc namespaces.",
+    BadNamespaceError: "Not a valid namespace prefix.",
+    MalformedError: "Bytes that are no shmrc handle or message.",
+    OutOfBoundsError: "A read or write outside the buffer.",
+    InvalidArgumentError: "An argument out of range.",
+    UnknownStrategyError: "A sharing strategy name that is not one of get_all_sharing_strategies().",
+    WrongStrategyError: "An operation that needs the other sharing strategy.",
+    NotHolderError: "This process does not hold the buffer (inherited across fork).",
+    DisconnectedError: "The peer closed the connection.",
+    OsError: "A system call failed.",
+    UnsafeRuntimeDirError: "The manager's runtime directory cannot be trusted.",
+    SocketPathTooLongError: "The manager's socket path is too long.",
+    NoManagerError: "No manager runs.",
+    ManagerStartError: "The manager could not be started.",
+    ManagerRefusedError: "The manager refused this process.",
+}
+
+/// The Python exception for `e`, by cause, with the library's message.
+fn py_err(e: Error) -> PyErr {
+    let msg = e.to_string();
+    match e {
+        Error::Gone { .. } => GoneError::new_err(msg),
+        Error::HalfCreated { .. } => HalfCreatedError::new_err(msg),
+        Error::Truncated { .. } => TruncatedError::new_err(msg),
+        Error::BadMagic { .. } => BadMagicError::new_err(msg),
+        Error::WrongVersion { .. } => WrongVersionError::new_err(msg),
+        Error::OtherUser { .. } => OtherUserError::new_err(msg),
+        Error::OtherPidNamespace { .. } => OtherPidNamespaceError::new_err(msg),
+        Error::Corrupted { .. } => CorruptedError::new_err(msg),
+        Error::NoSpace { .. } => NoSpaceError::new_err(msg),
+        Error::TooManyFds { .. } => TooManyFdsError::new_err(msg),
+        Error::HoldersFull { .. } => HoldersFullError::new_err(msg),
+        Error::OutsideNamespace { .. } => OutsideNamespaceError::new_err(msg),
+        Error::BadNamespace { .. } => BadNamespaceError::new_err(msg),
+        Error::Malformed { .. } => MalformedError::new_err(msg),
+        Error::OutOfBounds { .. } => OutOfBoundsError::new_err(msg),
+        Error::InvalidArgument(_) => InvalidArgumentError::new_err(msg),
+        Error::UnknownStrategy(_) => UnknownStrategyError::new_err(msg),
+        Error::WrongStrategy { .. } => WrongStrategyError::new_err(msg),
+        Error::NotHolder { .. } => NotHolderError::new_err(msg),
+        Error::Disconnected => DisconnectedError::new_err(msg),
+        Error::Os { .. } => OsError::new_err(msg),
+        Error::UnsafeRuntimeDir { .. } => UnsafeRuntimeDirError::new_err(msg),
+        Error::SocketPathTooLong { .. } => SocketPathTooLongError::new_err(msg),
+        Error::NoManager { .. } => NoManagerError::new_err(msg),
+        Error::ManagerStart { .. } => ManagerStartError::new_err(msg),
+        Error::ManagerRefused { .. } => ManagerRefusedError::new_err(msg),
+        _ => ShmrcError::new_err(msg),
+    }
+}
+
+/// `Result` with the error turned into its Python exception.
+trait IntoPy<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T> IntoPy<T> for shmrc::Result<T> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(py_err)
+    }
+}
+
+/// A strategy from its torch name, or the process-wide one for `None`.
+fn strategy(name: Option<&str>) -> PyResult<Option<Strategy>> {
+    name.map(|n| n.parse::<Strategy>().map_err(|e| py_err(e.into())))
+        .transpose()
+}
+
+/// One held reference to a shmrc buffer: what `shmrc.ShmBuf` wraps. Dropping it (the
+/// Python object's last reference) releases the reference.
+#[pyclass(module = "shmrc._shmrc", name = "Buf", frozen)]
+struct Buf {
+    buf: ShmBuf,
+}
+
+#[pymethods]
+impl Buf {
+    /// A zero-filled buffer of `nbytes` bytes with `strategy` (a torch name; `None`: the
+    /// process-wide one) in `namespace` (`None`: `shmrc`).
+    #[new]
+    #[pyo3(signature = (nbytes, strategy=None, namespace=None))]
+    fn new(
+        py: Python<'_>,
+        nbytes: usize,
+        strategy: Option<&str>,
+        namespace: Option<&str>,
+    ) -> PyResult<Buf> {
+        let mut options = CreateOptions::new();
+        if let Some(s) = self::strategy(strategy)? {
+            options = options.strategy(s);
+        }
+        if let Some(prefix) = namespace {
+            options = options.namespace(Namespace::new(prefix).py()?);
+        }
+        let buf = py.detach(|| ShmBuf::with_options(nbytes, &options)).py()?;
+        Ok(Buf { buf })
+    }
+
+    /// The address of the first data byte in this process.
+    #[getter]
+    fn address(&self) -> usize {
+        self.buf.region().as_ptr() as usize
+    }
+
+    fn __len__(&self) -> usize {
+        self.buf.len()
+    }
+
+    /// `file_descriptor` or `file_system`.
+    #[getter]
+    fn strategy(&self) -> &'static str {
+        self.buf.strategy().name()
+    }
+
+    /// The segment's name in `/dev/shm` (file_system), else `None`.
+    #[getter]
+    fn name(&self) -> Option<String> {
+        self.buf.name().map(str::to_owned)
+    }
+
+    /// A file_system handle as bytes; they carry an in-flight reference for whoever
+    /// attaches them.
+    fn share_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.buf.share().and_then(ShareHandle::into_bytes).py()?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A file_descriptor handle as (bytes, descriptor): the caller owns the descriptor.
+    fn share_fd<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, RawFd)> {
+        let (bytes, fd) = self.buf.share().and_then(ShareHandle::into_fd_parts).py()?;
+        Ok((PyBytes::new(py, &bytes), fd.into_raw_fd()))
+    }
+
+    /// Attaches a file_system handle's bytes.
+    #[staticmethod]
+    fn attach_bytes(py: Python<'_>, bytes: &[u8]) -> PyResult<Buf> {
+        let buf = py
+            .detach(|| ShareHandle::from_bytes(bytes).and_then(ShmBuf::attach))
+            .py()?;
+        Ok(Buf { buf })
+    }
+
+    /// Attaches a file_descriptor handle: its bytes and its descriptor, which this call
+    /// takes over (it is closed when the buffer goes, or at once on failure).
+    #[staticmethod]
+    fn attach_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<Buf> {
+        if fd < 0 {
+            return Err(InvalidArgumentError::new_err(format!(
+                "descriptor {fd} is not open"
+            )));
+        }
+        // SAFETY: the caller hands over a descriptor it owns and no longer uses (the
+        // Python package passes one it received, e.g. from `DupFd.detach()`).
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let buf = py
+            .detach(|| ShareHandle::from_fd_parts(bytes, fd).and_then(ShmBuf::attach))
+            .py()?;
+        Ok(Buf { buf })
+    }
+}
+
+/// Switches the strategy for buffers created from now on in this process.
+#[pyfunction]
+fn set_sharing_strategy(name: &str) -> PyResult<()> {
+    let chosen = strategy(Some(name))?.ok_or_else(|| PyValueError::new_err("no strategy"))?;
+    shmrc::set_sharing_strategy(chosen);
+    Ok(())
+}
+
+/// The strategy new buffers are created with.
+#[pyfunction]
+fn get_sharing_strategy() -> &'static str {
+    shmrc::sharing_strategy().name()
+}
+
+/// Every strategy this system supports, by torch name.
+#[pyfunction]
+fn get_all_sharing_strategies() -> Vec<&'static str> {
+    shmrc::all_sharing_strategies()
+        .iter()
+        .map(|s| s.name())
+        .collect()
+}
+
+/// The namespace named `prefix`, if any.
+fn namespace(prefix: Option<&str>) -> PyResult<Option<Namespace>> {
+    prefix.map(|p| Namespace::new(p).py()).transpose()
+}
+
+/// `shmrc ls --json` as a JSON text.
+#[pyfunction]
+#[pyo3(signature = (namespace=None))]
+fn ls_json(py: Python<'_>, namespace: Option<&str>) -> PyResult<String> {
+    let ns = self::namespace(namespace)?;
+    let listing = py.detach(|| shmrc::report::listing(ns.as_ref())).py()?;
+    serde_json::to_string(&listing).map_err(|e| ShmrcError::new_err(e.to_string()))
+}
+
+/// `shmrc sweep --json [--dry-run]` as a JSON text.
+#[pyfunction]
+#[pyo3(signature = (namespace=None, dry_run=false))]
+fn sweep_json(py: Python<'_>, namespace: Option<&str>, dry_run: bool) -> PyResult<String> {
+    let ns = self::namespace(namespace)?;
+    let swept = py
+        .detach(|| shmrc::report::swept(ns.as_ref(), dry_run))
+        .py()?;
+    serde_json::to_string(&swept).map_err(|e| ShmrcError::new_err(e.to_string()))
+}
+
+/// `shmrc status --json`: the running manager's counters and clients, as a JSON text.
+#[pyfunction]
+fn manager_status_json(py: Python<'_>) -> PyResult<String> {
+    let status = py.detach(shmrc::manager::status).py()?;
+    serde_json::to_string(&status).map_err(|e| ShmrcError::new_err(e.to_string()))
+}
+
+/// Makes the manager start as `program args... manager` (the package passes
+/// `sys.executable -m shmrc._manager`).
+#[pyfunction]
+fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
+    shmrc::manager::set_manager_command(program, args);
+}
+
+/// `shmrc manager [--foreground]`: serves the user's manager in this process until its
+/// grace period passes with no client, or starts one detached and returns its pid.
+#[pyfunction]
+#[pyo3(signature = (foreground, grace_ms=None))]
+fn run_manager(py: Python<'_>, foreground: bool, grace_ms: Option<u64>) -> PyResult<Option<u32>> {
+    let runtime = RuntimeDir::for_user(DefaultOs::default().uid());
+    let grace = match grace_ms {
+        Some(ms) => Duration::from_millis(ms),
+        None => server::grace_from_env().py()?,
+    };
+    py.detach(|| {
+        if foreground {
+            serve::serve_here(runtime, grace).map(|()| None)
+        } else {
+            serve::start_detached(&runtime, grace).map(Some)
+        }
+    })
+    .py()
+}
+
+/// The extension module.
+#[pymodule]
+fn _shmrc(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Buf>()?;
+    add_causes(m)?;
+    m.add_function(wrap_pyfunction!(set_sharing_strategy, m)?)?;
+    m.add_function(wrap_pyfunction!(get_sharing_strategy, m)?)?;
+    m.add_function(wrap_pyfunction!(get_all_sharing_strategies, m)?)?;
+    m.add_function(wrap_pyfunction!(ls_json, m)?)?;
+    m.add_function(wrap_pyfunction!(sweep_json, m)?)?;
+    m.add_function(wrap_pyfunction!(manager_status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(set_manager_command, m)?)?;
+    m.add_function(wrap_pyfunction!(run_manager, m)?)?;
+    Ok(())
+}
