@@ -822,3 +822,44 @@ impl Finalize {
         Poll::Pending
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_census_is_unheld_only_without_live_holders_in_flight_references_or_finalizer() {
+        let nobody = Census {
+            free: 1,
+            tomb: 1,
+            dead: 2,
+            ..Census::default()
+        };
+        assert!(nobody.unheld(), "dead holders, free slots and tombstones hold nothing");
+        for held in [
+            Census { live: 1, ..nobody },
+            Census {
+                in_flight: 1,
+                ..nobody
+            },
+            Census {
+                finalizing: true,
+                ..nobody
+            },
+        ] {
+            assert!(!held.unheld(), "{held:?} is held");
+        }
+    }
+
+    #[test]
+    fn slot_words_decode_to_what_encoded_them() {
+        let token = Token::new(4242, 7).unwrap();
+        assert_eq!(Slot::decode(held_word(token)), Slot::Held(token));
+        assert_eq!(Slot::decode(in_flight_word(token)), Slot::InFlight(token));
+        assert_eq!(Slot::decode(FREE), Slot::Free);
+        assert_eq!(Slot::decode(TOMB), Slot::Tomb);
+        assert_eq!(Slot::decode(IN_FLIGHT), Slot::Garbage(IN_FLIGHT));
+        assert_eq!(Slot::InFlight(token).owner(), Some(token));
+        assert_eq!(Slot::Tomb.owner(), None);
+    }
+}
