@@ -835,7 +835,10 @@ mod tests {
             dead: 2,
             ..Census::default()
         };
-        assert!(nobody.unheld(), "dead holders, free slots and tombstones hold nothing");
+        assert!(
+            nobody.unheld(),
+            "dead holders, free slots and tombstones hold nothing"
+        );
         for held in [
             Census { live: 1, ..nobody },
             Census {

@@ -72,6 +72,9 @@ pub struct World {
     unlinked: Arc<Mutex<BTreeMap<String, u32>>>,
     /// A process that only looks (P5 checks); it never holds anything.
     checker: SimOs,
+    /// Segments an attach was told are gone: at rest each must be unlinked, or be all
+    /// tombstones (committed, its unlink left to a sweep by a finalizer that died).
+    gone: Arc<Mutex<Vec<String>>>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -104,6 +107,7 @@ impl World {
             procs: Arc::new(Mutex::new(Vec::new())),
             unlinked: Arc::new(Mutex::new(BTreeMap::new())),
             checker,
+            gone: Arc::new(Mutex::new(Vec::new())),
         }
     }
 
@@ -161,6 +165,9 @@ impl World {
                     !self.alive(sender),
                     "P1 violated: attaching a handle of live sender {sender} failed: {e:?}"
                 );
+                if let Error::Gone { segment } = e {
+                    lock(&self.gone).push(segment);
+                }
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -329,6 +336,15 @@ impl World {
     /// pending). Also P2's foreign names.
     pub fn check_quiescent(&self) {
         self.check_foreign();
+        for name in lock(&self.gone).iter() {
+            if let Some((words, finalizer, _)) = self.read_segment(name) {
+                assert!(
+                    words.iter().all(|&w| w == TOMB),
+                    "P1 violated: an attach of {name} was told it is gone, but it lives: \
+                     slots {words:x?}, finalizer {finalizer:x}"
+                );
+            }
+        }
         let procs = lock(&self.procs).clone();
         for name in self.segments() {
             let Some((words, finalizer, census)) = self.read_segment(&name) else {
