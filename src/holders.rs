@@ -260,11 +260,6 @@ impl<'a> Holders<'a> {
         }
     }
 
-    /// Number of slots.
-    pub fn capacity(&self) -> usize {
-        self.slots.len()
-    }
-
     /// The word in slot `index` (None if out of range).
     pub fn slot_word(&self, index: usize) -> Option<u64> {
         // SeqCst: a diagnostic read, ordered like the protocol's own.
