@@ -482,8 +482,8 @@ pub fn release<O: Os>(
 }
 
 /// Reads every slot without changing anything.
-pub fn census<O: Os>(os: &O, h: &Holders<'_>) -> Census {
-    let me = Os::current(os);
+pub fn census(os: &impl StepOs, h: &Holders<'_>) -> Census {
+    let me = os.current();
     let mut census = Census {
         // SeqCst: read-only counts, ordered like the protocol's reads (no decision rests on them).
         finalizing: word_is_live(os, me, h.finalizer.load(SeqCst)),
@@ -821,6 +821,111 @@ impl Finalize {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An OS that answers from a list: `me` runs, `live` live.
+    struct Fixed {
+        me: Token,
+        live: Vec<Token>,
+    }
+
+    impl StepOs for Fixed {
+        fn current(&self) -> Token {
+            self.me
+        }
+
+        fn is_alive(&self, token: Token) -> bool {
+            self.live.contains(&token)
+        }
+
+        fn shm_unlink(&self, _name: &str) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn token(pid: u32) -> Token {
+        Token::new(pid, 1).unwrap()
+    }
+
+    fn words(values: &[u64]) -> Vec<AtomicU64> {
+        values.iter().map(|&v| AtomicU64::new(v)).collect()
+    }
+
+    #[test]
+    fn a_claim_of_a_full_segment_gives_up_after_its_rounds_and_takes_a_slot_freed_between_them() {
+        let (me, other) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![other],
+        };
+        let slots = words(&[held_word(other), held_word(other)]);
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        // Every slot held by a live process: one load per slot per round, then Full.
+        let mut claim = Claim::new(held_word(me));
+        let mut steps = 0;
+        let outcome = loop {
+            steps += 1;
+            if let Poll::Ready(outcome) = claim.step(&os, &h) {
+                break outcome;
+            }
+        };
+        assert_eq!(outcome, Err(ClaimError::Full));
+        assert_eq!(steps, 2 * Claim::ROUNDS, "a load per slot per round");
+        // A slot freed after the first round is taken in the second.
+        let mut claim = Claim::new(held_word(me));
+        assert_eq!(claim.step(&os, &h), Poll::Pending);
+        assert_eq!(
+            claim.step(&os, &h),
+            Poll::Pending,
+            "the first round ends: another"
+        );
+        slots[1].store(FREE, SeqCst);
+        let outcome = loop {
+            if let Poll::Ready(outcome) = claim.step(&os, &h) {
+                break outcome;
+            }
+        };
+        assert_eq!(outcome, Ok(1));
+        assert_eq!(slots[1].load(SeqCst), held_word(me));
+    }
+
+    #[test]
+    fn a_census_counts_each_slot_state_and_a_live_finalizer() {
+        let (me, live, dead) = (token(10), token(11), token(12));
+        let os = Fixed {
+            me,
+            live: vec![live],
+        };
+        let slots = words(&[
+            FREE,
+            TOMB,
+            held_word(live),
+            in_flight_word(live),
+            held_word(dead),
+            in_flight_word(dead),
+            held_word(me),
+        ]);
+        let pending = AtomicU64::new(0);
+        for (finalizer, finalizing) in [
+            (FREE, false),
+            (held_word(live), true),
+            (held_word(dead), false),
+        ] {
+            let finalizer = AtomicU64::new(finalizer);
+            let census = census(&os, &Holders::new(&slots, &finalizer, &pending));
+            assert_eq!(
+                census,
+                Census {
+                    free: 1,
+                    tomb: 1,
+                    live: 2,
+                    in_flight: 1,
+                    dead: 2,
+                    finalizing,
+                }
+            );
+        }
+    }
 
     #[test]
     fn a_census_is_unheld_only_without_live_holders_in_flight_references_or_finalizer() {
