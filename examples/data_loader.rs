@@ -61,9 +61,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let first = from_1.recv_timeout(Duration::from_secs(30))?;
     let mut done = vec![None; BATCHES];
     done[first.index] = Some(first.sum);
-    let (mut victim, _, _) = workers.pop().expect("two workers");
+    // Its channel stays open until it is dead (closed first, it could see the end of the
+    // stream and exit by itself before the kill lands).
+    let (mut victim, to_1, from_1) = workers.pop().expect("two workers");
     victim.kill()?; // SIGKILL, by pid: a child of ours
     victim.wait()?;
+    drop((to_1, from_1));
     println!("worker 1 SIGKILLed after answering batch {}", first.index);
 
     // Worker 0 answers its own batches, and takes over the ones worker 1 never did.

@@ -70,10 +70,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         holders(&buffers[0])
     );
 
-    // SIGKILL worker 0 while it holds all six buffers.
-    let (mut victim, _, _) = pool.remove(0);
+    // SIGKILL worker 0 while it holds all six buffers. Its channel stays open until it
+    // is dead: closed first, the worker would see `Disconnected`, exit and release its
+    // buffers itself before the kill lands.
+    let (mut victim, to_victim, from_victim) = pool.remove(0);
     victim.kill()?;
     victim.wait()?;
+    drop((to_victim, from_victim));
     println!("worker 0 SIGKILLed: {:?}", holders(&buffers[0]));
     let swept = shmrc::sweep(&ns)?;
     println!(
