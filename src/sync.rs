@@ -90,9 +90,6 @@ mod backend {
     pub fn spin() {
         loom::thread::yield_now();
     }
-    /// Nothing under loom: a scheduling point before every simulated kernel call would
-    /// multiply its bounded exploration (docs/VERIFICATION.md says what that leaves out).
-    pub fn kernel_call() {}
 }
 
 #[cfg(feature = "shuttle")]
@@ -100,12 +97,6 @@ mod backend {
     pub use shuttle::sync::atomic::AtomicU64;
     /// Yields to shuttle's scheduler.
     pub fn spin() {
-        shuttle::thread::yield_now();
-    }
-    /// A scheduling point before a simulated kernel call, so that shuttle interleaves
-    /// kernel calls (open, unlink, list, liveness…) of processes with each other and
-    /// with the protocol's atomics.
-    pub fn kernel_call() {
         shuttle::thread::yield_now();
     }
 }
@@ -123,11 +114,9 @@ mod backend {
     pub fn spin() {
         std::thread::yield_now();
     }
-    /// Nothing outside a model checker.
-    pub fn kernel_call() {}
 }
 
-pub use backend::{AtomicU64, kernel_call, spin};
+pub use backend::{AtomicU64, spin};
 
 /// Real atomics for process-local state that is never shared with another process and
 /// never explored by a model checker.

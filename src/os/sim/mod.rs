@@ -98,27 +98,22 @@ impl Os for SimOs {
     type Stream = SimStream;
 
     fn shm_create(&self, name: &str) -> Result<SimFile> {
-        crate::sync::kernel_call();
         objects::shm_create(self, name)
     }
 
     fn shm_open(&self, name: &str) -> Result<SimFile> {
-        crate::sync::kernel_call();
         objects::shm_open(self, name)
     }
 
     fn shm_unlink(&self, name: &str) -> Result<()> {
-        crate::sync::kernel_call();
         objects::shm_unlink(self, name)
     }
 
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
-        crate::sync::kernel_call();
         objects::shm_list(self, start)
     }
 
     fn memfd_create(&self, _debug_name: &str) -> Result<SimFile> {
-        crate::sync::kernel_call();
         objects::memfd_create(self)
     }
 
@@ -127,32 +122,26 @@ impl Os for SimOs {
     }
 
     fn dup(&self, file: &SimFile) -> Result<SimFile> {
-        crate::sync::kernel_call();
         objects::dup(self, file)
     }
 
     fn allocate(&self, file: &SimFile, len: u64) -> Result<()> {
-        crate::sync::kernel_call();
         sizing::allocate(self, file, len)
     }
 
     fn stat(&self, file: &SimFile) -> Result<FileInfo> {
-        crate::sync::kernel_call();
         objects::stat(self, file)
     }
 
     fn map(&self, file: &SimFile, len: usize) -> Result<SimMap> {
-        crate::sync::kernel_call();
         map::map(self, file, len)
     }
 
     fn send(&self, stream: &SimStream, bytes: &[u8], files: &[&SimFile]) -> Result<()> {
-        crate::sync::kernel_call();
         stream::send(self, stream, bytes, files)
     }
 
     fn recv(&self, stream: &SimStream, buf: &mut [u8], files: &mut Vec<SimFile>) -> Result<usize> {
-        crate::sync::kernel_call();
         stream::recv(self, stream, buf, files)
     }
 
@@ -163,7 +152,6 @@ impl Os for SimOs {
     /// Whether a process with this pid and start time exists in this process's pid
     /// namespace and has not been killed.
     fn is_alive(&self, token: Token) -> bool {
-        crate::sync::kernel_call();
         process::is_alive(self, token)
     }
 
