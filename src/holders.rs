@@ -818,7 +818,8 @@ impl Finalize {
     }
 }
 
-#[cfg(test)]
+// Plain atomics, outside any model checker's run.
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
 mod tests {
     use super::*;
 
