@@ -31,21 +31,27 @@ use crate::os::{Mapping, Os};
 use crate::sync::process::AtomicU8 as SharedByte;
 use crate::sync::{AtomicU64, Ordering};
 
-/// [`Os::map`]: a shared mapping of the first `len` bytes of `file`, refusing zero
-/// bytes and bytes past the end of the file.
-pub(super) fn map(os: &PosixOs, file: &PosixFile, len: usize) -> Result<PosixMap> {
+/// Refuses a mapping of zero bytes, or of more bytes than `file` has: pages past the end
+/// of the file would SIGBUS on first touch.
+fn check_map_len(os: &PosixOs, file: &PosixFile, len: usize) -> Result<()> {
     if len == 0 {
         return Err(Error::InvalidArgument(
             "cannot map zero bytes of a segment".into(),
         ));
     }
-    // Pages past the end of the file would SIGBUS on first touch: refuse them here.
     let have = os.stat(file)?.len;
     if len as u64 > have {
         return Err(Error::InvalidArgument(format!(
             "cannot map {len} bytes of a {have}-byte file"
         )));
     }
+    Ok(())
+}
+
+/// [`Os::map`]: a shared mapping of the first `len` bytes of `file`, refusing zero
+/// bytes and bytes past the end of the file.
+pub(super) fn map(os: &PosixOs, file: &PosixFile, len: usize) -> Result<PosixMap> {
+    check_map_len(os, file, len)?;
     let raw = MmapOptions::new()
         .len(len)
         .map_raw(&file.0)
@@ -162,17 +168,7 @@ pub(super) fn map_sealed(os: &PosixOs, file: &PosixFile, len: usize) -> Result<O
     if !super::shm::is_write_sealed(file)? {
         return Ok(None);
     }
-    if len == 0 {
-        return Err(Error::InvalidArgument(
-            "cannot map zero bytes of a segment".into(),
-        ));
-    }
-    let have = os.stat(file)?.len;
-    if len as u64 > have {
-        return Err(Error::InvalidArgument(format!(
-            "cannot map {len} bytes of a {have}-byte file"
-        )));
-    }
+    check_map_len(os, file, len)?;
     // SAFETY: the file is sealed against writes and shrinking (checked above, and seals
     // are never removed): no process can modify or truncate it while this mapping
     // lives, which is the contract of `Mmap` (immutable bytes, no SIGBUS). `len` is
