@@ -17,7 +17,8 @@
 //! word 11  checksum of words 1..=10
 //! word 12  finalizer word     (holder protocol, see holders.rs)
 //! word 13  pending-finalize flag (holder protocol)
-//! words 14-15 reserved, 0
+//! word 14  generation            (bumped by each recycle, see holders.rs; 0 at creation)
+//! word 15  reserved, 0
 //! words 16.. holder slots, `capacity` of them
 //! data at `data offset`
 //! ```
@@ -71,6 +72,7 @@ const W_NONCE_HI: usize = 10;
 const W_CHECKSUM: usize = 11;
 const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
+const W_GENERATION: usize = 14;
 
 /// Where things are in a segment.
 ///
@@ -225,6 +227,7 @@ impl<'a> Header<'a> {
             &self.words[W_FINALIZER],
             &self.words[W_PENDING],
         )
+        .with_generation(&self.words[W_GENERATION])
     }
 }
 
