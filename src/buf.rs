@@ -358,7 +358,10 @@ impl<O: Os> ShmBuf<O> {
         let me = os.current();
         if let Some(inner) = os.local().lookup::<Inner<O>>(me, handle.meta.key) {
             let generation = inner.generation.load(Ordering::Acquire);
-            if generation != handle.meta.generation {
+            let current = inner
+                .holders()
+                .is_none_or(|h| holders::generation_is(&h, handle.meta.generation));
+            if generation != handle.meta.generation || !current {
                 // Dropping the handle leaves its slot alone (another use's now).
                 return Err(Error::Stale {
                     segment: inner.segment(),
@@ -593,9 +596,11 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Reuses the segment for a new use if no other process (nor a handle in flight)
-    /// holds it and no other reference in this process exists: bumps its generation
-    /// (see [`holders::recycle`]) and returns `true`; `false` if it is still held.
-    pub(crate) fn recycle(&self) -> Result<bool> {
+    /// holds it: bumps its generation (see [`holders::recycle`]) and returns `true`;
+    /// `false` if it is still held (or is a file_descriptor buffer). The caller (a
+    /// [`crate::ShmPool`]) makes sure no other reference of this process uses it.
+    #[doc(hidden)]
+    pub fn recycle(&self) -> Result<bool> {
         let inner = &self.inner;
         let (Backing::Named { slot, .. }, Some(h)) = (&inner.backing, inner.holders()) else {
             return Ok(false);
@@ -806,7 +811,7 @@ fn hold_named<O: Os>(
     };
     if let (Some(expect), Some(h)) = (expect, &h) {
         // Early and cheap: an old handle fails before it takes anything.
-        if h.generation() != expect.generation() {
+        if !holders::generation_is(h, expect.generation()) {
             return Err(stale(h, expect.generation()));
         }
     }
@@ -822,6 +827,8 @@ fn hold_named<O: Os>(
     let generation = match (expect, &h) {
         (Some(expect), Some(h)) => {
             // The check that counts: after our slot is taken, no recycle can pass it.
+            // (A crash point of its own: the exhaustive check explores a kill here.)
+            os.crash_point()?;
             if !holders::generation_is(h, expect.generation()) {
                 let error = stale(h, expect.generation());
                 holders::release(os, h, slot, word, name)?;

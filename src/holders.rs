@@ -327,6 +327,37 @@ impl<O: Os> StepOs for O {
     }
 }
 
+/// The OS of one operation run to its end by production: the process's token read
+/// once (a `getpid` and a load) instead of at every step: a finalize of 64 slots made
+/// some 200 `getpid` calls.
+struct Operation<'a, O: Os> {
+    os: &'a O,
+    me: Token,
+}
+
+impl<'a, O: Os> Operation<'a, O> {
+    fn new(os: &'a O) -> Operation<'a, O> {
+        Operation {
+            os,
+            me: Os::current(os),
+        }
+    }
+}
+
+impl<O: Os> StepOs for Operation<'_, O> {
+    fn current(&self) -> Token {
+        self.me
+    }
+
+    fn is_alive(&self, token: Token) -> bool {
+        Os::is_alive(self.os, token)
+    }
+
+    fn shm_unlink(&self, name: &str) -> Result<()> {
+        Os::shm_unlink(self.os, name)
+    }
+}
+
 /// Whether `token`'s process is alive, without a syscall for this process.
 fn alive(os: &impl StepOs, me: Token, token: Token) -> bool {
     token == me || os.is_alive(token)
@@ -363,7 +394,8 @@ pub fn claim<O: Os>(os: &O, h: &Holders<'_>, word: u64) -> Result<Result<usize, 
         return Ok(Err(ClaimError::Gone));
     }
     let mut claim = Claim::new(word);
-    run_steps(os, || claim.step(os, h))
+    let op = Operation::new(os);
+    run_steps(os, || claim.step(&op, h))
 }
 
 /// Where a [`Claim`] stands: at the crash point before one of its shared steps.
@@ -550,7 +582,8 @@ pub enum Recycled {
 pub fn recycle<O: Os>(os: &O, h: &Holders<'_>, own: usize) -> Result<Recycled> {
     let _one_finalizer_per_process = os.local().finalize_lock();
     let mut recycle = Recycle::new(own);
-    run_steps(os, || recycle.step(os, h))
+    let op = Operation::new(os);
+    run_steps(os, || recycle.step(&op, h))
 }
 
 /// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
@@ -734,7 +767,8 @@ pub fn census<O: Os>(os: &O, h: &Holders<'_>) -> Census {
 pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) -> Result<Finalized> {
     let _one_finalizer_per_process = os.local().finalize_lock();
     let mut finalize = Finalize::new(reclaim, h);
-    run_steps(os, || finalize.step(os, h, name))?
+    let op = Operation::new(os);
+    run_steps(os, || finalize.step(&op, h, name))?
 }
 
 /// Where a [`Finalize`] stands: at the crash point before one of its shared steps. The

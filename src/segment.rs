@@ -73,6 +73,8 @@ const W_CHECKSUM: usize = 11;
 const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
 const W_GENERATION: usize = 14;
+/// Byte offset of the generation word (for tools that read headers raw).
+pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
 
 /// Where things are in a segment.
 ///
@@ -482,7 +484,8 @@ fn size_and_map<O: Os>(os: &O, file: &O::File, fields: &Fields) -> Result<O::Map
         os.seal_size(file)?;
     }
     os.crash_point()?;
-    let map = os.map(file, total)?;
+    // Sized just above: no second fstat.
+    let map = os.map_stated(file, total, total as u64)?;
     os.crash_point()?;
     initialize(&map, fields, Some(fields.creator))?;
     os.crash_point()?;
@@ -531,7 +534,7 @@ pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<
                 format!("file length {} beyond any layout", info.len),
             )
         })?;
-    let map = os.map(file, len)?;
+    let map = os.map_stated(file, len, info.len)?;
     let fields = validate(os, &map, &info, segment)?;
     Ok(Opened { map, fields })
 }

@@ -30,13 +30,17 @@ use crate::sync::{AtomicU64, Ordering};
 /// [`Os::map`]: a shared mapping of the first `len` bytes of `file`, refusing zero
 /// bytes and bytes past the end of the file.
 pub(super) fn map(os: &PosixOs, file: &PosixFile, len: usize) -> Result<PosixMap> {
+    map_stated(file, len, os.stat(file)?.len)
+}
+
+/// [`Os::map_stated`]: as [`map`], `have` being the file's length as just read.
+pub(super) fn map_stated(file: &PosixFile, len: usize, have: u64) -> Result<PosixMap> {
     if len == 0 {
         return Err(Error::InvalidArgument(
             "cannot map zero bytes of a segment".into(),
         ));
     }
     // Pages past the end of the file would SIGBUS on first touch: refuse them here.
-    let have = os.stat(file)?.len;
     if len as u64 > have {
         return Err(Error::InvalidArgument(format!(
             "cannot map {len} bytes of a {have}-byte file"
