@@ -109,11 +109,14 @@ struct State<O: Os> {
 /// let pool = ShmPool::new(options, shmrc::PoolLimits::default())?;
 /// let batch = pool.get(1 << 20)?;
 /// batch.write_at(0, b"batch 1")?;
-/// let old = batch.share()?.into_bytes()?; // a handle's bytes outlive its use
-/// drop(batch); // back to the pool (a consumer would attach and drop it first)
+/// let bytes = batch.share()?.into_bytes()?; // sent to a consumer...
+/// let consumer = ShmBuf::attach(shmrc::ShareHandle::from_bytes(&bytes)?)?;
+/// drop(consumer); // ...which used it and let go
+/// drop(batch); // back to the pool: nobody holds the segment any more
 /// let next = pool.get(1 << 20)?; // the same segment, a new use
 /// assert_eq!(next.generation(), 1);
-/// let old = shmrc::ShareHandle::from_bytes(&old)?;
+/// // A copy of the old handle's bytes reads nothing of the new use.
+/// let old = shmrc::ShareHandle::from_bytes(&bytes)?;
 /// assert!(matches!(ShmBuf::attach(old), Err(Error::Stale { .. })));
 /// # }
 /// # Ok::<(), shmrc::Error>(())

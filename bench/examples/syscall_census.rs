@@ -6,6 +6,10 @@
 //! release, of the producer's, of one create + share (docs/PERFORMANCE.md):
 //!
 //! `cargo run --release -p shmrc-bench --example syscall_census -- file_system 100`
+//!
+//! `… -- alive 100000` instead times the liveness check a release makes beside another
+//! holder (`Os::is_alive` of the parent, from a child) against `std::fs::read` of the
+//! same `/proc/<pid>/stat` (what it did before), in the same run.
 use std::io::Write;
 
 use nix::sys::wait::waitpid;
@@ -15,7 +19,12 @@ use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy};
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     let mut args = std::env::args().skip(1);
-    let strategy: Strategy = args.next().unwrap_or("file_system".into()).parse()?;
+    let first = args.next().unwrap_or("file_system".into());
+    if first == "alive" {
+        let n: u32 = args.next().map_or(Ok(100_000), |a| a.parse())?;
+        return time_liveness(n);
+    }
+    let strategy: Strategy = first.parse()?;
     let n: usize = args.next().map_or(Ok(100), |a| a.parse())?;
     let ns = Namespace::new(format!("shmrc-census-{}", std::process::id()))?;
     let options = CreateOptions::new().strategy(strategy).namespace(ns);
@@ -47,5 +56,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
     }
     drop(bufs);
+    Ok(())
+}
+
+/// Times `n` liveness checks of this process's parent against `n` whole-file reads of
+/// its `/proc/<pid>/stat`, alternating rounds of each, and prints both per call.
+fn time_liveness(n: u32) -> Result<(), Box<dyn std::error::Error>> {
+    use shmrc::os::Os;
+    use shmrc::os::posix::PosixOs;
+    use std::time::Instant;
+    let me = PosixOs.current();
+    let path = format!("/proc/{}/stat", me.pid());
+    let (mut alive_ns, mut read_ns) = (0u128, 0u128);
+    for _ in 0..5 {
+        let t = Instant::now();
+        for _ in 0..n / 5 {
+            assert!(PosixOs.is_alive(std::hint::black_box(me)));
+        }
+        alive_ns += t.elapsed().as_nanos();
+        let t = Instant::now();
+        for _ in 0..n / 5 {
+            std::hint::black_box(std::fs::read(&path)?);
+        }
+        read_ns += t.elapsed().as_nanos();
+    }
+    let per = |ns: u128| ns as f64 / f64::from(n) / 1000.0;
+    println!(
+        "is_alive {:.2} us/call, std::fs::read of /proc/<pid>/stat {:.2} us/call, ratio {:.2}",
+        per(alive_ns),
+        per(read_ns),
+        alive_ns as f64 / read_ns as f64
+    );
     Ok(())
 }

@@ -817,6 +817,8 @@ impl Oracle {
                 Step::Attach { .. } if outcome == Outcome::Gone => "P1",
                 // An earlier use's handle that attached: another use's data.
                 Step::Attach { .. } if allowed.allows(Outcome::Stale) => "P1",
+                // Reused while someone still held it: its data is overwritten.
+                Step::Recycle { .. } if outcome == Outcome::Recycled => "P1",
                 _ => "P4",
             };
             return Err(violation(
