@@ -12,7 +12,7 @@ use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
 use crate::strategy::{Strategy, sharing_strategy};
-use crate::sync::process::{AtomicBool, Ordering};
+use crate::sync::process::{AtomicBool, AtomicU64, Ordering};
 use crate::token::Token;
 
 /// How to create a buffer. `Default`: the process-wide strategy, 64 holder slots, the
@@ -140,6 +140,11 @@ impl CreateOptions {
         self.namespace = namespace;
         self
     }
+
+    /// The strategy a create with these options uses now.
+    pub(crate) fn resolved_strategy(&self) -> Strategy {
+        self.strategy.unwrap_or_else(sharing_strategy)
+    }
 }
 
 pub(crate) struct Inner<O: Os> {
@@ -151,6 +156,9 @@ pub(crate) struct Inner<O: Os> {
     /// The process that holds the reference (differs from the current one after fork).
     holder: Token,
     released: AtomicBool,
+    /// The use of the segment this reference is to (a [`crate::ShmPool`] bumps it when
+    /// it recycles the segment; 0 otherwise).
+    generation: AtomicU64,
 }
 
 impl<O: Os> Inner<O> {
@@ -246,7 +254,15 @@ impl<O: Os> ShmBuf<O> {
         }
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
         Ok(ShmBuf {
-            inner: register(os.clone(), created.map, created.fields, created.backing),
+            inner: register(
+                os.clone(),
+                Held {
+                    map: created.map,
+                    fields: created.fields,
+                    backing: created.backing,
+                    generation: 0,
+                },
+            ),
         })
     }
 
@@ -287,6 +303,7 @@ impl<O: Os> ShmBuf<O> {
             key: inner.fields.key(),
             data_len: inner.fields.layout.data_len,
             capacity: inner.fields.layout.capacity,
+            generation: self.generation(),
         };
         let target = match &inner.backing {
             Backing::Named { name, .. } => {
@@ -341,6 +358,18 @@ impl<O: Os> ShmBuf<O> {
         let os = handle.os.clone();
         let me = os.current();
         if let Some(inner) = os.local().lookup::<Inner<O>>(me, handle.meta.key) {
+            let generation = inner.generation.load(Ordering::Acquire);
+            let current = inner
+                .holders()
+                .is_none_or(|h| holders::generation_is(&h, handle.meta.generation));
+            if generation != handle.meta.generation || !current {
+                // Dropping the handle leaves its slot alone (another use's now).
+                return Err(Error::Stale {
+                    segment: inner.segment(),
+                    handle: handle.meta.generation,
+                    segment_generation: generation,
+                });
+            }
             if let (Target::Named { in_flight, .. }, Some(h)) =
                 (&mut handle.target, inner.holders())
             {
@@ -350,9 +379,9 @@ impl<O: Os> ShmBuf<O> {
             }
             return Ok(ShmBuf { inner });
         }
-        let (map, fields, backing) = match handle.take_target() {
+        let held = match handle.take_target() {
             Target::Named { name, in_flight } => {
-                match hold_named(&os, &name, in_flight, Some(&handle.meta)) {
+                match hold_named(&os, &name, in_flight, Some(Expect::Handle(&handle.meta))) {
                     Ok(held) => held,
                     Err(e) => {
                         // The handle owns its in-flight reference again: dropping it
@@ -365,7 +394,7 @@ impl<O: Os> ShmBuf<O> {
             Target::Anonymous { file } => {
                 let opened = segment::open_file(&os, &file, "received memfd")?;
                 check_matches(&handle.meta, &opened.fields, "received memfd")?;
-                (opened.map, opened.fields, Backing::Anonymous { file })
+                Held::anonymous(opened, file)
             }
             Target::Taken => {
                 return Err(Error::InvalidArgument(
@@ -374,7 +403,7 @@ impl<O: Os> ShmBuf<O> {
             }
         };
         Ok(ShmBuf {
-            inner: register(os, map, fields, backing),
+            inner: register(os, held),
         })
     }
 
@@ -421,16 +450,19 @@ impl<O: Os> ShmBuf<O> {
         if let Some(existing) = os.local().lookup::<Inner<O>>(me, inner.fields.key()) {
             return Ok(ShmBuf { inner: existing });
         }
-        let (map, fields, backing) = match &inner.backing {
-            Backing::Named { name, .. } => hold_named(os, name, None, None)?,
+        let held = match &inner.backing {
+            Backing::Named { name, .. } => {
+                let generation = inner.generation.load(Ordering::Acquire);
+                hold_named(os, name, None, Some(Expect::Generation(generation)))?
+            }
             Backing::Anonymous { file } => {
                 let file = os.dup(file)?;
                 let opened = segment::open_file(os, &file, "inherited memfd")?;
-                (opened.map, opened.fields, Backing::Anonymous { file })
+                Held::anonymous(opened, file)
             }
         };
         Ok(ShmBuf {
-            inner: register(os.clone(), map, fields, backing),
+            inner: register(os.clone(), held),
         })
     }
 
@@ -547,6 +579,48 @@ impl<O: Os> ShmBuf<O> {
     #[doc(hidden)]
     pub fn fields(&self) -> &Fields {
         &self.inner.fields
+    }
+
+    /// Which use of its segment this buffer is: 0 for a fresh segment, bumped each time
+    /// a [`crate::ShmPool`] recycles it. Handles carry it; an attach of a handle from
+    /// an earlier use is [`Error::Stale`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(64)?;
+    /// assert_eq!(buf.generation(), 0); // never recycled
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn generation(&self) -> u64 {
+        self.inner.generation.load(Ordering::Acquire)
+    }
+
+    /// Reuses the segment for a new use if no other process (nor a handle in flight)
+    /// holds it: bumps its generation (see [`holders::recycle`]) and returns `true`;
+    /// `false` if it is still held (or is a file_descriptor buffer). The caller (a
+    /// [`crate::ShmPool`]) makes sure no other reference of this process uses it.
+    #[doc(hidden)]
+    pub fn recycle(&self) -> Result<bool> {
+        let inner = &self.inner;
+        let (Backing::Named { slot, .. }, Some(h)) = (&inner.backing, inner.holders()) else {
+            return Ok(false);
+        };
+        if inner.os.current() != inner.holder {
+            return Ok(false);
+        }
+        match holders::recycle(&inner.os, &h, *slot)? {
+            holders::Recycled::Reused { generation, .. } => {
+                inner.generation.store(generation, Ordering::Release);
+                Ok(true)
+            }
+            holders::Recycled::Held => Ok(false),
+        }
+    }
+
+    /// How many `ShmBuf`s of this process share this reference (the pool's own included).
+    pub(crate) fn local_references(&self) -> usize {
+        Arc::strong_count(&self.inner)
     }
 
     /// Whether the current process holds this buffer (false in a forked child until it
@@ -713,12 +787,7 @@ impl<O: Os> ShmBuf<O> {
     pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
         let opened = segment::open_file(os, &file, what)?;
         Ok(ShmBuf {
-            inner: register(
-                os.clone(),
-                opened.map,
-                opened.fields,
-                Backing::Anonymous { file },
-            ),
+            inner: register(os.clone(), Held::anonymous(opened, file)),
         })
     }
 }
@@ -736,8 +805,14 @@ impl<O: Os> fmt::Debug for ShmBuf<O> {
 /// Builds the state of a reference the current process now holds and registers it,
 /// or returns the one another thread of this process registered first (dropping ours
 /// releases its slot).
-fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> Arc<Inner<O>> {
+fn register<O: Os>(os: O, held: Held<O>) -> Arc<Inner<O>> {
     let holder = os.current();
+    let Held {
+        map,
+        fields,
+        backing,
+        generation,
+    } = held;
     let inner = Arc::new(Inner {
         os,
         map: Arc::new(map),
@@ -745,6 +820,7 @@ fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> A
         backing,
         holder,
         released: AtomicBool::new(false),
+        generation: AtomicU64::new(generation),
     });
     match inner.os.local().register(holder, fields.key(), &inner) {
         Ok(()) => inner,
@@ -752,23 +828,72 @@ fn register<O: Os>(os: O, map: O::Map, fields: Fields, backing: Backing<O>) -> A
     }
 }
 
+/// A reference this process now holds, before it is registered.
+struct Held<O: Os> {
+    map: O::Map,
+    fields: Fields,
+    backing: Backing<O>,
+    generation: u64,
+}
+
+impl<O: Os> Held<O> {
+    fn anonymous(opened: segment::Opened<O>, file: O::File) -> Held<O> {
+        Held {
+            map: opened.map,
+            fields: opened.fields,
+            backing: Backing::Anonymous { file },
+            generation: 0,
+        }
+    }
+}
+
+/// What an attach expects of the segment it opens.
+#[derive(Copy, Clone)]
+enum Expect<'a> {
+    /// The one a handle describes (identity, size and generation).
+    Handle(&'a HandleMeta),
+    /// The use (generation) an inherited buffer is of.
+    Generation(u64),
+}
+
+impl Expect<'_> {
+    fn generation(self) -> u64 {
+        match self {
+            Expect::Handle(meta) => meta.generation,
+            Expect::Generation(g) => g,
+        }
+    }
+}
+
 /// Opens the named segment `name` and holds it for this process: takes over the
 /// in-flight reference `in_flight` if its slot still has it, else claims a slot. With
-/// `expect`, the segment must be the one the handle describes.
+/// `expect`, the segment must be the one the handle describes, in the use (generation)
+/// it describes: a recycled segment is [`Error::Stale`] and keeps no slot of ours.
 fn hold_named<O: Os>(
     os: &O,
     name: &str,
     in_flight: Option<InFlight>,
-    expect: Option<&HandleMeta>,
-) -> Result<(O::Map, Fields, Backing<O>)> {
+    expect: Option<Expect<'_>>,
+) -> Result<Held<O>> {
     let (ns, _) = Namespace::of_segment(name, os.uid())?;
     os.before_named_use(ns.prefix())?;
     let opened = segment::open_named(os, &ns, name)?;
-    if let Some(meta) = expect {
+    if let Some(Expect::Handle(meta)) = expect {
         check_matches(meta, &opened.fields, name)?;
     }
     let capacity = opened.fields.layout.capacity;
     let h = Header::of(&opened.map, capacity).map(|h| h.holders());
+    let stale = |h: &Holders<'_>, expected: u64| Error::Stale {
+        segment: name.to_owned(),
+        handle: expected,
+        segment_generation: h.generation(),
+    };
+    if let (Some(expect), Some(h)) = (expect, &h) {
+        // Early and cheap: an old handle fails before it takes anything.
+        if !holders::generation_is(h, expect.generation()) {
+            return Err(stale(h, expect.generation()));
+        }
+    }
     let word = holders::held_word(os.current());
     let taken_over = match (in_flight, &h) {
         (Some(f), Some(h)) => holders::transfer(os, h, f.slot, f.word, word)?.then_some(f.slot),
@@ -778,11 +903,30 @@ fn hold_named<O: Os>(
         Some(slot) => slot,
         None => claim(os, h, word, name, capacity)?,
     };
-    let backing = Backing::Named {
-        name: name.to_owned(),
-        slot,
+    let generation = match (expect, &h) {
+        (Some(expect), Some(h)) => {
+            // The check that counts: after our slot is taken, no recycle can pass it.
+            // (A crash point of its own: the exhaustive check explores a kill here.)
+            os.crash_point()?;
+            if !holders::generation_is(h, expect.generation()) {
+                let error = stale(h, expect.generation());
+                holders::release(os, h, slot, word, name)?;
+                return Err(error);
+            }
+            expect.generation()
+        }
+        (None, Some(h)) => h.generation(),
+        (_, None) => 0,
     };
-    Ok((opened.map, opened.fields, backing))
+    Ok(Held {
+        map: opened.map,
+        fields: opened.fields,
+        backing: Backing::Named {
+            name: name.to_owned(),
+            slot,
+        },
+        generation,
+    })
 }
 
 fn claim<O: Os>(

@@ -64,6 +64,22 @@ pub enum Error {
         segment: String,
     },
 
+    /// The handle describes an earlier use of a segment that its creator has recycled
+    /// since (a [`ShmPool`](crate::ShmPool) reuses segments nobody holds any more):
+    /// the data the handle pointed at is gone, and the segment now holds another use's.
+    /// Nothing was read and no slot is kept; the sender must share its buffer again.
+    #[error(
+        "segment {segment} was recycled: the handle is of generation {handle}, the segment is now in generation {segment_generation}"
+    )]
+    Stale {
+        /// The segment's name.
+        segment: String,
+        /// The generation (use) the handle describes.
+        handle: u64,
+        /// The segment's generation now.
+        segment_generation: u64,
+    },
+
     /// The segment exists but its creator has not published the header yet, or died
     /// before it did. A handle made by [`ShmBuf::share`](crate::ShmBuf::share) never
     /// points at such a segment, so the name did not come from one: nothing to retry.

@@ -347,6 +347,8 @@ impl FrozenBuf {
                 key: fields.key(),
                 data_len: fields.layout.data_len,
                 capacity: 0,
+                // A sealed memfd is never recycled: always its first use.
+                generation: 0,
             },
             target: Target::Anonymous {
                 file: os.dup(&self.inner.file)?,

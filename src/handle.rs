@@ -11,13 +11,14 @@
 //!
 //! Encoding (little-endian), at most [`MAX_ENCODED_LEN`] bytes:
 //! ```text
-//!  0..4   magic "SHRH"          4..6   version (1)
+//!  0..4   magic "SHRH"          4..6   version (2)
 //!  6      kind: 1 file_system, 2 file_descriptor
 //!  7      flags: bit 0 = in-flight reference present
 //!  8..16  data length           16..20 slot capacity
 //! 20..24  in-flight slot        24..32 in-flight word
 //! 32..40  creator token         40..56 nonce
-//! 56..58  name length           58..   name (file_system only)
+//! 56..64  generation (the use of a recycled segment, see holders::recycle)
+//! 64..66  name length           66..   name (file_system only)
 //! ```
 //! [`decode`] checks every field, and that the name lies in a shmrc namespace of this
 //! user and agrees with the creator and nonce, before anything is opened.
@@ -35,8 +36,8 @@ use crate::token::Token;
 
 const MAGIC: [u8; 4] = *b"SHRH";
 /// The handle encoding version this build writes and reads.
-pub const HANDLE_VERSION: u16 = 1;
-const FIXED_LEN: usize = 58;
+pub const HANDLE_VERSION: u16 = 2;
+const FIXED_LEN: usize = 66;
 const MAX_NAME_LEN: usize = 255;
 /// The longest encoded handle.
 pub const MAX_ENCODED_LEN: usize = FIXED_LEN + MAX_NAME_LEN;
@@ -55,6 +56,9 @@ pub struct HandleMeta {
     pub data_len: usize,
     /// Holder slots (0 for file_descriptor).
     pub capacity: usize,
+    /// The segment's generation when shared: which use of a recycled segment the handle
+    /// describes (0 for a segment never recycled).
+    pub generation: u64,
 }
 
 /// An in-flight reference: slot `slot` holds `word` for the receiver.
@@ -102,6 +106,7 @@ pub fn encode(decoded: &Decoded) -> Vec<u8> {
     out.extend_from_slice(&word.to_le_bytes());
     out.extend_from_slice(&meta.key.creator.word().to_le_bytes());
     out.extend_from_slice(&meta.key.nonce.to_le_bytes());
+    out.extend_from_slice(&meta.generation.to_le_bytes());
     out.extend_from_slice(&(name.len() as u16).to_le_bytes());
     out.extend_from_slice(name);
     out
@@ -150,7 +155,8 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
     let creator = Token::from_word(u64_at(32))
         .ok_or_else(|| malformed("creator is not a valid token".into()))?;
     let nonce = u128::from_le_bytes(bytes[40..56].try_into().unwrap_or([0; 16]));
-    let name_len = usize::from(u16_at(56));
+    let generation = u64_at(56);
+    let name_len = usize::from(u16_at(64));
     if bytes.len() != FIXED_LEN + name_len || name_len > MAX_NAME_LEN {
         return Err(malformed(format!(
             "name length {name_len} does not match the {} bytes received",
@@ -199,6 +205,7 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
             key,
             data_len: data_len as usize,
             capacity,
+            generation,
         },
         name,
         in_flight,
@@ -426,6 +433,11 @@ impl<O: Os> ShareHandle<O> {
         }
         if let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) {
             let h = header.holders();
+            if h.generation() != self.meta.generation {
+                // A handle of an earlier use: its in-flight reference went with that use
+                // (the word in its slot, if any, is a later handle's).
+                return Ok(());
+            }
             if holders::vacate(&self.os, &h, f.slot, f.word)? {
                 holders::finalize(&self.os, &h, name, holders::Reclaim::UntilLive)?;
             }
@@ -470,6 +482,7 @@ mod tests {
                 key: SegmentKey { creator, nonce: 77 },
                 data_len: 4096,
                 capacity: 8,
+                generation: 5,
             },
             name: Some(ns.segment_name(1000, 1, creator, 77)),
             in_flight: Some(InFlight {

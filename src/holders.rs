@@ -26,6 +26,13 @@
 //!   leaves its (dead) token in the finalizer word; the next one takes over, continues
 //!   from the slots already turned, or rolls them back.
 //!
+//! - [`recycle`] (the segment's creator, e.g. a [`ShmPool`](crate::ShmPool), holding its
+//!   own slot): take the finalizer word, turn every *other* slot to a tombstone (a dead
+//!   holder's too), bump the generation word, turn them back to `FREE`, let go. A live
+//!   holder (or in-flight reference) makes it roll back: the segment is not reusable
+//!   yet. An attach checks the generation after taking its slot ([`generation_is`]):
+//!   a handle of an earlier use gives the slot back and fails.
+//!
 //! Why this is safe (P1) and leak-free (P3) is argued in `docs/PROTOCOL.md`.
 //!
 //! # Resumable steps
@@ -54,6 +61,10 @@
 //!   the slot without checking it still holds the reference being moved.
 //! - `reclaim_live`: finalize reclaims in-flight references without asking whether
 //!   their sender lives.
+//! - `recycle_skips_generation`: [`generation_is`] answers yes whatever the generation,
+//!   so an attach with a stale handle ends holding another use of a recycled segment.
+//! - `recycle_over_live`: [`Recycle`] turns a live holder's slot to a tombstone as if
+//!   its holder were dead, so a segment someone still holds is reused.
 
 use std::task::Poll;
 
@@ -122,6 +133,7 @@ pub struct Holders<'a> {
     slots: &'a [AtomicU64],
     finalizer: &'a AtomicU64,
     pending: &'a AtomicU64,
+    generation: Option<&'a AtomicU64>,
 }
 
 /// Why [`claim`] found no slot.
@@ -257,7 +269,23 @@ impl<'a> Holders<'a> {
             slots,
             finalizer,
             pending,
+            generation: None,
         }
+    }
+
+    /// The same view with the segment's generation word (which [`recycle`] bumps and
+    /// [`generation_is`] checks); without it, a recycle never reuses the segment.
+    pub fn with_generation(self, generation: &'a AtomicU64) -> Holders<'a> {
+        Holders {
+            generation: Some(generation),
+            ..self
+        }
+    }
+
+    /// The current generation (0 without a generation word).
+    pub fn generation(&self) -> u64 {
+        // SeqCst: ordered like the protocol's other reads (see [`generation_is`]).
+        self.generation.map_or(0, |g| g.load(SeqCst))
     }
 
     /// The word in slot `index` (None if out of range).
@@ -291,6 +319,37 @@ impl<O: Os> StepOs for O {
 
     fn shm_unlink(&self, name: &str) -> Result<()> {
         Os::shm_unlink(self, name)
+    }
+}
+
+/// The OS of one operation run to its end by production: the process's token read
+/// once (a `getpid` and a load) instead of at every step: a finalize of 64 slots made
+/// some 200 `getpid` calls.
+struct Operation<'a, O: Os> {
+    os: &'a O,
+    me: Token,
+}
+
+impl<'a, O: Os> Operation<'a, O> {
+    fn new(os: &'a O) -> Operation<'a, O> {
+        Operation {
+            os,
+            me: Os::current(os),
+        }
+    }
+}
+
+impl<O: Os> StepOs for Operation<'_, O> {
+    fn current(&self) -> Token {
+        self.me
+    }
+
+    fn is_alive(&self, token: Token) -> bool {
+        Os::is_alive(self.os, token)
+    }
+
+    fn shm_unlink(&self, name: &str) -> Result<()> {
+        Os::shm_unlink(self.os, name)
     }
 }
 
@@ -330,7 +389,8 @@ pub fn claim<O: Os>(os: &O, h: &Holders<'_>, word: u64) -> Result<Result<usize, 
         return Ok(Err(ClaimError::Gone));
     }
     let mut claim = Claim::new(word);
-    run_steps(os, || claim.step(os, h))
+    let op = Operation::new(os);
+    run_steps(os, || claim.step(&op, h))
 }
 
 /// Where a [`Claim`] stands: at the crash point before one of its shared steps.
@@ -481,6 +541,199 @@ pub fn release<O: Os>(
     finalize(os, h, name, Reclaim::UntilLive).map(Some)
 }
 
+/// Whether the segment is still in generation `expected` (the use a handle describes).
+/// Called by an attach *after* it took its slot: a recycle either saw that slot taken
+/// (and rolled back, the generation unchanged) or bumped the generation before the
+/// slot could be taken (every other slot was a tombstone until then), so a `true` here
+/// means the data is that use's for as long as the slot is held.
+pub fn generation_is(h: &Holders<'_>, expected: u64) -> bool {
+    if cfg!(shmrc_plant = "recycle_skips_generation") {
+        return true;
+    }
+    // SeqCst: read after our slot CAS, in the one order the recycler's tombstone CASes
+    // and its generation store share (the slot-then-generation handshake above).
+    h.generation() == expected
+}
+
+/// How [`recycle`] ended.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum Recycled {
+    /// Nobody else held the segment: it is now in generation `generation`, held by the
+    /// caller alone; `reclaimed` dead holders' slots were freed on the way.
+    Reused {
+        /// The new generation.
+        generation: u64,
+        /// Slots of dead holders it freed.
+        reclaimed: u32,
+    },
+    /// Another live process holds it (or a reference in flight, or a finalizer is at
+    /// work): nothing changed but tombstones rolled back; try later.
+    Held,
+}
+
+/// Reuses the segment whose words `h` holds for a new use, if nobody but the caller
+/// (which holds slot `own`) holds it: see the module docs. The caller must hold slot
+/// `own` throughout.
+pub fn recycle<O: Os>(os: &O, h: &Holders<'_>, own: usize) -> Result<Recycled> {
+    let _one_finalizer_per_process = os.local().finalize_lock();
+    let mut recycle = Recycle::new(own);
+    let op = Operation::new(os);
+    run_steps(os, || recycle.step(&op, h))
+}
+
+/// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum RecycleAt {
+    /// CAS the finalizer word from `FREE` to ours (taken: `Held`).
+    TakeFinalizer,
+    /// Load slot `.0` (never our own) and decide: tomb it, or roll back.
+    Load(usize),
+    /// CAS slot `index` from `seen` (free, or a dead holder's) to `TOMB`.
+    Tomb {
+        /// The slot.
+        index: usize,
+        /// The word read from it.
+        seen: u64,
+    },
+    /// Every other slot is a tombstone: bump the generation word.
+    Bump,
+    /// CAS slot `index` from `TOMB` back to `FREE` (after the bump, or rolling back).
+    Reopen {
+        /// The slot.
+        index: usize,
+        /// Whether the generation was bumped (the segment is reused).
+        reused: bool,
+    },
+    /// CAS the finalizer word from ours back to `FREE`.
+    LetGo {
+        /// Whether the generation was bumped.
+        reused: bool,
+    },
+}
+
+/// [`recycle`] as a resumable operation: each [`Recycle::step`] runs the code between
+/// two crash points; production runs it to its end, the exhaustive check steps it.
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub struct Recycle {
+    own: usize,
+    reclaimed: u32,
+    generation: u64,
+    at: RecycleAt,
+}
+
+impl Recycle {
+    /// A recycle by the holder of slot `own`, at its first crash point.
+    pub fn new(own: usize) -> Recycle {
+        Recycle {
+            own,
+            reclaimed: 0,
+            generation: 0,
+            at: RecycleAt::TakeFinalizer,
+        }
+    }
+
+    /// The first slot from `from` on that is not our own (`len`: past the end).
+    fn other_from(&self, from: usize) -> usize {
+        if from == self.own { from + 1 } else { from }
+    }
+
+    fn after_tomb_of(&self, index: Option<usize>, h: &Holders<'_>) -> RecycleAt {
+        let next = self.other_from(index.map_or(0, |i| i + 1));
+        if next < h.slots.len() {
+            RecycleAt::Load(next)
+        } else {
+            RecycleAt::Bump
+        }
+    }
+
+    fn after_reopen_of(&self, index: Option<usize>, reused: bool, h: &Holders<'_>) -> RecycleAt {
+        let next = self.other_from(index.map_or(0, |i| i + 1));
+        if next < h.slots.len() {
+            RecycleAt::Reopen {
+                index: next,
+                reused,
+            }
+        } else {
+            RecycleAt::LetGo { reused }
+        }
+    }
+
+    /// Runs from the crash point it stands at to the next one (`Pending`), or to its end.
+    pub fn step(&mut self, os: &impl StepOs, h: &Holders<'_>) -> Poll<Recycled> {
+        let me = os.current();
+        let mine = held_word(me);
+        self.at = match self.at {
+            RecycleAt::TakeFinalizer => {
+                if h.generation.is_none() {
+                    return Poll::Ready(Recycled::Held);
+                }
+                // SeqCst: one finalizer at a time; ordered before our tombstone CASes.
+                if h.finalizer
+                    .compare_exchange(FREE, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    return Poll::Ready(Recycled::Held);
+                }
+                self.after_tomb_of(None, h)
+            }
+            RecycleAt::Load(index) => {
+                // SeqCst: must see a claim that came before (else we would tomb over it).
+                let seen = h.slots[index].load(SeqCst);
+                let s = Slot::decode(seen);
+                let live = keeps_its_slot(os, me, s) && !cfg!(shmrc_plant = "recycle_over_live");
+                match s {
+                    Slot::Tomb => self.after_tomb_of(Some(index), h),
+                    _ if live => self.after_reopen_of(None, false, h),
+                    _ => RecycleAt::Tomb { index, seen },
+                }
+            }
+            RecycleAt::Tomb { index, seen } => {
+                // SeqCst: a claimer's later load must see the tombstone, and its later
+                // generation check the bump that follows.
+                if h.slots[index]
+                    .compare_exchange(seen, TOMB, SeqCst, SeqCst)
+                    .is_ok()
+                {
+                    self.reclaimed += u32::from(seen != FREE);
+                    self.after_tomb_of(Some(index), h)
+                } else {
+                    // Taken meanwhile: someone holds it now.
+                    self.after_reopen_of(None, false, h)
+                }
+            }
+            RecycleAt::Bump => {
+                // Only the finalizer word's owner writes the generation: load + store.
+                let generation = h.generation.map_or(0, |g| {
+                    // SeqCst: after every tombstone, before any slot is free again.
+                    let next = g.load(SeqCst).wrapping_add(1);
+                    g.store(next, SeqCst);
+                    next
+                });
+                self.generation = generation;
+                self.after_reopen_of(None, true, h)
+            }
+            RecycleAt::Reopen { index, reused } => {
+                // SeqCst: free again only after the bump (a claimer then sees it).
+                let _ = h.slots[index].compare_exchange(TOMB, FREE, SeqCst, SeqCst);
+                self.after_reopen_of(Some(index), reused, h)
+            }
+            RecycleAt::LetGo { reused } => {
+                // SeqCst: our slots are free again before the finalizer word is.
+                let _ = h.finalizer.compare_exchange(mine, FREE, SeqCst, SeqCst);
+                return Poll::Ready(if reused {
+                    Recycled::Reused {
+                        generation: self.generation,
+                        reclaimed: self.reclaimed,
+                    }
+                } else {
+                    Recycled::Held
+                });
+            }
+        };
+        Poll::Pending
+    }
+}
+
 /// Reads every slot without changing anything.
 pub fn census(os: &impl StepOs, h: &Holders<'_>) -> Census {
     let me = os.current();
@@ -509,7 +762,8 @@ pub fn census(os: &impl StepOs, h: &Holders<'_>) -> Census {
 pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) -> Result<Finalized> {
     let _one_finalizer_per_process = os.local().finalize_lock();
     let mut finalize = Finalize::new(reclaim, h);
-    run_steps(os, || finalize.step(os, h, name))?
+    let op = Operation::new(os);
+    run_steps(os, || finalize.step(&op, h, name))?
 }
 
 /// Where a [`Finalize`] stands: at the crash point before one of its shared steps. The

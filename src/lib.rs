@@ -147,6 +147,8 @@ pub mod namespace;
 #[doc(hidden)]
 pub mod os;
 #[doc(hidden)]
+pub mod pool;
+#[doc(hidden)]
 pub mod segment;
 #[doc(hidden)]
 pub mod strategy;
@@ -165,6 +167,7 @@ pub use handle::ShareHandle;
 pub use holders::{Census, Finalized, Outcome};
 pub use namespace::NameParts;
 pub use namespace::Namespace;
+pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use segment::{Fields, Layout};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};

@@ -10,10 +10,30 @@ use crate::handle::{ShareHandle, Target, decode};
 use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::os::posix::PosixFile;
+use crate::pool::{PoolLimits, ShmPool};
 use crate::strategy::Strategy;
 
 use crate::os::posix::DataRegion;
 use crate::sweep::{SweepReport, sweep_with};
+
+impl ShmPool {
+    /// A pool of recycled buffers created with `options` (file_system only: a
+    /// file_descriptor strategy is [`Error::InvalidArgument`]), kept within `limits`.
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, PoolLimits, ShmPool, Strategy};
+    /// let fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    /// assert!(matches!(ShmPool::new(fd, PoolLimits::default()), Err(Error::InvalidArgument(_))));
+    /// # }
+    /// ```
+    pub fn new(options: CreateOptions, limits: PoolLimits) -> Result<ShmPool> {
+        ShmPool::with_os(DefaultOs::default(), options, limits)
+    }
+}
 
 impl ShmBuf {
     /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy

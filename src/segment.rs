@@ -17,7 +17,8 @@
 //! word 11  checksum of words 1..=10
 //! word 12  finalizer word     (holder protocol, see holders.rs)
 //! word 13  pending-finalize flag (holder protocol)
-//! words 14-15 reserved, 0
+//! word 14  generation            (bumped by each recycle, see holders.rs; 0 at creation)
+//! word 15  reserved, 0
 //! words 16.. holder slots, `capacity` of them
 //! data at `data offset`
 //! ```
@@ -71,6 +72,9 @@ const W_NONCE_HI: usize = 10;
 const W_CHECKSUM: usize = 11;
 const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
+const W_GENERATION: usize = 14;
+/// Byte offset of the generation word (for tools that read headers raw).
+pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
 
 /// Where things are in a segment.
 ///
@@ -225,6 +229,7 @@ impl<'a> Header<'a> {
             &self.words[W_FINALIZER],
             &self.words[W_PENDING],
         )
+        .with_generation(&self.words[W_GENERATION])
     }
 }
 
@@ -484,7 +489,8 @@ fn size_and_map<O: Os>(os: &O, file: &O::File, fields: &Fields) -> Result<O::Map
         os.seal_size(file)?;
     }
     os.crash_point()?;
-    let map = os.map(file, total)?;
+    // Sized just above: no second fstat.
+    let map = os.map_stated(file, total, total as u64)?;
     os.crash_point()?;
     initialize(&map, fields, Some(fields.creator))?;
     os.crash_point()?;
@@ -533,7 +539,7 @@ pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<
                 format!("file length {} beyond any layout", info.len),
             )
         })?;
-    let map = os.map(file, len)?;
+    let map = os.map_stated(file, len, info.len)?;
     let fields = validate(os, &map, &info, segment)?;
     Ok(Opened { map, fields })
 }

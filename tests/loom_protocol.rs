@@ -311,6 +311,45 @@ fn an_in_flight_reference_survives_a_sweeper_killed_at_every_step() {
 /// How often the publish model's opener lists and opens.
 const OPEN_ATTEMPTS: usize = 3;
 
+/// (e) Recycling: P (a pool) recycles its segment while B attaches an old handle of it
+/// (Q attached and released it before): either B holds generation 0 and the recycle
+/// found it held, or the recycle won and B's attach is `Stale`, never both.
+fn recycle_races_old_handle(victim: Victim, n: u64) -> bool {
+    let w = World::new(5);
+    let (p, buf_p, bytes) = w.recycle_setup();
+    let b = w.spawn();
+    let v = if let Victim::A = victim { &p } else { &b };
+    w.kernel.kill_at_step(v.pid(), n);
+    let tp = run_as(&p, move |_| {
+        let reused = ok_or_killed("P's recycle", buf_p.recycle());
+        (reused, buf_p)
+    });
+    let wb = w.clone();
+    let tb = run_as(&b, move |b| wb.attach_old(&b, &bytes));
+    let (reused, buf_p) = tp.join().unwrap();
+    let attached = tb.join().unwrap();
+    w.check_recycle(reused, &b, attached.as_ref());
+    if let Some(buf) = attached {
+        ok_or_killed("B's release", w.release(buf));
+    }
+    ok_or_killed("P's release", w.release(buf_p));
+    conclude(&w, v)
+}
+
+#[test]
+fn a_recycler_racing_an_old_handle_killed_at_every_step_of_its_recycle() {
+    at_every_crash_point("(e) recycler killed", 2, 5, |n| {
+        recycle_races_old_handle(Victim::A, n)
+    });
+}
+
+#[test]
+fn an_old_handle_racing_a_recycler_killed_at_every_step_of_its_attach() {
+    at_every_crash_point("(e) old handle's attacher killed", 2, 2, |n| {
+        recycle_races_old_handle(Victim::B, n)
+    });
+}
+
 #[test]
 fn an_opener_racing_a_creator_never_sees_a_torn_header() {
     let builder = builder(PREEMPTIONS_2);

@@ -124,6 +124,12 @@ impl ReferenceStateMachine for Reference {
                         .boxed(),
                 ));
                 arms.push((
+                    2,
+                    (held(), crash())
+                        .prop_map(|((p, buf), crash_at)| Op::Recycle { p, buf, crash_at })
+                        .boxed(),
+                ));
+                arms.push((
                     1,
                     (held(), any::<u8>(), any::<u8>())
                         .prop_map(|((p, buf), offset, byte)| Op::Write {
@@ -256,6 +262,11 @@ fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
         crash_at: None,
     };
     let sweep = Op::Sweep { crash_at: None };
+    let recycle = |p, buf| Op::Recycle {
+        p,
+        buf,
+        crash_at: None,
+    };
     let mut out = Vec::new();
     // The last holder killed at several points of its release, then a sweep.
     for step in [2u8, 5, 9] {
@@ -345,6 +356,51 @@ fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             attach(0),
         ],
     ));
+    // Recycling: refused while a handle is in flight or another process holds it;
+    // reused once nobody does; a handle of the earlier use (its sender dead, so its
+    // in-flight reference reclaimable) is then Stale.
+    out.push((
+        "recycle_then_stale_handle",
+        vec![
+            fs(0),
+            fs(1),
+            create(0, 3),
+            share(0, 0, 1, true),
+            recycle(0, 0),
+            attach(0),
+            recycle(0, 0),
+            share(0, 0, 2, true),
+            attach(1),
+            share(2, 0, 3, true),
+            Op::Kill { p: 2 },
+            release(1, 0),
+            recycle(0, 0),
+            attach(0),
+        ],
+    ));
+    // A pool killed inside its recycle (tombstones and a dead finalizer word left),
+    // then a sweep.
+    for step in [2u8, 4, 6] {
+        out.push((
+            match step {
+                2 => "kill_mid_recycle_2",
+                4 => "kill_mid_recycle_4",
+                _ => "kill_mid_recycle_6",
+            },
+            vec![
+                fs(0),
+                create(0, 3),
+                share(0, 0, 1, true),
+                Op::Kill { p: 1 },
+                Op::Recycle {
+                    p: 0,
+                    buf: 0,
+                    crash_at: Some(step),
+                },
+                Op::Sweep { crash_at: None },
+            ],
+        ));
+    }
     // Both strategies, a socket and a switch at run time, a receiver killed mid-attach.
     out.push((
         "mixed_strategies",
@@ -393,6 +449,15 @@ fn seed_scenarios_agree_with_the_oracle_and_match_the_committed_fuzz_seeds() {
             }
         }
         assert_eq!(harness.applied(), ops.len(), "{name}: every op ran");
+        if name == "recycle_then_stale_handle" {
+            for reached in ["Recycle Held", "Recycle Recycled", "Attach Stale"] {
+                assert!(
+                    harness.tally().contains_key(reached),
+                    "{name} no longer reaches {reached}: {:?}",
+                    harness.tally()
+                );
+            }
+        }
         if let Err(failure) = harness.finish() {
             panic!("scenario {name}: {failure}");
         }

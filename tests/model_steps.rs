@@ -71,6 +71,7 @@ impl Run {
             segments: 1,
             ops: u8::MAX,
             total_ops: u8::MAX,
+            recycle: false,
         });
         Run {
             kernel,

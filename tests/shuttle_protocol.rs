@@ -314,12 +314,50 @@ fn releases_alone(stats: &'static Stats) {
     w.finish(vec![]);
 }
 
+/// Recycling: a pool P recycles its segment (then writes the new use's data) while
+/// three processes attach old handle bytes of it, one of them doomed at a random crash
+/// point: a recycle that reused the segment and a live process holding it through an
+/// old handle are never both (P1).
+fn recycle_vs_old_handles(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(6);
+    let (p, buf_p, bytes) = w.recycle_setup();
+    stats.created.fetch_add(1, Relaxed);
+    let attachers: Vec<SimOs> = (0..3).map(|_| w.spawn()).collect();
+    let doomed = attachers[thread_rng().gen_range(0..3)].pid();
+    w.kernel.kill_at_step(doomed, thread_rng().gen_range(0..8));
+    let threads: Vec<_> = attachers
+        .iter()
+        .cloned()
+        .map(|b| {
+            let (w, bytes) = (w.clone(), bytes.clone());
+            shuttle::thread::spawn(move || (w.attach_old(&b, &bytes), b))
+        })
+        .collect();
+    let reused = ok_or_killed("P's recycle", buf_p.recycle());
+    let mut held = vec![];
+    for t in threads {
+        let (attached, b) = t.join().unwrap();
+        if w.kernel.is_killed(b.pid()) {
+            stats.killed.fetch_add(1, Relaxed);
+        }
+        w.check_recycle(reused, &b, attached.as_ref());
+        held.extend(attached.map(|buf| (b, buf)));
+    }
+    stats.attached.fetch_add(held.len() as u64, Relaxed);
+    held.push((p, buf_p));
+    w.finish(held);
+}
+
 /// The scenarios by name, for [`replay_a_failing_schedule`].
 fn scenario(name: &str) -> fn(&'static Stats) {
     match name {
         "random_ops" => random_ops,
         "releases_alone" => releases_alone,
-        other => panic!("unknown scenario {other:?}: random_ops or releases_alone"),
+        "recycle_vs_old_handles" => recycle_vs_old_handles,
+        other => panic!(
+            "unknown scenario {other:?}: random_ops, releases_alone or recycle_vs_old_handles"
+        ),
     }
 }
 
@@ -356,6 +394,16 @@ fn eight_processes_with_random_ops_and_kills_under_random_schedules() {
 #[test]
 fn eight_processes_with_random_ops_and_kills_under_pct_schedules() {
     check("random_ops", "pct");
+}
+
+#[test]
+fn a_recycler_racing_old_handles_under_random_schedules() {
+    check("recycle_vs_old_handles", "random");
+}
+
+#[test]
+fn a_recycler_racing_old_handles_under_pct_schedules() {
+    check("recycle_vs_old_handles", "pct");
 }
 
 #[test]

@@ -1,7 +1,7 @@
 #![no_main]
 //! Fuzz target `refcount`: the fuzzer's bytes decoded into a sequence of user
 //! operations (create, share, attach, drop a handle, release, write, kill, respawn,
-//! sweep, switch strategy, each possibly with its process killed inside; see
+//! sweep, switch strategy, recycle, each possibly with its process killed inside; see
 //! `Op::decode` in `shmrc-model`), run on the real protocol over the simulated kernel
 //! and on the oracle through the same harness as the model-based tests
 //! (`shmrc_testkit::model_harness`). Any disagreement, or P1–P5 broken after any step or after

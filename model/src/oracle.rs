@@ -145,6 +145,15 @@ pub enum Op {
         /// Victim.
         p: u8,
     },
+    /// Process `p` runs the recycle step (`ShmPool`'s reuse) on its buffer `buf`.
+    Recycle {
+        /// Acting process.
+        p: u8,
+        /// Which of its buffers.
+        buf: u8,
+        /// Kill it inside.
+        crash_at: Option<u8>,
+    },
     /// A fresh process takes the dead slot `p`.
     Respawn {
         /// Slot.
@@ -240,6 +249,15 @@ pub enum Step {
         /// Victim.
         p: usize,
     },
+    /// See [`Op::Recycle`].
+    Recycle {
+        /// Process.
+        p: usize,
+        /// Index in its buffers.
+        buf: usize,
+        /// Kill step.
+        crash_at: Option<u8>,
+    },
     /// See [`Op::Respawn`].
     Respawn {
         /// Slot.
@@ -271,9 +289,15 @@ pub enum Outcome {
     AlreadyGone,
     /// `Error::Killed`: the acting process was killed inside the operation.
     Killed,
+    /// A recycle that reused the segment (a new generation).
+    Recycled,
+    /// A recycle that found the segment held (or was not file_system).
+    Held,
+    /// `Error::Stale`: the handle is of an earlier generation.
+    Stale,
 }
 
-const OUTCOMES: [Outcome; 8] = [
+const OUTCOMES: [Outcome; 11] = [
     Outcome::Ok,
     Outcome::InUse,
     Outcome::Unlinked,
@@ -282,6 +306,9 @@ const OUTCOMES: [Outcome; 8] = [
     Outcome::Deferred,
     Outcome::AlreadyGone,
     Outcome::Killed,
+    Outcome::Recycled,
+    Outcome::Held,
+    Outcome::Stale,
 ];
 
 /// A set of allowed outcomes.
@@ -395,6 +422,8 @@ pub struct Seg {
     pub tombs: Count,
     /// Made by a create that crashed: it may be half-created, or not exist at all.
     pub phantom: bool,
+    /// Its generation (a crashed recycle may or may not have bumped it).
+    pub generation: Count,
 }
 
 /// A handle in flight.
@@ -412,6 +441,8 @@ pub struct Handle {
     pub receiver: usize,
     /// How it travels.
     pub via: Via,
+    /// The segment's generation when it was shared.
+    pub generation: u32,
 }
 
 /// A rule broken: which property, and how.
@@ -441,6 +472,8 @@ pub struct SegObservation {
     /// Its holder slots (when named): live processes holding one, live senders' in-flight
     /// references, tombstones.
     pub slots: Option<SlotObservation>,
+    /// Its generation word (when named and published).
+    pub generation: u32,
 }
 
 /// A holder-slot table as seen, per live process slot.
@@ -628,6 +661,14 @@ impl Oracle {
                 }
             }
             Op::Kill { p } => Step::Kill { p: live(p)? },
+            Op::Recycle { p, buf, crash_at } => {
+                let p = live(p)?;
+                Step::Recycle {
+                    p,
+                    buf: buf_of(p, buf)?,
+                    crash_at,
+                }
+            }
             Op::Respawn { p } => {
                 let p = p as usize % PROCESSES;
                 if self.procs[p].alive {
@@ -672,8 +713,23 @@ impl Oracle {
                     // The descriptor keeps the memory: nothing can be gone.
                     (ok, false)
                 } else if self.procs[h.receiver].bufs.contains(&h.seg) {
-                    // Already held here: another Arc, and the handle's reference given back.
-                    (ok, crash_at.is_some())
+                    // Already held here: another Arc, and the handle's reference given
+                    // back; a handle of an earlier use is refused first.
+                    match s.generation {
+                        Count::Known(g) if g != h.generation => {
+                            (Allowed::only(Outcome::Stale), false)
+                        }
+                        _ => (ok, crash_at.is_some()),
+                    }
+                } else if s.name != Name::Unlinked
+                    && matches!(s.generation, Count::Known(g) if g != h.generation)
+                {
+                    // Recycled since it was shared: refused before taking anything (P1:
+                    // never another use's data).
+                    (
+                        Allowed::only(Outcome::Stale).with(Outcome::Gone),
+                        crash_at.is_some(),
+                    )
                 } else {
                     let named = match s.name {
                         Name::Named => Allowed::default(),
@@ -683,6 +739,8 @@ impl Oracle {
                     let exists = s.name != Name::Unlinked;
                     let held = if !exists {
                         Allowed::default()
+                    } else if s.generation == Count::Unknown {
+                        self.claim(h.seg).with(Outcome::Ok).with(Outcome::Stale)
                     } else if h.sender_alive {
                         // P1: a live sender's in-flight reference is still in its slot.
                         ok
@@ -722,6 +780,23 @@ impl Oracle {
                 let any = self.segs.iter().any(|s| s.name != Name::Unlinked);
                 (ok, any && crash_at.is_some())
             }
+            Step::Recycle { p, buf, crash_at } => {
+                let seg = self.procs[p].bufs[buf];
+                if self.segs[seg].strategy == Strategy::FileDescriptor {
+                    (Allowed::only(Outcome::Held), false)
+                } else {
+                    // Reused only when no other live process holds it and no live
+                    // sender's reference is in flight (P1). A dead finalizer's word
+                    // (not observed) also makes it give up.
+                    let (lo, _) = self.live_refs(seg, Some(p));
+                    let a = if lo > 0 {
+                        Allowed::only(Outcome::Held)
+                    } else {
+                        Allowed::only(Outcome::Recycled).with(Outcome::Held)
+                    };
+                    (a, crash_at.is_some())
+                }
+            }
         };
         if can_crash {
             normal.with(Outcome::Killed)
@@ -740,6 +815,10 @@ impl Oracle {
                 Step::Release { .. } if outcome == Outcome::Unlinked => "P1",
                 Step::Release { .. } if outcome == Outcome::AlreadyGone => "P2",
                 Step::Attach { .. } if outcome == Outcome::Gone => "P1",
+                // An earlier use's handle that attached: another use's data.
+                Step::Attach { .. } if allowed.allows(Outcome::Stale) => "P1",
+                // Reused while someone still held it: its data is overwritten.
+                Step::Recycle { .. } if outcome == Outcome::Recycled => "P1",
                 _ => "P4",
             };
             return Err(violation(
@@ -753,7 +832,8 @@ impl Oracle {
         let victim = match *step {
             Step::Create { p, crash_at, .. }
             | Step::Share { p, crash_at, .. }
-            | Step::Release { p, crash_at, .. } => crash_at.map(|_| p),
+            | Step::Release { p, crash_at, .. }
+            | Step::Recycle { p, crash_at, .. } => crash_at.map(|_| p),
             Step::Attach { handle, crash_at } | Step::DropHandle { handle, crash_at } => {
                 crash_at.map(|_| self.handles[handle].receiver)
             }
@@ -788,6 +868,7 @@ impl Oracle {
                     maybe_in_flight: BTreeMap::new(),
                     tombs: Count::Known(0),
                     phantom: crashed,
+                    generation: Count::Known(0),
                 });
                 if !crashed {
                     self.procs[p].bufs.push(id);
@@ -808,6 +889,10 @@ impl Oracle {
                     if self.segs[seg].strategy == Strategy::FileSystem {
                         *self.segs[seg].in_flight.entry(p).or_default() += 1;
                     }
+                    let generation = match self.segs[seg].generation {
+                        Count::Known(g) => g,
+                        Count::Unknown => 0,
+                    };
                     self.handles.push(Handle {
                         id: self.next_handle,
                         seg,
@@ -815,6 +900,7 @@ impl Oracle {
                         sender_alive: true,
                         receiver: to,
                         via,
+                        generation,
                     });
                     self.next_handle += 1;
                 }
@@ -887,6 +973,23 @@ impl Oracle {
                 self.segs[seg].data[offset] = byte;
             }
             Step::Kill { p } => self.kill(p),
+            Step::Recycle { p, buf, .. } => {
+                let seg = self.procs[p].bufs[buf];
+                let s = &mut self.segs[seg];
+                match (outcome, s.generation) {
+                    (Outcome::Recycled, Count::Known(g)) => {
+                        s.generation = Count::Known(g + 1);
+                        s.tombs = Count::Known(0);
+                    }
+                    // Killed inside: it may have bumped the generation, and left
+                    // tombstones (observed next).
+                    (Outcome::Killed, _) | (Outcome::Recycled, Count::Unknown) => {
+                        s.generation = Count::Unknown;
+                        s.tombs = Count::Unknown;
+                    }
+                    _ => {}
+                }
+            }
             Step::Respawn { p } => self.procs[p] = Proc::fresh(),
             Step::Sweep { .. } => {
                 for seg in 0..self.segs.len() {
@@ -1068,6 +1171,18 @@ impl Oracle {
                 }
             }
             s.tombs = Count::Known(slots.tombs);
+            if let Count::Known(g) = s.generation {
+                if g != obs.generation {
+                    return Err(violation(
+                        "P1",
+                        format!(
+                            "segment {seg} is in generation {}, the oracle expects {g} (only a recycle changes it)",
+                            obs.generation
+                        ),
+                    ));
+                }
+            }
+            s.generation = Count::Known(obs.generation);
         }
         Ok(())
     }
@@ -1153,6 +1268,11 @@ impl Op {
                 }
             }
             7 => Op::Kill { p: next()? },
+            15 => Op::Recycle {
+                p: next()?,
+                buf: next()?,
+                crash_at,
+            },
             8 => Op::Respawn { p: next()? },
             _ => Op::Sweep { crash_at },
         })
@@ -1229,6 +1349,10 @@ impl Op {
                 out.push(p);
             }
             Op::Sweep { crash_at } => tag(9, crash_at, out),
+            Op::Recycle { p, buf, crash_at } => {
+                tag(15, crash_at, out);
+                out.extend([p, buf]);
+            }
         }
     }
 }
@@ -1361,6 +1485,7 @@ mod tests {
         o.observe(&[SegObservation {
             named: false,
             slots: None,
+            generation: 0,
         }])
         .unwrap();
         assert_eq!(o.segs[0].name, Name::Unlinked);

@@ -73,7 +73,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use shmrc::Error;
-use shmrc::holders::{self, Claim, Finalize, Holders, Reclaim, StepOs};
+use shmrc::holders::{self, Claim, Finalize, Holders, Reclaim, Recycle, Recycled, StepOs};
 use shmrc::os::Mapping;
 use shmrc::segment::{self, Fields, Layout};
 use shmrc::sweep::{self, Decision, Found};
@@ -155,6 +155,8 @@ pub struct Segment {
     pub pending: bool,
     /// The holder slots (only the first [`State::slots`] are used).
     pub slots: [Word; MAX_SLOTS],
+    /// The generation word (bumped by each recycle).
+    pub generation: u8,
 }
 
 /// A handle in flight: the in-flight reference `InFlight(sender)` in `slot` of `seg`.
@@ -166,14 +168,16 @@ pub struct Handle {
     pub slot: u8,
     /// The process that shared it.
     pub sender: Pid,
+    /// The segment's generation it was shared in (the use it describes).
+    pub generation: u8,
 }
 
 impl fmt::Display for Handle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "h(s{} slot {} from p{})",
-            self.seg, self.slot, self.sender
+            "h(s{} slot {} from p{} gen {})",
+            self.seg, self.slot, self.sender, self.generation
         )
     }
 }
@@ -204,6 +208,12 @@ pub enum Op {
     },
     /// `ShmBuf::release` of the reference held in segment `.0`.
     Release(u8),
+    /// `ShmBuf::attach` of a copy of a handle already attached once (its bytes kept):
+    /// it claims a slot (its in-flight reference went with the first attach) and must
+    /// fail unless the segment is still in the handle's generation.
+    AttachCopy(Handle),
+    /// `holders::recycle` by the creator (a pool) holding segment `.0`.
+    Recycle(u8),
     /// Dropping an unattached handle (`ShareHandle::cancel_in_flight`).
     Cancel(Handle),
     /// `sweep_with`'s work on one listed name (`sweep_one`).
@@ -217,6 +227,8 @@ impl fmt::Display for Op {
             Op::Share(s) => write!(f, "share(s{s})"),
             Op::Attach { h, .. } => write!(f, "attach({h})"),
             Op::Release(s) => write!(f, "release(s{s})"),
+            Op::AttachCopy(h) => write!(f, "attach copy of {h}"),
+            Op::Recycle(s) => write!(f, "recycle(s{s})"),
             Op::Cancel(h) => write!(f, "cancel({h})"),
             Op::Sweep(Target::Segment(s)) => write!(f, "sweep(s{s})"),
             Op::Sweep(Target::Foreign) => write!(f, "sweep(foreign name)"),
@@ -252,6 +264,13 @@ pub enum Step {
     /// Inside `holders::finalize`: the production code's own resumable finalize,
     /// stepped by [`holders::Finalize::step`].
     Fin(Finalize),
+    /// attach: the slot `.0` is taken; `holders::generation_is` of the handle's.
+    CheckGeneration(u8),
+    /// attach of a stale handle: give slot `.0` back (a `vacate` of our held word),
+    /// then finalize.
+    GiveBack(u8),
+    /// Inside `holders::recycle`: production's own resumable recycle.
+    Recycle(Recycle),
 }
 
 /// Where a process is.
@@ -272,6 +291,8 @@ pub struct Proc {
     pub ops_left: u8,
     /// The slot it holds in each segment.
     pub holds: [Option<u8>; MAX_SEGMENTS],
+    /// The generation (use) of each segment it holds.
+    pub generations: [u8; MAX_SEGMENTS],
     /// Its position.
     pub pc: Pc,
 }
@@ -300,6 +321,9 @@ pub struct Config {
     pub ops: u8,
     /// Operations all processes together may start.
     pub total_ops: u8,
+    /// Whether creators may recycle their segments (and attached handles leave a copy
+    /// of their bytes that may be attached again).
+    pub recycle: bool,
 }
 
 /// A transition.
@@ -332,6 +356,10 @@ pub struct State {
     pub handles: [Option<Handle>; MAX_HANDLES],
     /// Whether the name outside the namespace still exists.
     pub foreign_named: bool,
+    /// Whether recycling is explored ([`Config::recycle`]).
+    pub recycle: bool,
+    /// The kept bytes of one handle attached once (with [`Config::recycle`]).
+    pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
     pub flaw: Option<Flaw>,
 }
@@ -344,12 +372,14 @@ const NO_SEGMENT: Segment = Segment {
     finalizer: Word::Free,
     pending: false,
     slots: [Word::Free; MAX_SLOTS],
+    generation: 0,
 };
 
 const FRESH: Proc = Proc {
     alive: true,
     ops_left: 0,
     holds: [None; MAX_SEGMENTS],
+    generations: [0; MAX_SEGMENTS],
     pc: Pc::Idle,
 };
 
@@ -391,6 +421,8 @@ impl State {
             procs,
             handles: [None; MAX_HANDLES],
             foreign_named: true,
+            recycle: config.recycle,
+            copy: None,
             flaw: None,
         }
     }
@@ -468,6 +500,9 @@ impl State {
             if proc.holds[usize::from(s)].is_some() {
                 ops.push(Op::Share(s));
                 ops.push(Op::Release(s));
+                if self.recycle && self.seg(s).creator == p {
+                    ops.push(Op::Recycle(s));
+                }
             }
             if self.seg(s).named {
                 ops.push(Op::Sweep(Target::Segment(s)));
@@ -475,6 +510,9 @@ impl State {
         }
         if self.foreign_named {
             ops.push(Op::Sweep(Target::Foreign));
+        }
+        if let Some(copy) = self.copy {
+            ops.push(Op::AttachCopy(copy));
         }
         let mut last = None;
         for h in self.handles.iter().flatten() {
@@ -572,6 +610,9 @@ impl State {
             Op::Release(_) => self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true })),
             Op::Attach { h, .. } => {
                 self.take_handle(h);
+                if self.recycle && self.copy.is_none() {
+                    self.copy = Some(h);
+                }
                 if self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some() {
                     // Already held here: give the handle's reference back, no finalize.
                     self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
@@ -591,6 +632,22 @@ impl State {
                 } else {
                     self.end(p);
                 }
+            }
+            Op::AttachCopy(h) => {
+                self.copy = None;
+                let held = self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some();
+                if held || !self.seg(h.seg).named {
+                    // Already held here (production compares the generations in
+                    // process), or open_named: Gone.
+                    self.end(p);
+                } else {
+                    self.set_pc(p, claim_start(op, p));
+                }
+            }
+            Op::Recycle(s) => {
+                let own = self.procs[usize::from(p)].holds[usize::from(s)]
+                    .expect("recycling a segment it does not hold");
+                self.set_pc(p, Pc::At(op, Step::Recycle(Recycle::new(usize::from(own)))));
             }
             Op::Sweep(Target::Foreign) => self.end(p), // not a name of the namespace
             Op::Sweep(Target::Segment(s)) => {
@@ -661,6 +718,7 @@ impl State {
                         let slot = self.procs[usize::from(p)].holds[usize::from(s)]
                             .expect("releasing a segment it does not hold");
                         self.proc_mut(p).holds[usize::from(s)] = None;
+                        self.proc_mut(p).generations[usize::from(s)] = 0;
                         (s, slot, Word::Held(p))
                     }
                     Op::Attach { h, .. } | Op::Cancel(h) => {
@@ -681,7 +739,7 @@ impl State {
                     unreachable!()
                 };
                 if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
-                    self.hold(p, op, h.seg, h.slot);
+                    self.set_pc(p, Pc::At(op, Step::CheckGeneration(h.slot)));
                 } else {
                     self.set_pc(p, claim_start(op, p));
                 }
@@ -702,10 +760,11 @@ impl State {
                                 seg: s,
                                 slot: slot as u8,
                                 sender: p,
+                                generation: self.procs[usize::from(p)].generations[usize::from(s)],
                             });
                             self.end(p);
                         }
-                        _ => self.hold(p, op, s, slot as u8),
+                        _ => self.set_pc(p, Pc::At(op, Step::CheckGeneration(slot as u8))),
                     },
                     // Gone or Full.
                     Poll::Ready(Err(_)) => self.claim_failed(p, op),
@@ -723,6 +782,40 @@ impl State {
                     self.unlink(s);
                 }
                 self.end(p);
+            }
+            Step::CheckGeneration(slot) => {
+                let h = handle_of(op);
+                GENERATION_CHECKS.fetch_add(1, Relaxed);
+                let current =
+                    self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()));
+                if current {
+                    self.proc_mut(p).generations[usize::from(h.seg)] = h.generation;
+                    self.hold(p, op, h.seg, slot);
+                } else {
+                    self.set_pc(p, Pc::At(op, Step::GiveBack(slot)));
+                }
+            }
+            Step::GiveBack(slot) => {
+                let s = handle_of(op).seg;
+                if self.transfer(s, slot, Word::Held(p), Word::Free) {
+                    let fin = self.fin_start(op);
+                    self.set_pc(p, fin);
+                } else {
+                    self.end(p);
+                }
+            }
+            Step::Recycle(mut recycle) => {
+                let Op::Recycle(s) = op else { unreachable!() };
+                let os = self.kernel(p, s);
+                RECYCLE_STEPS.fetch_add(1, Relaxed);
+                match self.with_holders(s, |h| recycle.step(&os, h)) {
+                    Poll::Pending => self.set_pc(p, Pc::At(op, Step::Recycle(recycle))),
+                    Poll::Ready(Recycled::Reused { generation, .. }) => {
+                        self.proc_mut(p).generations[usize::from(s)] = generation as u8;
+                        self.end(p);
+                    }
+                    Poll::Ready(Recycled::Held) => self.end(p),
+                }
             }
             Step::Fin(mut fin) => {
                 let s = fin_seg(op);
@@ -766,12 +859,15 @@ impl State {
         let slots = seg.slots.map(|w| AtomicU64::new(w.encode()));
         let finalizer = AtomicU64::new(seg.finalizer.encode());
         let pending = AtomicU64::new(u64::from(seg.pending));
-        let result = f(&Holders::new(&slots[..n], &finalizer, &pending));
+        let generation = AtomicU64::new(u64::from(seg.generation));
+        let holders = Holders::new(&slots[..n], &finalizer, &pending).with_generation(&generation);
+        let result = f(&holders);
         for (word, slot) in seg.slots.iter_mut().zip(&slots) {
             *word = Word::decode(slot.load(SeqCst));
         }
         seg.finalizer = Word::decode(finalizer.load(SeqCst));
         seg.pending = pending.load(SeqCst) != 0;
+        seg.generation = generation.load(SeqCst) as u8;
         result
     }
 
@@ -909,10 +1005,12 @@ static FINALIZE_STEPS: Counter = Counter::new(0);
 static TRANSFER_STEPS: Counter = Counter::new(0);
 static PUBLISHES: Counter = Counter::new(0);
 static SWEEP_DECISIONS: Counter = Counter::new(0);
+static RECYCLE_STEPS: Counter = Counter::new(0);
+static GENERATION_CHECKS: Counter = Counter::new(0);
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
-pub fn production_steps() -> [(&'static str, u64); 5] {
+pub fn production_steps() -> [(&'static str, u64); 7] {
     [
         ("shmrc::holders::Claim::step", CLAIM_STEPS.load(Relaxed)),
         (
@@ -927,6 +1025,11 @@ pub fn production_steps() -> [(&'static str, u64); 5] {
         (
             "shmrc::sweep::decide and decide_again",
             SWEEP_DECISIONS.load(Relaxed),
+        ),
+        ("shmrc::holders::Recycle::step", RECYCLE_STEPS.load(Relaxed)),
+        (
+            "shmrc::holders::generation_is",
+            GENERATION_CHECKS.load(Relaxed),
         ),
     ]
 }
@@ -983,10 +1086,18 @@ fn claim_start(op: Op, p: Pid) -> Pc {
     Pc::At(op, Step::Claim(Claim::new(word.encode())))
 }
 
+/// The handle an attach (or an attach of a copy) works with.
+fn handle_of(op: Op) -> Handle {
+    match op {
+        Op::Attach { h, .. } | Op::AttachCopy(h) => h,
+        _ => unreachable!("no handle in {op:?}"),
+    }
+}
+
 fn claim_seg(op: Op) -> u8 {
     match op {
         Op::Share(s) => s,
-        Op::Attach { h, .. } => h.seg,
+        Op::Attach { h, .. } | Op::AttachCopy(h) => h.seg,
         _ => unreachable!("claim in {op:?}"),
     }
 }
@@ -994,7 +1105,7 @@ fn claim_seg(op: Op) -> u8 {
 fn fin_seg(op: Op) -> u8 {
     match op {
         Op::Release(s) | Op::Sweep(Target::Segment(s)) => s,
-        Op::Attach { h, .. } | Op::Cancel(h) => h.seg,
+        Op::Attach { h, .. } | Op::AttachCopy(h) | Op::Cancel(h) => h.seg,
         _ => unreachable!("finalize in {op:?}"),
     }
 }
@@ -1028,7 +1139,7 @@ impl Property {
     pub fn statement(self) -> &'static str {
         match self {
             Property::P1 => {
-                "a live holder's segment is named and its slot holds its word; so is a live sender's in-flight reference"
+                "a live holder's segment is named, its slot holds its word and it is in the generation the holder attached; so is a live sender's in-flight reference"
             }
             Property::P2 => {
                 "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never"
@@ -1082,6 +1193,14 @@ impl State {
                     return Some(format!(
                         "live p{p} holds slot {slot} of s{s}, but the segment is {} and the slot holds {word}",
                         if seg.named { "named" } else { "unlinked" }
+                    ));
+                }
+                // The recycler itself takes the new generation when its recycle ends.
+                let recycling = matches!(proc.pc, Pc::At(Op::Recycle(r), _) if usize::from(r) == s);
+                if proc.generations[s] != seg.generation && !recycling {
+                    return Some(format!(
+                        "live p{p} holds s{s} in generation {}, but the segment was recycled to generation {}: its data is another use's",
+                        proc.generations[s], seg.generation
                     ));
                 }
             }

@@ -200,6 +200,7 @@ mod tests {
             segments,
             ops,
             total_ops: ops * procs as u8,
+            recycle: false,
         })
     }
 
@@ -223,5 +224,21 @@ mod tests {
             panic!("{v}");
         }
         assert!(report.states > 50_000, "{} states", report.states);
+    }
+
+    #[test]
+    fn recycling_with_a_stale_copy_satisfies_p1_to_p5() {
+        let report = explore(Config {
+            procs: 2,
+            slots: 2,
+            segments: 1,
+            ops: 3,
+            total_ops: 6,
+            recycle: true,
+        });
+        if let Some(v) = &report.violation {
+            panic!("{v}");
+        }
+        assert!(report.states > 10_000, "{} states", report.states);
     }
 }

@@ -2,7 +2,10 @@
 //! explores the step-level model of the holder protocol exhaustively for the bounds
 //! given (default: 3 processes, 3 slots, 2 segments, 3 operations per process, a crash
 //! allowed at every step), prints what it explored and, per property, OK; on a
-//! violation prints the shortest trace and exits with status 1.
+//! violation prints the shortest trace and exits with status 1. Then, unless bounds
+//! were given, the same with recycling (`--recycle`: creators recycle the segments they
+//! hold and an attached handle leaves a copy that may be attached again; default 3
+//! processes, 2 slots, 1 segment, 3 operations each, 7 in all).
 
 use std::process::ExitCode;
 
@@ -16,7 +19,17 @@ fn main() -> ExitCode {
         segments: 2,
         ops: 3,
         total_ops: 6,
+        recycle: false,
     };
+    let recycling = Config {
+        procs: 3,
+        slots: 2,
+        segments: 1,
+        ops: 3,
+        total_ops: 7,
+        recycle: true,
+    };
+    let given = std::env::args().len() > 1;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
         let mut value = || -> usize {
@@ -35,13 +48,28 @@ fn main() -> ExitCode {
                 config.total_ops =
                     u8::try_from(value()).unwrap_or_else(|_| usage("--total-ops too large"))
             }
+            "--recycle" => config.recycle = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
     }
+    let mut runs = vec![config];
+    if !given {
+        runs.push(recycling);
+    }
+    for config in runs {
+        if !prove(config) {
+            return ExitCode::FAILURE;
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// Explores `config`, prints the report; `false` on a violation.
+fn prove(config: Config) -> bool {
     println!(
         "shmrc-proofs: holder protocol model ({}), {} processes x {} slots x {} segments, \
-         at most {} operations started per process and {} in all (create/share/attach/release/cancel/sweep), \
+         at most {} operations started per process and {} in all (create/share/attach/release/cancel/sweep{}), \
          a crash allowed at every atomic step",
         if cfg!(shmrc_plant = "no_rollback") {
             "PLANTED BUG no_rollback"
@@ -49,6 +77,10 @@ fn main() -> ExitCode {
             "PLANTED BUG release_without_cas"
         } else if cfg!(shmrc_plant = "reclaim_live") {
             "PLANTED BUG reclaim_live"
+        } else if cfg!(shmrc_plant = "recycle_skips_generation") {
+            "PLANTED BUG recycle_skips_generation"
+        } else if cfg!(shmrc_plant = "recycle_over_live") {
+            "PLANTED BUG recycle_over_live"
         } else {
             "as in src/holders.rs"
         },
@@ -56,7 +88,12 @@ fn main() -> ExitCode {
         config.slots,
         config.segments,
         config.ops,
-        config.total_ops
+        config.total_ops,
+        if config.recycle {
+            "/recycle/attach of a kept copy"
+        } else {
+            ""
+        }
     );
     let report = explore(config);
     println!(
@@ -72,11 +109,11 @@ fn main() -> ExitCode {
             for p in Property::ALL {
                 println!("  {p} OK: {}", p.statement());
             }
-            ExitCode::SUCCESS
+            true
         }
         Some(v) => {
             println!("{v}");
-            ExitCode::FAILURE
+            false
         }
     }
 }
@@ -86,7 +123,7 @@ fn usage(why: &str) -> ! {
         eprintln!("shmrc-proofs: {why}");
     }
     eprintln!(
-        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N]"
+        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N] [--recycle]"
     );
     std::process::exit(2)
 }

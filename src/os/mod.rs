@@ -114,6 +114,13 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// Maps the first `len` bytes of `file` shared, read-write; `len` must be > 0 and at
     /// most the file's length.
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map>;
+    /// [`Os::map`] of a file whose length `file_len` the caller has just read with
+    /// [`Os::stat`] (or set with [`Os::allocate`]): the same checks, without a second
+    /// `fstat` where the backend would make one.
+    fn map_stated(&self, file: &Self::File, len: usize, file_len: u64) -> Result<Self::Map> {
+        let _ = file_len;
+        self.map(file, len)
+    }
 
     /// Sends all of `bytes` with `files` attached to the first byte (`SCM_RIGHTS`).
     /// At most [`MAX_FDS_PER_SEND`] files.
@@ -224,6 +231,9 @@ impl<L: Layer> Os for L {
     }
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map> {
         self.inner().map(file, len)
+    }
+    fn map_stated(&self, file: &Self::File, len: usize, file_len: u64) -> Result<Self::Map> {
+        self.inner().map_stated(file, len, file_len)
     }
     fn send(&self, stream: &Self::Stream, bytes: &[u8], files: &[&Self::File]) -> Result<()> {
         self.inner().send(stream, bytes, files)

@@ -154,6 +154,7 @@ fn bare_handle(buf: &ShmBuf<SimOs>) -> Vec<u8> {
             key: fields.key(),
             data_len: fields.layout.data_len,
             capacity: fields.layout.capacity,
+            generation: buf.generation(),
         },
         name: buf.name().map(str::to_owned),
         in_flight: None,

@@ -32,7 +32,7 @@ use std::sync::Mutex;
 use shmrc::holders::{self, Slot};
 use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs, SimStream};
-use shmrc::segment::HEADER_BYTES;
+use shmrc::segment::{GENERATION_OFFSET, HEADER_BYTES};
 use shmrc::sweep::{Action, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, transport};
 use shmrc_model::oracle::{
@@ -89,6 +89,7 @@ fn outcome<T>(step: &Step, r: shmrc::Result<T>) -> Result<(Option<T>, Outcome), 
         Err(Error::Gone { .. }) => Ok((None, Outcome::Gone)),
         Err(Error::HoldersFull { .. }) => Ok((None, Outcome::Full)),
         Err(Error::Killed) => Ok((None, Outcome::Killed)),
+        Err(Error::Stale { .. }) => Ok((None, Outcome::Stale)),
         Err(e) => Err(broken("P4", format!("{step:?} failed with {e:?}"))),
     }
 }
@@ -440,6 +441,22 @@ impl Harness {
                     },
                 }
             }
+            Step::Recycle { p, buf, crash_at } => {
+                let os = self.os(p);
+                if let Some(n) = crash_at {
+                    self.kernel.kill_at_step(os.pid(), u64::from(n));
+                }
+                let recycled = self.bufs(p)[buf].recycle();
+                let (reused, o) = outcome(&step, recycled)?;
+                if crash_at.is_some() {
+                    self.kill(p);
+                }
+                match reused {
+                    Some(true) => Outcome::Recycled,
+                    Some(false) => Outcome::Held,
+                    None => o,
+                }
+            }
             Step::Write {
                 p,
                 buf,
@@ -650,7 +667,15 @@ impl Harness {
                     }
                     obs
                 });
-            seen.push(SegObservation { named: true, slots });
+            let generation = self
+                .kernel
+                .peek(name, GENERATION_OFFSET, 8)
+                .map_or(0, |b| u64::from_ne_bytes(b.try_into().unwrap_or([0; 8])));
+            seen.push(SegObservation {
+                named: true,
+                slots,
+                generation: generation as u32,
+            });
         }
         seen
     }

@@ -421,6 +421,50 @@ impl World {
         out
     }
 
+    /// The stage of the recycling models: P creates a segment and shares it to Q, who
+    /// attaches and releases; the handle's bytes are kept (a stale copy in waiting once
+    /// P recycles). Returns P, P's buffer and the kept bytes.
+    pub fn recycle_setup(&self) -> (SimOs, Buf, Vec<u8>) {
+        let (p, q) = (self.spawn(), self.spawn());
+        let buf = self.create(&p, 3).unwrap();
+        let bytes = self.share(&buf).unwrap().unwrap();
+        let at_q = self.attach(&q, &bytes, p.pid()).unwrap().unwrap();
+        self.release(at_q).unwrap();
+        (p, buf, bytes)
+    }
+
+    /// Attaches kept (old) handle bytes as `os`: `Some` holding the segment, `None` when
+    /// refused (`Stale`; `Gone` or `HoldersFull` only once P is dead, or while a
+    /// recycle's tombstones stood) or killed.
+    pub fn attach_old(&self, os: &SimOs, bytes: &[u8]) -> Option<Buf> {
+        let handle = ok_or_killed(
+            "the old handle's decode",
+            ShareHandle::from_bytes_with(os, bytes),
+        )?;
+        match ShmBuf::attach(handle) {
+            Ok(buf) => Some(buf),
+            Err(Error::Stale { .. } | Error::Gone { .. } | Error::HoldersFull { .. }) => None,
+            r => ok_or_killed("the old handle's attach", r.map(|_| ())).and(None),
+        }
+    }
+
+    /// P1 for recycling: a recycle that reused the segment and an attach of the old
+    /// handle that ended holding it (its process alive, so its slot held all along) are
+    /// never both; what the attach holds is generation 0, data intact; a reuse shows in
+    /// the header.
+    pub fn check_recycle(&self, reused: Option<bool>, b: &SimOs, attached: Option<&Buf>) {
+        if let Some(buf) = attached {
+            assert_eq!(buf.generation(), 0, "the old handle attached another use");
+            self.check_holder(b, buf);
+            assert!(
+                !(reused == Some(true) && self.alive(b.pid())),
+                "P1 violated: the segment was recycled while live process {} held it through an old handle: {}",
+                b.pid(),
+                self.describe()
+            );
+        }
+    }
+
     /// Kills every process of this world.
     pub fn kill_all(&self) {
         for pid in lock(&self.procs).clone() {

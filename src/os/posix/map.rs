@@ -31,15 +31,14 @@ use crate::os::{Mapping, Os};
 use crate::sync::process::AtomicU8 as SharedByte;
 use crate::sync::{AtomicU64, Ordering};
 
-/// Refuses a mapping of zero bytes, or of more bytes than `file` has: pages past the end
-/// of the file would SIGBUS on first touch.
-fn check_map_len(os: &PosixOs, file: &PosixFile, len: usize) -> Result<()> {
+/// Refuses a mapping of zero bytes, or of more bytes than the file's `have`: pages past
+/// the end of the file would SIGBUS on first touch.
+fn check_map_len(len: usize, have: u64) -> Result<()> {
     if len == 0 {
         return Err(Error::InvalidArgument(
             "cannot map zero bytes of a segment".into(),
         ));
     }
-    let have = os.stat(file)?.len;
     if len as u64 > have {
         return Err(Error::InvalidArgument(format!(
             "cannot map {len} bytes of a {have}-byte file"
@@ -51,7 +50,12 @@ fn check_map_len(os: &PosixOs, file: &PosixFile, len: usize) -> Result<()> {
 /// [`Os::map`]: a shared mapping of the first `len` bytes of `file`, refusing zero
 /// bytes and bytes past the end of the file.
 pub(super) fn map(os: &PosixOs, file: &PosixFile, len: usize) -> Result<PosixMap> {
-    check_map_len(os, file, len)?;
+    map_stated(file, len, os.stat(file)?.len)
+}
+
+/// [`Os::map_stated`]: as [`map`], `have` being the file's length as just read.
+pub(super) fn map_stated(file: &PosixFile, len: usize, have: u64) -> Result<PosixMap> {
+    check_map_len(len, have)?;
     let raw = MmapOptions::new()
         .len(len)
         .map_raw(&file.0)
@@ -168,7 +172,7 @@ pub(super) fn map_sealed(os: &PosixOs, file: &PosixFile, len: usize) -> Result<O
     if !super::shm::is_write_sealed(file)? {
         return Ok(None);
     }
-    check_map_len(os, file, len)?;
+    check_map_len(len, os.stat(file)?.len)?;
     // SAFETY: the file is sealed against writes and shrinking (checked above, and seals
     // are never removed): no process can modify or truncate it while this mapping
     // lives, which is the contract of `Mmap` (immutable bytes, no SIGBUS). `len` is

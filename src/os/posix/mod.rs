@@ -141,6 +141,10 @@ impl Os for PosixOs {
         map::map(self, file, len)
     }
 
+    fn map_stated(&self, file: &PosixFile, len: usize, file_len: u64) -> Result<PosixMap> {
+        map::map_stated(file, len, file_len)
+    }
+
     fn send(&self, stream: &UnixStream, bytes: &[u8], files: &[&PosixFile]) -> Result<()> {
         socket::send(stream, bytes, files)
     }

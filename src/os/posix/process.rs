@@ -101,7 +101,8 @@ pub(super) fn current() -> Token {
 /// and the state.
 pub(super) fn is_alive(token: Token) -> bool {
     let pid = token.pid();
-    match fs::read(format!("/proc/{pid}/stat")) {
+    let mut stack = [0u8; STAT_BUF];
+    match read_stat(pid, &mut stack) {
         // No entry: dead, unless `/proc` hides it (`hidepid`, a non-dumpable
         // process): ask the kernel whether the pid exists at all.
         Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
@@ -109,7 +110,7 @@ pub(super) fn is_alive(token: Token) -> bool {
         }
         // Unreadable: assume alive (a possible leak, never a premature unlink).
         Err(_) => true,
-        Ok(content) => match parse_proc_stat(&content) {
+        Ok(content) => match parse_proc_stat(content.as_ref()) {
             Some(st) if st.pid == pid => {
                 if !token.matches_start(st.start_ticks) || st.state == b'X' {
                     false
@@ -126,6 +127,23 @@ pub(super) fn is_alive(token: Token) -> bool {
     }
 }
 
+/// Room for a `/proc/<pid>/stat` line (52 fields, the longest 20 digits, and a command
+/// name of at most 64 bytes: under 1.2 KiB), so that one `read` gets it all.
+const STAT_BUF: usize = 1536;
+
+/// `/proc/<pid>/stat`, read with `open`, one `read` into `stack` and `close` (not
+/// `fs::read`'s `statx` and growing reads); a line that fills the buffer is read again
+/// whole.
+fn read_stat(pid: u32, stack: &mut [u8; STAT_BUF]) -> io::Result<std::borrow::Cow<'_, [u8]>> {
+    use std::io::Read;
+    let path = format!("/proc/{pid}/stat");
+    let n = fs::File::open(&path)?.read(stack)?;
+    if n < STAT_BUF {
+        return Ok(std::borrow::Cow::Borrowed(&stack[..n]));
+    }
+    fs::read(&path).map(std::borrow::Cow::Owned)
+}
+
 /// [`Os::uid`](crate::os::Os::uid): the effective uid.
 pub(super) fn uid() -> u32 {
     geteuid().as_raw()
@@ -134,8 +152,26 @@ pub(super) fn uid() -> u32 {
 /// [`Os::pid_namespace`](crate::os::Os::pid_namespace): the inode of
 /// `/proc/self/ns/pid` (0 if unreadable).
 pub(super) fn pid_namespace() -> u64 {
-    fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino())
+    // A process's own pid namespace never changes (`unshare`/`setns` of a pid
+    // namespace apply to its children): cached with the pid it was read in, so a forked
+    // child (maybe in another one) reads its own. Namespace inodes are 32-bit.
+    let pid = u64::from(std::process::id());
+    let cached = PID_NAMESPACE.load(crate::sync::process::Ordering::Relaxed);
+    if cached != 0 && cached >> 32 == pid {
+        return cached & u64::from(u32::MAX);
+    }
+    let ns = fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    if let Ok(small) = u32::try_from(ns) {
+        PID_NAMESPACE.store(
+            pid << 32 | u64::from(small),
+            crate::sync::process::Ordering::Relaxed,
+        );
+    }
+    ns
 }
+
+/// `pid << 32 | namespace inode` of the last [`pid_namespace`] read (0: none yet).
+static PID_NAMESPACE: crate::sync::process::AtomicU64 = crate::sync::process::AtomicU64::new(0);
 
 /// [`Os::now_unix_nanos`](crate::os::Os::now_unix_nanos).
 pub(super) fn now_unix_nanos() -> u64 {
