@@ -250,7 +250,7 @@ impl<O: Os> ShmBuf<O> {
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
         if strategy == Strategy::FileSystem {
-            os.before_named_use(options.namespace.prefix())?;
+            os.before_named_use(options.namespace.prefix(), None)?;
         }
         let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
         Ok(ShmBuf {
@@ -876,7 +876,7 @@ fn hold_named<O: Os>(
     expect: Option<Expect<'_>>,
 ) -> Result<Held<O>> {
     let (ns, _) = Namespace::of_segment(name, os.uid())?;
-    os.before_named_use(ns.prefix())?;
+    os.before_named_use(ns.prefix(), Some(name))?;
     let opened = segment::open_named(os, &ns, name)?;
     if let Some(Expect::Handle(meta)) = expect {
         check_matches(meta, &opened.fields, name)?;

@@ -8,6 +8,8 @@
 //! leaves damaged segments (bad magic, wrong version, corrupted, truncated, another
 //! user's or another pid namespace's) in place, reporting why.
 
+use std::collections::BTreeSet;
+
 use crate::error::{Error, Result};
 use crate::holders::{self, Census, Outcome};
 use crate::namespace::{NameParts, Namespace};
@@ -144,14 +146,21 @@ pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
 /// The pass asks about each process's liveness once ([`Remembering`]: the slots of
 /// many segments name the same few processes).
 pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepReport> {
-    sweep_pass(os, ns, dry_run, &[])
+    sweep_pass(os, ns, dry_run, &[], None)
 }
 
 /// Sweeps namespace `ns` after the processes `dead` died: as [`sweep_with`], but the
 /// segments they created (their names say so) come first, so that what the dead most
-/// likely held last goes without waiting for the rest of the namespace.
-pub fn sweep_after_deaths<O: Os>(os: &O, ns: &Namespace, dead: &[Token]) -> Result<SweepReport> {
-    sweep_pass(os, ns, false, dead)
+/// likely held last goes without waiting for the rest of the namespace. With `only`,
+/// just the dead's own segments are opened: those they created, and those named in
+/// `only` (the ones they attached); the rest of the namespace is not touched.
+pub fn sweep_after_deaths<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    dead: &[Token],
+    only: Option<&BTreeSet<String>>,
+) -> Result<SweepReport> {
+    sweep_pass(os, ns, false, dead, only)
 }
 
 fn sweep_pass<O: Os>(
@@ -159,6 +168,7 @@ fn sweep_pass<O: Os>(
     ns: &Namespace,
     dry_run: bool,
     creators_first: &[Token],
+    only: Option<&BTreeSet<String>>,
 ) -> Result<SweepReport> {
     let os = &Remembering::new(os.clone());
     let uid = os.uid();
@@ -176,6 +186,11 @@ fn sweep_pass<O: Os>(
         .shm_list(&ns.name_start(uid))?
         .into_iter()
         .filter_map(|name| ns.parse(&name, uid).ok().map(|parts| (name, parts)))
+        .filter(|(name, parts)| {
+            only.is_none_or(|attached| {
+                creators_first.contains(&parts.creator) || attached.contains(name)
+            })
+        })
         .collect();
     ours.sort_by_key(|(_, parts)| !creators_first.contains(&parts.creator));
     for (name, parts) in ours {

@@ -31,7 +31,7 @@ use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use shmrc::holders::Slot;
-use shmrc::manager::registry::{Registry, Sweep, Tick, sweep_everything};
+use shmrc::manager::registry::{Registry, Scope, Sweep, Tick, Use, sweep_everything};
 use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::segment::HEADER_BYTES;
@@ -73,10 +73,12 @@ enum Op {
     /// Client `c`, unwatched (never connected, or its manager died), says Hello to
     /// manager `m` with every namespace it used (as the client library's watcher does).
     Connect { c: u8, m: u8 },
-    /// Client `c` tells its manager it uses namespace `n`, then creates a segment there.
+    /// Client `c` tells its manager it creates in namespace `n`, then creates a segment
+    /// there.
     Create { c: u8, n: u8 },
-    /// Client `c` shares its buffer `buf` with client `to`, which tells its manager it
-    /// uses the namespace, then attaches.
+    /// Client `c` shares its buffer `buf` with client `to`, which tells its manager the
+    /// segment it attaches (not the whole namespace: its death sweeps just that segment,
+    /// and what it created), then attaches.
     Share { c: u8, buf: u8, to: u8 },
     /// Client `c` releases its buffer `buf`.
     Release { c: u8, buf: u8 },
@@ -230,7 +232,7 @@ impl World {
                     return Ok(());
                 }
                 let ns = namespace(usize::from(n));
-                self.tell_uses(c, &ns)?;
+                self.tell_uses(c, Use::Created(ns.clone()))?;
                 let Some(client) = self.clients[c].as_mut() else {
                     return Ok(());
                 };
@@ -261,10 +263,11 @@ impl World {
                     Err(shmrc::Error::HoldersFull { .. }) => return Ok(()),
                     Err(e) => return Err(format!("share failed: {e}")),
                 };
+                let name = source.name().expect("a file_system buffer").to_owned();
                 let bytes = handle
                     .into_bytes()
                     .map_err(|e| format!("into_bytes failed: {e}"))?;
-                self.tell_uses(to, &ns)?;
+                self.tell_uses(to, Use::Segment(ns.clone(), name))?;
                 let Some(receiver) = self.clients[to].as_mut() else {
                     return Ok(());
                 };
@@ -365,18 +368,20 @@ impl World {
         }
     }
 
-    /// Client `c` uses `ns`: remembered, and told to its manager if it has one.
-    fn tell_uses(&mut self, c: usize, ns: &Namespace) -> Checked {
+    /// Client `c` is about to hold `what`: its namespace is remembered (a later Hello
+    /// names it, to be swept whole), and `what` is told to its manager if it has one
+    /// (as the client library tells it, before taking a slot).
+    fn tell_uses(&mut self, c: usize, what: Use) -> Checked {
         let Some(client) = self.clients[c].as_mut() else {
             return Ok(());
         };
-        client.uses.insert(ns.clone());
+        client.uses.insert(what.namespace().clone());
         let (watcher, token) = (client.watcher, client.os.token());
         if let Some(manager) = self.manager_of(watcher) {
             manager
                 .registry
-                .uses(token, ns.clone())
-                .map_err(|why| format!("Watch refused: {why}"))?;
+                .uses(token, what)
+                .map_err(|why| format!("use refused: {why}"))?;
         }
         Ok(())
     }
@@ -396,7 +401,16 @@ impl World {
             self.kernel.kill_at_step(manager.os.pid(), u64::from(n));
         }
         let results = sweep.carry_out(&manager.os);
-        self.after_sweep(m, results)
+        let was_dirty = self.dirty.clone();
+        self.after_sweep(m, results)?;
+        // A sweep of the dead's own segments leaves the rest of a half-done namespace
+        // as it was: only a whole sweep cleans it.
+        for (ns, scope) in &sweep.namespaces {
+            if *scope != Scope::Whole && was_dirty.contains(ns) {
+                self.dirty.insert(ns.clone());
+            }
+        }
+        Ok(())
     }
 
     /// Manager `m` sweeps everything (its start, or its grace period over).

@@ -411,7 +411,7 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
         let _held = create(&creator, 2).unwrap();
         kernel.kill(creator.pid());
         let sweeper = kernel.spawn(UID);
-        sweep_after_deaths(&sweeper, &ns(), &[creator.token()]).unwrap();
+        sweep_after_deaths(&sweeper, &ns(), &[creator.token()], None).unwrap();
         assert!(kernel.names().is_empty());
         kernel.steps(sweeper.pid())
     };
@@ -429,7 +429,7 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
         let sweeper = kernel.spawn(UID);
         kernel.kill_at_step(sweeper.pid(), steps_for_one);
         let swept = if creators_first {
-            sweep_after_deaths(&sweeper, &ns(), &[last.token()])
+            sweep_after_deaths(&sweeper, &ns(), &[last.token()], None)
         } else {
             sweep_with(&sweeper, &ns(), false)
         };
@@ -449,6 +449,59 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
 /// "creator", where a sweep would take it for our half-created segment: the sweep
 /// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
 /// another user's to stop).
+/// A sweep scoped to the dead's own segments (the manager's, after a death) opens what
+/// they created and what they attached, and leaves the rest of the namespace untouched
+/// even where a dead holder's slot waits there (another death's sweep, or a whole
+/// sweep, reclaims it).
+#[test]
+fn a_sweep_of_the_deads_own_segments_touches_nothing_else() {
+    let kernel = SimKernel::new(12);
+    let (creator, attacher, bystander, other) = (
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+    );
+    let created = create(&creator, 3).unwrap();
+    let shared = create(&bystander, 3).unwrap();
+    let unrelated = create(&other, 3).unwrap();
+    let attached = attach(&attacher, &share_bytes(&shared).unwrap()).unwrap();
+    let on_unrelated = attach(&attacher, &share_bytes(&unrelated).unwrap()).unwrap();
+    let names: Vec<String> = [&created, &shared, &unrelated]
+        .iter()
+        .map(|b| b.name().unwrap().to_owned())
+        .collect();
+    kernel.kill(creator.pid());
+    kernel.kill(attacher.pid());
+    drop((created, attached, on_unrelated));
+    // The dead attacher told only `shared`: `unrelated` keeps its dead slot.
+    let told: std::collections::BTreeSet<String> = [names[1].clone()].into();
+    let sweeper = kernel.spawn(UID);
+    let report = sweep_after_deaths(
+        &sweeper,
+        &ns(),
+        &[creator.token(), attacher.token()],
+        Some(&told),
+    )
+    .unwrap();
+    let opened: Vec<&str> = report.segments.iter().map(|s| s.name.as_str()).collect();
+    let mut expected = vec![names[0].as_str(), names[1].as_str()];
+    expected.sort();
+    assert_eq!(opened, expected, "only the dead's own segments are opened");
+    // Reclaimed: the dead creator's slot in its segment, the dead attacher's in `shared`.
+    assert_eq!((report.unlinked, report.reclaimed), (1, 2), "{report:?}");
+    let mut left = kernel.names();
+    left.sort();
+    let mut want = vec![names[1].clone(), names[2].clone()];
+    want.sort();
+    assert_eq!(left, want);
+    // A whole sweep then reclaims the dead attacher's slot in `unrelated`.
+    let whole = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!(whole.reclaimed, 1, "{whole:?}");
+    drop((shared, unrelated));
+    sweep_and_assert_clean(&kernel, Vec::new());
+}
+
 #[test]
 fn a_name_planted_by_another_user_stops_no_sweep() {
     let kernel = SimKernel::new(13);

@@ -378,6 +378,18 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
                 namespace: ns.clone(),
             }),
         ),
+        (
+            "created before hello",
+            wire::encode_request(&Request::Created {
+                namespace: ns.clone(),
+            }),
+        ),
+        (
+            "attached before hello",
+            wire::encode_request(&Request::Attached {
+                segment: format!("{}1.1.1.0", ns.name_start(me.pid())),
+            }),
+        ),
     ];
     for (what, bytes) in &lies {
         match send_raw(&rt, bytes) {
@@ -413,12 +425,15 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
     assert_eq!(field(&rt.status(), "refused"), 1);
 }
 
-/// The variable that makes `a_client_registering_too_many_namespaces_is_refused`'s
-/// child process connect to this socket.
+/// The variable that makes `raw_client_role`'s child process connect to this socket.
 const RAW_CLIENT_SOCKET: &str = "SHMRC_T_RAW_CLIENT_SOCKET";
+/// The variable that makes `raw_client_role` tell an attach of a name that is no
+/// segment, instead of asking for one namespace too many.
+const RAW_CLIENT_BAD_ATTACHED: &str = "SHMRC_T_RAW_CLIENT_BAD_ATTACHED";
 
 /// A client (this test binary, started again) that says Hello, then asks the manager to
-/// watch one namespace too many; it prints the refusal it gets.
+/// watch one namespace too many (or tells it an attach of a name that is no segment);
+/// it prints the replies it gets, the refusal last.
 #[test]
 #[ignore = "the child process of a_client_registering_too_many_namespaces_is_refused"]
 fn raw_client_role() {
@@ -430,10 +445,16 @@ fn raw_client_role() {
         pid: me.pid(),
         namespaces: vec![namespace(0)],
     });
-    for i in 1..=shmrc::manager::server::MAX_NAMESPACES {
-        bytes.extend(wire::encode_request(&Request::Watch {
-            namespace: namespace(i),
+    if std::env::var_os(RAW_CLIENT_BAD_ATTACHED).is_some() {
+        bytes.extend(wire::encode_request(&Request::Attached {
+            segment: "shmrc-t-mgr-many0.not-a-segment".into(),
         }));
+    } else {
+        for i in 1..=shmrc::manager::server::MAX_NAMESPACES {
+            bytes.extend(wire::encode_request(&Request::Watch {
+                namespace: namespace(i),
+            }));
+        }
     }
     let mut stream = UnixStream::connect(socket).unwrap();
     stream.write_all(&bytes).unwrap();
@@ -446,18 +467,36 @@ fn raw_client_role() {
     println!("raw client: {}", String::from_utf8_lossy(&replies));
 }
 
+/// Runs `raw_client_role` against `rt`'s manager (with `bad_attached`, its told attach
+/// of a name that is no segment); what it printed.
+fn raw_client(rt: &Runtime, bad_attached: bool) -> String {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .args(["--exact", "raw_client_role", "--ignored", "--nocapture"])
+        .env(RAW_CLIENT_SOCKET, rt.socket());
+    if bad_attached {
+        command.env(RAW_CLIENT_BAD_ATTACHED, "1");
+    }
+    let out = output_within(&mut command, LIMIT);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{said}");
+    said
+}
+
+#[test]
+fn a_told_attach_of_a_name_that_is_no_segment_is_refused() {
+    let rt = Runtime::new();
+    assert!(rt.shmrc(&["manager"]).status.success());
+    let said = raw_client(&rt, true);
+    assert!(said.contains("attached: "), "{said}");
+    assert_eq!(field(&rt.status(), "refused"), 1);
+}
+
 #[test]
 fn a_client_registering_too_many_namespaces_is_refused() {
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
-    let out = output_within(
-        Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "raw_client_role", "--ignored", "--nocapture"])
-            .env(RAW_CLIENT_SOCKET, rt.socket()),
-        LIMIT,
-    );
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{said}");
+    let said = raw_client(&rt, false);
     let limit = shmrc::manager::server::MAX_NAMESPACES;
     assert!(
         said.contains(&format!("more than {limit} namespaces for one client")),

@@ -11,7 +11,7 @@
 //! says its own Hello (and gets its own watcher thread), on connection state of its own,
 //! so that a lock some thread of the parent held at the fork cannot block it.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
 use std::io::Read;
 use std::os::fd::AsFd;
@@ -22,6 +22,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::mode::{ManagerMode, lock, mode};
+use super::registry::MAX_SEGMENTS_PER_NAMESPACE;
 use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
 use super::serve;
 use super::sys;
@@ -142,24 +143,107 @@ pub(crate) fn manager_subcommand(
     command
 }
 
-/// The connection of this process to its manager.
+/// The connection of this process to its manager, and what it told it.
 struct Connection {
     /// The process that made it (a forked child must make its own).
     pid: u32,
     /// `None` after the manager went away, until the next create/attach reconnects.
     stream: Option<UnixStream>,
-    /// Every namespace this process asked to be watched for.
-    watched: BTreeSet<Namespace>,
+    /// Every namespace this process used: a Hello to a new manager names them all, to
+    /// be swept whole at this process's death (it was told nothing of them).
+    used: BTreeSet<Namespace>,
+    /// Namespaces the current manager sweeps whole at our death: nothing in them needs
+    /// telling.
+    whole: BTreeSet<Namespace>,
+    /// Namespaces where the current manager was told we create.
+    created: BTreeSet<Namespace>,
+    /// Segments (by name) the current manager was told we attach, by namespace.
+    attached: HashMap<Namespace, HashSet<String>>,
     /// Bumped each time `stream` is replaced (the watcher thread compares it).
     generation: u64,
     /// Whether this process's watcher thread runs.
     watcher: bool,
 }
 
-/// Makes the user's manager watch this process for namespace `ns`, as the mode says.
-/// Called before each file_system create/attach on the real backend.
+impl Connection {
+    fn new(pid: u32) -> Connection {
+        Connection {
+            pid,
+            stream: None,
+            used: BTreeSet::new(),
+            whole: BTreeSet::new(),
+            created: BTreeSet::new(),
+            attached: HashMap::new(),
+            generation: 0,
+            watcher: false,
+        }
+    }
+
+    /// Takes `stream`, a new manager's connection on which Hello named `self.used`:
+    /// those are swept whole, and nothing else was told.
+    fn joined(&mut self, stream: UnixStream) {
+        self.stream = Some(stream);
+        self.whole = self.used.clone();
+        self.created.clear();
+        self.attached.clear();
+        self.generation += 1;
+    }
+
+    /// Tells the manager what this process is about to hold in `ns` (see [`watch`]),
+    /// unless it knows already. `Err`: the connection failed (the caller reconnects).
+    fn tell(&mut self, ns: &Namespace, segment: Option<&str>) -> Result<()> {
+        let stream = self.stream.as_ref().ok_or(Error::Disconnected)?;
+        if self.whole.contains(ns) {
+            return Ok(());
+        }
+        match segment {
+            None if self.created.contains(ns) => {}
+            None => {
+                send(
+                    stream,
+                    &Request::Created {
+                        namespace: ns.clone(),
+                    },
+                )?;
+                self.created.insert(ns.clone());
+            }
+            Some(name) => {
+                let told = self.attached.entry(ns.clone()).or_default();
+                if told.contains(name) {
+                } else if told.len() >= MAX_SEGMENTS_PER_NAMESPACE {
+                    // Too many to tell one by one: the whole namespace, asked (the
+                    // manager folds what it was told into it too).
+                    let watch = Request::Watch {
+                        namespace: ns.clone(),
+                    };
+                    exchange(stream, &watch).and_then(expect_welcome)?;
+                    self.whole.insert(ns.clone());
+                    self.attached.remove(ns);
+                } else {
+                    send(
+                        stream,
+                        &Request::Attached {
+                            segment: name.to_owned(),
+                        },
+                    )?;
+                    told.insert(name.to_owned());
+                }
+            }
+        }
+        self.used.insert(ns.clone());
+        Ok(())
+    }
+}
+
+/// Tells the user's manager, as the mode says, what this process is about to hold in
+/// namespace `ns`: the segment named `segment` it attaches, or (`None`) segments it
+/// creates there — before it takes a slot, so that the manager never misses a holder
+/// (it reads what a client told before it sweeps after its death). Told once per
+/// segment (per namespace for creates) and without waiting for an answer: one `write`
+/// on the first use, nothing after. The first use connects (starting a manager in
+/// `Auto` mode). Called before each file_system create/attach on the real backend.
 #[doc(hidden)]
-pub fn watch(ns: &Namespace) -> Result<()> {
+pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
     let mode = mode()?;
     if mode == ManagerMode::Off {
         return Ok(());
@@ -168,42 +252,26 @@ pub fn watch(ns: &Namespace) -> Result<()> {
     let mut guard = lock(connection());
     let conn = match &mut *guard {
         Some(c) if c.pid == pid => c,
-        other => other.insert(Connection {
-            pid,
-            stream: None,
-            watched: BTreeSet::new(),
-            generation: 0,
-            watcher: false,
-        }),
+        other => other.insert(Connection::new(pid)),
     };
     if let Some(stream) = conn.stream.take_if(|s| !is_healthy(s)) {
         drop(stream);
     }
-    if let Some(stream) = &conn.stream {
-        if conn.watched.contains(ns) {
-            return Ok(());
-        }
-        let watch = Request::Watch {
-            namespace: ns.clone(),
-        };
-        if exchange(stream, &watch).and_then(expect_welcome).is_ok() {
-            conn.watched.insert(ns.clone());
+    if conn.stream.is_some() {
+        if conn.tell(ns, segment).is_ok() {
             return Ok(());
         }
         conn.stream = None;
     }
-    let mut wanted = conn.watched.clone();
-    wanted.insert(ns.clone());
-    conn.stream = Some(join(mode, &wanted)?);
-    conn.watched = wanted;
-    conn.generation += 1;
+    let stream = join(mode, &conn.used)?;
+    conn.joined(stream);
     if !conn.watcher {
         conn.watcher = std::thread::Builder::new()
             .name("shmrc-manager-watch".into())
             .spawn(move || watch_manager(pid))
             .is_ok();
     }
-    Ok(())
+    conn.tell(ns, segment)
 }
 
 /// The watcher thread: sleeps in `poll` on the connection and, when the manager goes
@@ -240,12 +308,9 @@ fn watch_manager(pid: u32) {
         let rejoined = mode()
             .ok()
             .filter(|m| *m != ManagerMode::Off)
-            .and_then(|m| join(m, &conn.watched).ok());
+            .and_then(|m| join(m, &conn.used).ok());
         match rejoined {
-            Some(stream) => {
-                conn.stream = Some(stream);
-                conn.generation += 1;
-            }
+            Some(stream) => conn.joined(stream),
             None => {
                 conn.watcher = false;
                 return;
@@ -312,6 +377,10 @@ fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
     stream
         .set_read_timeout(Some(START_TIMEOUT))
         .map_err(|e| Error::os("set_read_timeout", e))?;
+    // A manager too busy to read for this long is given up on (the caller reconnects).
+    stream
+        .set_write_timeout(Some(START_TIMEOUT))
+        .map_err(|e| Error::os("set_write_timeout", e))?;
     Ok(stream)
 }
 
@@ -524,8 +593,7 @@ pub fn status_at(runtime: &RuntimeDir) -> Result<ManagerStatus> {
 
 /// Sends `request` and reads one reply frame.
 fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
-    sys::send_all(stream, &wire::encode_request(request))
-        .map_err(disconnected_or("write to manager"))?;
+    send(stream, request)?;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
     let deadline = Instant::now() + START_TIMEOUT;
@@ -541,6 +609,12 @@ fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
         }
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// Writes `request` whole: what a told request costs (the manager does not answer).
+fn send(stream: &UnixStream, request: &Request) -> Result<()> {
+    sys::send_all(stream, &wire::encode_request(request))
+        .map_err(disconnected_or("write to manager"))
 }
 
 fn disconnected_or(call: &'static str) -> impl Fn(std::io::Error) -> Error {

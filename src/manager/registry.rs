@@ -8,9 +8,15 @@
 //! the simulated kernel in `tests/manager_registry.rs`, with clients killed, two
 //! managers at once, a manager killed part-way through a sweep, and restarts.
 //!
-//! What a client uses is a set of [`Use`]s, today namespaces only. A per-segment event
-//! (a client says which segment it attached, so a death sweeps just those) would be
-//! one more `Use` variant and one more list in [`Sweep`]; the decisions around it stay.
+//! What a client uses is a set of [`Use`]s, and a death sweeps just those: the
+//! segments it said it attached ([`Use::Segment`]) and, in each namespace where it
+//! created, the segments whose names carry its token ([`Use::Created`]) — so a death
+//! costs a listing of the namespace's names and the opening of the dead's own segments,
+//! not of every segment. Whole namespaces ([`Use::Namespace`]) remain for a client
+//! that may hold segments this manager was not told of: one that says Hello again
+//! after its manager died (it attached under the dead one), or that told more than
+//! [`MAX_SEGMENTS_PER_NAMESPACE`] segments of a namespace. The client tells a use
+//! before it takes a slot (see `client.rs`), so a holder is never untold.
 //!
 //! Built with `RUSTFLAGS='--cfg shmrc_plant="manager_forgets_death"'` the registry
 //! forgets a dead client without sweeping what it used (a known bug the model-based
@@ -29,11 +35,30 @@ use crate::token::Token;
 /// a real process uses a few.
 pub const MAX_NAMESPACES: usize = 64;
 
+/// The most segments of one namespace a client may tell one by one; past it, its
+/// death sweeps the whole namespace (bounded memory for the manager, and for the
+/// client's record of what it told).
+pub const MAX_SEGMENTS_PER_NAMESPACE: usize = 1024;
+
 /// Something a client uses, which its death must get swept.
 #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
 pub enum Use {
     /// Every segment of a namespace.
     Namespace(Namespace),
+    /// The segments of a namespace that the client created (their names carry its
+    /// token).
+    Created(Namespace),
+    /// One segment (by name) of a namespace, which the client attached.
+    Segment(Namespace, String),
+}
+
+impl Use {
+    /// The namespace it is in.
+    pub fn namespace(&self) -> &Namespace {
+        match self {
+            Use::Namespace(ns) | Use::Created(ns) | Use::Segment(ns, _) => ns,
+        }
+    }
 }
 
 /// What the registry knows of one client.
@@ -43,19 +68,62 @@ struct Client {
 }
 
 impl Client {
-    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
-        self.uses.iter().map(|u| match u {
-            Use::Namespace(ns) => ns,
-        })
+    /// The namespaces it uses in any way, sorted, each once.
+    fn namespaces(&self) -> BTreeSet<&Namespace> {
+        self.uses.iter().map(Use::namespace).collect()
+    }
+
+    /// Adds `new`, folding a namespace's segments into the whole namespace when it is
+    /// swept whole anyway or they are too many. `Err` when it would use more than
+    /// [`MAX_NAMESPACES`] namespaces (nothing changes then).
+    fn add(&mut self, new: Use) -> std::result::Result<(), String> {
+        let ns = new.namespace().clone();
+        let namespaces = self.namespaces();
+        if !namespaces.contains(&ns) && namespaces.len() >= MAX_NAMESPACES {
+            return Err(format!(
+                "more than {MAX_NAMESPACES} namespaces for one client"
+            ));
+        }
+        if self.uses.contains(&Use::Namespace(ns.clone())) {
+            return Ok(());
+        }
+        let whole = match &new {
+            Use::Namespace(_) => true,
+            Use::Segment(..) => {
+                let told = self
+                    .uses
+                    .iter()
+                    .filter(|u| matches!(u, Use::Segment(n, _) if *n == ns))
+                    .count();
+                told >= MAX_SEGMENTS_PER_NAMESPACE
+            }
+            Use::Created(_) => false,
+        };
+        if whole {
+            self.uses.retain(|u| u.namespace() != &ns);
+            self.uses.insert(Use::Namespace(ns));
+        } else {
+            self.uses.insert(new);
+        }
+        Ok(())
     }
 }
 
-/// A sweep the registry decided: the namespaces the dead used, each once, the segments
-/// the dead created first.
+/// How much of a namespace a [`Sweep`] covers.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub enum Scope {
+    /// Every segment of it.
+    Whole,
+    /// The segments the dead created (by their names) and these, which they attached.
+    DeadsOwn(BTreeSet<String>),
+}
+
+/// A sweep the registry decided: each namespace the dead used, once, with what of it
+/// to sweep.
 #[derive(Clone, PartialEq, Eq, Debug)]
 pub struct Sweep {
-    /// Namespaces to sweep, sorted, each once.
-    pub namespaces: Vec<Namespace>,
+    /// Namespaces to sweep, sorted, each once, with their scope.
+    pub namespaces: Vec<(Namespace, Scope)>,
     /// The clients whose death called for it.
     pub dead: Vec<Token>,
 }
@@ -66,7 +134,13 @@ impl Sweep {
     pub fn carry_out<O: Os>(&self, os: &O) -> Vec<(Namespace, Result<SweepReport>)> {
         self.namespaces
             .iter()
-            .map(|ns| (ns.clone(), sweep_after_deaths(os, ns, &self.dead)))
+            .map(|(ns, scope)| {
+                let only = match scope {
+                    Scope::Whole => None,
+                    Scope::DeadsOwn(attached) => Some(attached),
+                };
+                (ns.clone(), sweep_after_deaths(os, ns, &self.dead, only))
+            })
             .collect()
     }
 }
@@ -78,7 +152,7 @@ pub fn sweep_everything<O: Os>(os: &O) -> Result<Vec<(Namespace, Result<SweepRep
     Ok(found
         .into_iter()
         .map(|ns| {
-            let report = sweep_after_deaths(os, &ns, &[]);
+            let report = sweep_after_deaths(os, &ns, &[], None);
             (ns, report)
         })
         .collect())
@@ -157,14 +231,11 @@ impl Registry {
     ) -> std::result::Result<(), String> {
         let known = self.clients.contains_key(&token);
         let client = self.clients.entry(token).or_default();
-        client
-            .uses
-            .extend(namespaces.into_iter().map(Use::Namespace));
-        if client.uses.len() > MAX_NAMESPACES {
-            self.clients.remove(&token);
-            return Err(format!(
-                "more than {MAX_NAMESPACES} namespaces for one client"
-            ));
+        for ns in namespaces {
+            if let Err(why) = client.add(Use::Namespace(ns)) {
+                self.clients.remove(&token);
+                return Err(why);
+            }
         }
         if !known {
             self.counters.clients_ever += 1;
@@ -172,33 +243,39 @@ impl Registry {
         Ok(())
     }
 
-    /// Client `token` also uses `namespace`. `Err` is the reason to refuse it (an
-    /// unknown or dead client, too many namespaces); what it used before stays watched.
-    pub fn uses(&mut self, token: Token, namespace: Namespace) -> std::result::Result<(), String> {
-        let client = self
-            .clients
+    /// Client `token` also uses `what`. `Err` is the reason to refuse it (an unknown
+    /// or dead client, too many namespaces); what it used before stays watched.
+    pub fn uses(&mut self, token: Token, what: Use) -> std::result::Result<(), String> {
+        self.clients
             .get_mut(&token)
-            .ok_or("the client of this connection has died")?;
-        let new = Use::Namespace(namespace);
-        if !client.uses.contains(&new) && client.uses.len() >= MAX_NAMESPACES {
-            return Err(format!(
-                "more than {MAX_NAMESPACES} namespaces for one client"
-            ));
-        }
-        client.uses.insert(new);
-        Ok(())
+            .ok_or("the client of this connection has died")?
+            .add(what)
     }
 
     /// The clients `dead` died (their pidfds turned readable): they are forgotten, and
     /// the sweep of what they used is returned (`None` if none of them was known or
     /// used anything). Deaths reported together share one sweep per namespace.
     pub fn died(&mut self, dead: &[Token]) -> Option<Sweep> {
-        let mut namespaces = BTreeSet::new();
+        let mut namespaces: BTreeMap<Namespace, Scope> = BTreeMap::new();
         let mut known = Vec::new();
         for token in dead {
-            if let Some(client) = self.clients.remove(token) {
-                namespaces.extend(client.namespaces().cloned());
-                known.push(*token);
+            let Some(client) = self.clients.remove(token) else {
+                continue;
+            };
+            known.push(*token);
+            for what in client.uses {
+                let scope = namespaces
+                    .entry(what.namespace().clone())
+                    .or_insert_with(|| Scope::DeadsOwn(BTreeSet::new()));
+                match (what, &mut *scope) {
+                    (Use::Namespace(_), _) => *scope = Scope::Whole,
+                    (Use::Segment(_, name), Scope::DeadsOwn(attached)) => {
+                        if !cfg!(shmrc_plant = "manager_forgets_attached") {
+                            attached.insert(name);
+                        }
+                    }
+                    (Use::Segment(..) | Use::Created(_), _) => {}
+                }
             }
         }
         if cfg!(shmrc_plant = "manager_forgets_death") || namespaces.is_empty() {
@@ -254,7 +331,7 @@ impl Registry {
     pub fn clients(&self) -> impl Iterator<Item = (Token, Vec<&Namespace>)> {
         self.clients
             .iter()
-            .map(|(token, client)| (*token, client.namespaces().collect()))
+            .map(|(token, client)| (*token, client.namespaces().into_iter().collect()))
     }
 
     /// Whether `token` is a watched client.
@@ -292,10 +369,17 @@ mod tests {
         let mut r = Registry::new(GRACE);
         r.hello(token(1), [ns("a"), ns("b")]).unwrap();
         r.hello(token(2), [ns("b")]).unwrap();
-        r.uses(token(2), ns("c")).unwrap();
+        r.uses(token(2), Use::Namespace(ns("c"))).unwrap();
         r.hello(token(3), [ns("d")]).unwrap();
         let sweep = r.died(&[token(1), token(2), token(9)]).unwrap();
-        assert_eq!(sweep.namespaces, vec![ns("a"), ns("b"), ns("c")]);
+        assert_eq!(
+            sweep.namespaces,
+            vec![
+                (ns("a"), Scope::Whole),
+                (ns("b"), Scope::Whole),
+                (ns("c"), Scope::Whole)
+            ]
+        );
         assert_eq!(sweep.dead, vec![token(1), token(2)]);
         assert!(!r.watches(token(1)) && !r.watches(token(2)) && r.watches(token(3)));
         // Told twice, or of a stranger: nothing to sweep.
@@ -309,7 +393,77 @@ mod tests {
         r.hello(token(1), [ns("b")]).unwrap();
         assert_eq!(r.counters().clients_ever, 1);
         let sweep = r.died(&[token(1)]).unwrap();
-        assert_eq!(sweep.namespaces, vec![ns("a"), ns("b")]);
+        assert_eq!(
+            sweep.namespaces,
+            vec![(ns("a"), Scope::Whole), (ns("b"), Scope::Whole)]
+        );
+    }
+
+    fn own(names: &[&str]) -> Scope {
+        Scope::DeadsOwn(names.iter().map(|n| n.to_string()).collect())
+    }
+
+    #[test]
+    fn a_death_sweeps_just_what_the_dead_created_and_attached() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), []).unwrap();
+        r.hello(token(2), []).unwrap();
+        r.uses(token(1), Use::Created(ns("a"))).unwrap();
+        r.uses(token(1), Use::Segment(ns("b"), "b1".into()))
+            .unwrap();
+        r.uses(token(1), Use::Segment(ns("b"), "b1".into()))
+            .unwrap();
+        r.uses(token(2), Use::Segment(ns("b"), "b2".into()))
+            .unwrap();
+        r.uses(token(2), Use::Segment(ns("c"), "c1".into()))
+            .unwrap();
+        r.uses(token(2), Use::Namespace(ns("c"))).unwrap();
+        let sweep = r.died(&[token(1), token(2)]).unwrap();
+        assert_eq!(
+            sweep.namespaces,
+            vec![
+                (ns("a"), own(&[])),
+                (ns("b"), own(&["b1", "b2"])),
+                (ns("c"), Scope::Whole)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_whole_namespace_of_one_dead_covers_the_segments_of_another() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), [ns("a")]).unwrap();
+        r.hello(token(2), []).unwrap();
+        r.uses(token(2), Use::Segment(ns("a"), "a1".into()))
+            .unwrap();
+        // A segment told after the whole namespace changes nothing.
+        r.uses(token(1), Use::Segment(ns("a"), "a2".into()))
+            .unwrap();
+        let sweep = r.died(&[token(2), token(1)]).unwrap();
+        assert_eq!(sweep.namespaces, vec![(ns("a"), Scope::Whole)]);
+    }
+
+    #[test]
+    fn too_many_segments_of_a_namespace_fold_into_the_whole_namespace() {
+        let mut r = Registry::new(GRACE);
+        r.hello(token(1), []).unwrap();
+        for i in 0..MAX_SEGMENTS_PER_NAMESPACE {
+            r.uses(token(1), Use::Segment(ns("a"), format!("s{i}")))
+                .unwrap();
+        }
+        r.uses(token(1), Use::Segment(ns("b"), "b".into())).unwrap();
+        let mut at_limit = r.clone();
+        let sweep = at_limit.died(&[token(1)]).unwrap();
+        assert!(
+            matches!(&sweep.namespaces[0].1, Scope::DeadsOwn(s) if s.len() == MAX_SEGMENTS_PER_NAMESPACE)
+        );
+        r.uses(token(1), Use::Segment(ns("a"), "one-more".into()))
+            .unwrap();
+        let sweep = r.died(&[token(1)]).unwrap();
+        assert_eq!(
+            sweep.namespaces,
+            vec![(ns("a"), Scope::Whole), (ns("b"), own(&["b"]))]
+        );
     }
 
     #[test]
@@ -322,11 +476,11 @@ mod tests {
     #[test]
     fn uses_of_an_unknown_client_is_refused() {
         let mut r = Registry::new(GRACE);
-        let why = r.uses(token(1), ns("a")).unwrap_err();
+        let why = r.uses(token(1), Use::Namespace(ns("a"))).unwrap_err();
         assert!(why.contains("died"), "{why}");
         r.hello(token(1), []).unwrap();
         r.died(&[token(1)]);
-        assert!(r.uses(token(1), ns("a")).is_err());
+        assert!(r.uses(token(1), Use::Created(ns("a"))).is_err());
     }
 
     #[test]
@@ -338,8 +492,13 @@ mod tests {
         assert!(!r.watches(token(1)), "a refused client is not watched");
         r.hello(token(2), many[..MAX_NAMESPACES].to_vec()).unwrap();
         // One already used is fine, one more is not; the client stays watched.
-        r.uses(token(2), many[0].clone()).unwrap();
-        assert!(r.uses(token(2), many[MAX_NAMESPACES].clone()).is_err());
+        r.uses(token(2), Use::Namespace(many[0].clone())).unwrap();
+        assert!(
+            r.uses(token(2), Use::Namespace(many[MAX_NAMESPACES].clone()))
+                .is_err()
+        );
+        let segment = Use::Segment(many[MAX_NAMESPACES].clone(), "x".into());
+        assert!(r.uses(token(2), segment).is_err());
         assert!(r.watches(token(2)));
         assert_eq!(
             r.died(&[token(2)]).unwrap().namespaces.len(),

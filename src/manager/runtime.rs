@@ -32,7 +32,7 @@ pub const RUNTIME_DIR_ENV: &str = "SHMRC_RUNTIME_DIR";
 /// The wire version is in the name: managers of shmrc builds that speak different wire
 /// versions live side by side, each serving the programs it can talk to, instead of
 /// the first one started refusing every other version's clients.
-pub const SOCKET_FILE: &str = "manager-v1.sock";
+pub const SOCKET_FILE: &str = "manager-v2.sock";
 /// The file whose `flock` makes one manager per directory ([`RuntimeDir::lock`]).
 ///
 /// ```
@@ -42,14 +42,14 @@ pub const SOCKET_FILE: &str = "manager-v1.sock";
 /// ```
 ///
 /// Versioned like [`SOCKET_FILE`]: one manager per directory and wire version.
-pub const LOCK_FILE: &str = "manager-v1.lock";
+pub const LOCK_FILE: &str = "manager-v2.lock";
 /// The file whose `flock` a client holds while it starts a manager, so that of many
 /// clients finding none at once one starts it and the others wait for it.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::runtime::START_LOCK_FILE, "start-v1.lock");
+/// assert_eq!(shmrc::manager::runtime::START_LOCK_FILE, "start-v2.lock");
 /// ```
-pub const START_LOCK_FILE: &str = "start-v1.lock";
+pub const START_LOCK_FILE: &str = "start-v2.lock";
 /// Where a detached manager's log goes ([`RuntimeDir::log`]).
 ///
 /// ```
@@ -133,7 +133,7 @@ impl RuntimeDir {
     /// use shmrc::manager::runtime::RuntimeDir;
     ///
     /// let socket = RuntimeDir::at("/tmp/shmrc-1000").socket()?;
-    /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager-v1.sock"));
+    /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager-v2.sock"));
     /// let deep = RuntimeDir::at(format!("/tmp/{}", "d".repeat(120)));
     /// assert!(matches!(deep.socket(), Err(shmrc::Error::SocketPathTooLong { .. })));
     /// # Ok::<(), shmrc::Error>(())
@@ -156,7 +156,7 @@ impl RuntimeDir {
     /// ```
     /// use shmrc::manager::runtime::RuntimeDir;
     /// let lock = RuntimeDir::at("/tmp/shmrc-1000").lock();
-    /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager-v1.lock"));
+    /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager-v2.lock"));
     /// ```
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)

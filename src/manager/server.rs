@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use super::log::{info, warning};
 pub use super::registry::{MAX_NAMESPACES, namespaces_found};
-use super::registry::{Registry, Sweep, Tick};
+use super::registry::{Registry, Sweep, Tick, Use};
 use super::runtime::RuntimeDir;
 use super::sys::{self, Peer, PidFd};
 use super::wire::{self, ClientRow, ManagerStatus, Reply, Request};
@@ -309,19 +309,27 @@ impl<'a> Manager<'a> {
                 Err(e) => Err(e.to_string()),
             };
             match reply {
-                Ok(reply) => {
+                Ok(Some(reply)) => {
                     if self.send(i, &reply).is_err() {
                         return AfterRead::Close;
                     }
                 }
+                Ok(None) => {}
                 Err(reason) => return self.refuse(i, &reason),
             }
         }
     }
 
-    /// Carries out one request; `Err` is the reason to refuse it.
-    fn obey(&mut self, i: usize, request: Request) -> Result<Reply, String> {
+    /// Carries out one request: its reply (`None` for what is told, not asked), or
+    /// `Err`, the reason to refuse it.
+    fn obey(&mut self, i: usize, request: Request) -> Result<Option<Reply>, String> {
         same_user(self.connections[i].peer, self.uid)?;
+        let wants_reply = request.wants_reply();
+        self.obey_request(i, request)
+            .map(|reply| wants_reply.then_some(reply))
+    }
+
+    fn obey_request(&mut self, i: usize, request: Request) -> Result<Reply, String> {
         match request {
             Request::Hello {
                 token,
@@ -347,11 +355,31 @@ impl<'a> Manager<'a> {
                     .client
                     .ok_or("watch before hello: say who you are first")?;
                 info!("client {token} also uses {namespace}");
-                self.registry.uses(token, namespace)?;
+                self.registry.uses(token, Use::Namespace(namespace))?;
+                Ok(self.welcome())
+            }
+            Request::Created { namespace } => {
+                let token = self.told_by(i)?;
+                self.registry.uses(token, Use::Created(namespace))?;
+                Ok(self.welcome())
+            }
+            Request::Attached { segment } => {
+                let token = self.told_by(i)?;
+                let (namespace, _) = Namespace::of_segment(&segment, self.uid)
+                    .map_err(|e| format!("attached: {e}"))?;
+                self.registry
+                    .uses(token, Use::Segment(namespace, segment))?;
                 Ok(self.welcome())
             }
             Request::Status => Ok(Reply::Status(self.status())),
         }
+    }
+
+    /// The client of connection `i`, which tells a use: it must have said Hello.
+    fn told_by(&self, i: usize) -> Result<Token, String> {
+        Ok(self.connections[i]
+            .client
+            .ok_or("a use told before hello: say who you are first")?)
     }
 
     fn namespaces_of(&self, token: Token) -> Vec<&str> {
@@ -399,10 +427,38 @@ impl<'a> Manager<'a> {
                 info!("client {token} died");
             }
         }
+        // What the dead told before they died is in their connections still: every
+        // use is told before its slot is taken, so it must count before the sweep.
+        let theirs: Vec<usize> = (0..self.connections.len())
+            .filter(|&i| {
+                self.connections[i]
+                    .client
+                    .is_some_and(|t| dead.contains(&t))
+            })
+            .collect();
+        for &i in &theirs {
+            self.drain(i);
+        }
         self.connections
             .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
         if let Some(sweep) = self.registry.died(dead) {
             self.carry_out(&sweep);
+        }
+    }
+
+    /// Reads and obeys what is left on connection `i` of a dead client, without
+    /// blocking (a child that inherited its socket may keep it open).
+    fn drain(&mut self, i: usize) {
+        if let Err(e) = self.connections[i].stream.set_nonblocking(true) {
+            warning!("cannot read what a dead client left: {e}");
+            return;
+        }
+        while let AfterRead::Keep = self.read_one(i) {
+            let more =
+                sys::poll_readable(&[self.connections[i].stream.as_fd()], Some(Duration::ZERO));
+            if !more.is_ok_and(|r| r[0].readable) {
+                break;
+            }
         }
     }
 

@@ -1,7 +1,8 @@
 //! [`Watched`]: the production OS. It is the real kernel with one policy on top:
 //! before this process creates or attaches a file_system segment of a namespace, the
-//! user's manager is told to watch it there (as the [`ManagerMode`](super::ManagerMode)
-//! says), so that its death is swept within milliseconds. The kernel backend itself
+//! user's manager is told (as the [`ManagerMode`](super::ManagerMode) says): that it
+//! creates there, or which segment it attaches, so that its death gets just those swept
+//! within milliseconds. The kernel backend itself
 //! knows nothing of the manager.
 
 use super::client;
@@ -32,8 +33,8 @@ impl Layer for Watched {
         &self.0
     }
 
-    fn on_named_use(&self, namespace: &str) -> Result<()> {
-        self.0.before_named_use(namespace)?;
-        client::watch(&Namespace::new(namespace)?)
+    fn on_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
+        self.0.before_named_use(namespace, segment)?;
+        client::watch(&Namespace::new(namespace)?, segment)
     }
 }

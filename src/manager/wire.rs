@@ -9,6 +9,8 @@
 //! Hello   (kind 1) = token u64 | pid u32 | count u8 | count × string
 //! Watch   (kind 2) = string
 //! Status  (kind 3) = (empty)
+//! Created (kind 4) = string                                     (no reply)
+//! Attached (kind 5) = segment name: length u8 | UTF-8 bytes     (no reply)
 //! Welcome (kind 65) = manager pid u32
 //! Refused (kind 66) = text
 //! Status  (kind 67) = pid u32 | uptime_ms u64 | clients u32 | clients_ever u64
@@ -25,8 +27,8 @@ use crate::token::Token;
 
 /// The first four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"SHMm";
-/// The version this build speaks.
-pub const VERSION: u8 = 1;
+/// The version this build speaks (2: Created and Attached, told without a reply).
+pub const VERSION: u8 = 2;
 /// Bytes before the payload.
 pub const HEADER_LEN: usize = 8;
 /// The largest request payload accepted.
@@ -41,6 +43,8 @@ pub const MAX_HELLO_NAMESPACES: usize = 64;
 const KIND_HELLO: u8 = 1;
 const KIND_WATCH: u8 = 2;
 const KIND_STATUS: u8 = 3;
+const KIND_CREATED: u8 = 4;
+const KIND_ATTACHED: u8 = 5;
 const KIND_WELCOME: u8 = 65;
 const KIND_REFUSED: u8 = 66;
 const KIND_STATUS_REPLY: u8 = 67;
@@ -65,6 +69,25 @@ pub enum Request {
     },
     /// Report the manager's counters and clients.
     Status,
+    /// The client is about to create segments in `namespace` (their names carry its
+    /// token: its death sweeps them without the rest of the namespace). No reply.
+    Created {
+        /// The namespace.
+        namespace: Namespace,
+    },
+    /// The client is about to attach the segment named `segment` (its death sweeps
+    /// it). No reply: told before the attach, off its round trip.
+    Attached {
+        /// The segment's name (the manager parses it as a segment of its user).
+        segment: String,
+    },
+}
+
+impl Request {
+    /// Whether the manager answers it (Created and Attached are told, not asked).
+    pub fn wants_reply(&self) -> bool {
+        !matches!(self, Request::Created { .. } | Request::Attached { .. })
+    }
 }
 
 /// What the manager answers.
@@ -192,6 +215,14 @@ pub fn encode_request(request: &Request) -> Vec<u8> {
             KIND_WATCH
         }
         Request::Status => KIND_STATUS,
+        Request::Created { namespace } => {
+            put_short(&mut p, namespace.prefix());
+            KIND_CREATED
+        }
+        Request::Attached { segment } => {
+            put_short(&mut p, segment);
+            KIND_ATTACHED
+        }
     };
     frame(kind, p)
 }
@@ -299,6 +330,19 @@ pub fn decode_request(bytes: &[u8]) -> Result<Request> {
             namespace: r.namespace()?,
         },
         KIND_STATUS => Request::Status,
+        KIND_CREATED => Request::Created {
+            namespace: r.namespace()?,
+        },
+        KIND_ATTACHED => {
+            let segment = r.short()?;
+            if segment.is_empty() || segment.contains('/') {
+                return Err(malformed(
+                    "attached",
+                    format!("{segment:?} is not a segment name"),
+                ));
+            }
+            Request::Attached { segment }
+        }
         other => {
             return Err(malformed(
                 "manager request",
@@ -503,6 +547,12 @@ mod tests {
                 namespace: ns("shmrc-b"),
             },
             Request::Status,
+            Request::Created {
+                namespace: ns("shmrc-c"),
+            },
+            Request::Attached {
+                segment: "shmrc-c.1000.1a2b.3c4d.5e6f".into(),
+            },
         ]
     }
 
@@ -565,14 +615,34 @@ mod tests {
         let why = decode_request(&big).unwrap_err().to_string();
         assert!(why.contains("exceeds 4096"), "{why}");
         assert!(decode_request(b"GET / HTTP/1.1\r\n").is_err());
-        let mut v2 = encode_request(&Request::Status);
-        v2[4] = 2;
+        let mut v1 = encode_request(&Request::Status);
+        v1[4] = 1;
         assert!(
-            decode_request(&v2)
+            decode_request(&v1)
                 .unwrap_err()
                 .to_string()
-                .contains("version 2")
+                .contains("version 1")
         );
+        for bad in ["", "shmrc/../etc"] {
+            let bytes = encode_request(&Request::Attached {
+                segment: bad.into(),
+            });
+            let why = decode_request(&bytes).unwrap_err().to_string();
+            assert!(why.contains("not a segment name"), "{why}");
+        }
+        assert!(
+            !Request::Attached {
+                segment: "s".into()
+            }
+            .wants_reply()
+        );
+        assert!(
+            !Request::Created {
+                namespace: ns("shmrc")
+            }
+            .wants_reply()
+        );
+        assert!(Request::Status.wants_reply());
         let mut kind = encode_request(&Request::Status);
         kind[5] = 99;
         assert!(decode_request(&kind).is_err());
@@ -641,6 +711,8 @@ mod tests {
             ("hello", encode_request(&sample_requests()[0])),
             ("watch", encode_request(&sample_requests()[1])),
             ("status", encode_request(&Request::Status)),
+            ("created", encode_request(&sample_requests()[3])),
+            ("attached", encode_request(&sample_requests()[4])),
             ("welcome", encode_reply(&Reply::Welcome { manager_pid: 5 })),
             (
                 "refused",

@@ -160,12 +160,13 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// on. The real kernel never fails here.
     fn crash_point(&self) -> Result<()>;
 
-    /// Called before this process creates or attaches a file_system segment of the
-    /// namespace whose prefix is `namespace`. A hook for wrappers (the production OS,
-    /// `crate::DefaultOs`, makes the user's manager watch this process there); the
-    /// backends themselves do nothing.
-    fn before_named_use(&self, namespace: &str) -> Result<()> {
-        let _ = namespace;
+    /// Called before this process creates (`segment: None`) or attaches (the segment's
+    /// name) a file_system segment of the namespace whose prefix is `namespace`, before
+    /// it takes any slot there. A hook for wrappers (the production OS,
+    /// `crate::DefaultOs`, tells the user's manager, so that this process's death gets
+    /// that segment swept); the backends themselves do nothing.
+    fn before_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
+        let _ = (namespace, segment);
         Ok(())
     }
 }
@@ -190,8 +191,8 @@ pub trait Layer: Clone + Send + Sync + fmt::Debug + 'static {
     }
 
     /// [`Os::before_named_use`], by default the inner OS's.
-    fn on_named_use(&self, namespace: &str) -> Result<()> {
-        self.inner().before_named_use(namespace)
+    fn on_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
+        self.inner().before_named_use(namespace, segment)
     }
 }
 
@@ -270,8 +271,8 @@ impl<L: Layer> Os for L {
     fn crash_point(&self) -> Result<()> {
         self.inner().crash_point()
     }
-    fn before_named_use(&self, namespace: &str) -> Result<()> {
-        self.on_named_use(namespace)
+    fn before_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
+        self.on_named_use(namespace, segment)
     }
 }
 
