@@ -1,5 +1,6 @@
 """DataLoader epochs and queue ping-pong under torch's file_descriptor, torch's
-file_system, and shmrc (both strategies), all in one run: each configuration in a
+file_system, and shmrc (both strategies, and file_system with recycling:
+``shmrc.torch.install(..., pool=True)``), all in one run: each configuration in a
 fresh process, the configurations interleaved round by round, the median reported.
 
     python bench/bench_torch.py --out docs/python-bench.json --plot docs/python-bench.png
@@ -14,7 +15,13 @@ import subprocess
 import sys
 import time
 
-CONFIGS = ["torch_file_descriptor", "torch_file_system", "shmrc_file_descriptor", "shmrc_file_system"]
+CONFIGS = [
+    "torch_file_descriptor",
+    "torch_file_system",
+    "shmrc_file_descriptor",
+    "shmrc_file_system",
+    "shmrc_file_system_pooled",
+]
 
 
 def setup(config):
@@ -25,7 +32,10 @@ def setup(config):
     else:
         import shmrc.torch
 
-        shmrc.torch.install(config[len("shmrc_"):], "shmrc-bench-%d" % os.getpid())
+        strategy = config[len("shmrc_"):]
+        pool = strategy.endswith("_pooled")
+        strategy = strategy[: -len("_pooled")] if pool else strategy
+        shmrc.torch.install(strategy, "shmrc-bench-%d" % os.getpid(), pool=pool)
 
 
 def epoch(batch_mib, batches, workers):

@@ -48,6 +48,7 @@ from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
     OutsideNamespaceError,
     ShmrcError,
     SocketPathTooLongError,
+    StaleError,
     TooManyFdsError,
     TruncatedError,
     UnknownStrategyError,
@@ -58,6 +59,7 @@ from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
 
 __all__ = [
     "ShmBuf",
+    "ShmPool",
     "ShareHandle",
     "set_sharing_strategy",
     "get_sharing_strategy",
@@ -290,6 +292,45 @@ class ShmBuf:
     def __repr__(self):
         where = (" %s" % self.name) if self.name else ""
         return "ShmBuf(%d bytes, %s%s)" % (len(self), self.strategy, where)
+
+
+class ShmPool:
+    """Recycled file_system buffers, the way data loaders reuse shared memory.
+
+    ``ShmPool(namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30,
+    idle_timeout=10.0)``: :meth:`get` hands out a :class:`ShmBuf` whose segment was used
+    before and that no process holds any more (no new segment, no page reservation),
+    else a new one. A buffer goes back to the pool when its last Python reference (and
+    every view of it) goes here *and* every process it was shared with has let go;
+    a handle of an earlier use then raises :class:`StaleError` instead of reading the
+    new use's bytes. A recycled buffer keeps its previous bytes (``get(nbytes,
+    zero=True)`` clears them). At most ``max_idle_buffers`` buffers and
+    ``max_idle_bytes`` bytes are kept idle, none longer than ``idle_timeout`` seconds.
+    Only the process that made a pool recycles its buffers (a forked child gets new
+    ones: make a pool per process).
+    """
+
+    def __init__(self, namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30, idle_timeout=10.0):
+        self._pool = _shmrc.Pool("file_system", namespace, max_idle_buffers, max_idle_bytes, idle_timeout)
+
+    def get(self, nbytes, zero=False):
+        """A :class:`ShmBuf` of ``nbytes`` bytes, recycled when one is free."""
+        buf = _wrap(self._pool.get(nbytes))
+        if zero:
+            ctypes.memset(buf.address, 0, nbytes)
+        return buf
+
+    def trim(self):
+        """Gives back idle buffers past the limits now; returns how many."""
+        return self._pool.trim()
+
+    def stats(self):
+        """``{"created", "recycled", "given_back", "idle", "idle_bytes", "in_use"}``."""
+        keys = ("created", "recycled", "given_back", "idle", "idle_bytes", "in_use")
+        return dict(zip(keys, self._pool.stats()))
+
+    def __repr__(self):
+        return "ShmPool(%r)" % (self.stats(),)
 
 
 _SIZED = weakref.WeakValueDictionary()

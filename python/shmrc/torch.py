@@ -2,7 +2,7 @@
 ``torch.multiprocessing`` (queues, pipes, pools) and ``DataLoader`` workers live in
 shmrc buffers, with the reference count that survives SIGKILL.
 
-``install(strategy=None, namespace=None)`` registers ``ForkingPickler`` reducers for
+``install(strategy=None, namespace=None, pool=False)`` registers ``ForkingPickler`` reducers for
 ``torch.Tensor``, ``torch.UntypedStorage`` and ``torch.TypedStorage`` that take
 precedence over torch's, and makes ``torch.UntypedStorage._new_shared`` (what
 ``DataLoader``'s default collate builds each batch in, inside a worker) allocate in
@@ -11,6 +11,11 @@ metadata (dtype, shape, strides, storage offset) over its storage, which travels
 once as a shmrc handle; a process that receives the same storage twice gets one
 storage. ``uninstall()`` restores torch's reducers and allocator.
 
+With ``pool=True`` (file_system only) each process allocates from a
+:class:`shmrc.ShmPool` of its own: a ``DataLoader`` worker's next batch reuses the
+segment of a batch the main process has let go of (zeroed, as a new one would be)
+instead of a new segment whose pages the kernel must reserve and clear.
+
 Workers started with ``fork`` (torch's default on Linux) inherit the installation;
 with ``spawn`` or ``forkserver`` call ``install()`` in ``worker_init_fn`` too.
 
@@ -18,6 +23,7 @@ Tensors that are not on the CPU, sparse, or that require grad without being leav
 go through torch's own reducers, unchanged.
 """
 
+import os
 import threading
 import weakref
 
@@ -33,7 +39,10 @@ __all__ = ["install", "uninstall", "installed", "new_shared_storage", "buffer_of
 _LOCK = threading.Lock()
 # What install() replaced: {class: torch's reducer or None}, and torch's _new_shared.
 _SAVED = None
-_OPTIONS = {"strategy": None, "namespace": None}
+_OPTIONS = {"strategy": None, "namespace": None, "pool": False}
+# pid -> this process's ShmPool (a forked child makes its own: a pool recycles only
+# what its own process holds).
+_POOLS = {}
 # address -> (weakref to the ShmBuf, StorageWeakRef to its one torch storage).
 _BY_ADDRESS = {}
 
@@ -77,10 +86,23 @@ def buffer_of(storage):
     return buf
 
 
+def _pool():
+    pid = os.getpid()
+    pool = _POOLS.get(pid)
+    if pool is None:
+        _POOLS.clear()  # a parent's pool is of no use here
+        pool = _POOLS[pid] = shmrc.ShmPool(_OPTIONS["namespace"])
+    return pool
+
+
 def new_shared_storage(nbytes):
-    """A zero-filled ``torch.UntypedStorage`` of ``nbytes`` bytes in a new shmrc buffer
-    (the strategy and namespace given to :func:`install`)."""
-    buf = shmrc.ShmBuf(max(nbytes, 1), _OPTIONS["strategy"], _OPTIONS["namespace"])
+    """A zero-filled ``torch.UntypedStorage`` of ``nbytes`` bytes in a shmrc buffer
+    (the strategy and namespace given to :func:`install`; with ``pool=True``, a
+    recycled one when this process's pool has one free)."""
+    if _OPTIONS["pool"]:
+        buf = _pool().get(max(nbytes, 1), zero=True)
+    else:
+        buf = shmrc.ShmBuf(max(nbytes, 1), _OPTIONS["strategy"], _OPTIONS["namespace"])
     storage = _storage_of(buf)
     if nbytes == 0:
         storage = storage[0:0]
@@ -155,20 +177,29 @@ _REDUCERS = {
 }
 
 
-def install(strategy=None, namespace=None):
+def install(strategy=None, namespace=None, pool=False):
     """Makes CPU tensors and storages cross processes in shmrc buffers (see the module
     docs). ``strategy``: ``"file_descriptor"`` or ``"file_system"`` (``None``:
     :func:`shmrc.get_sharing_strategy` at each allocation); ``namespace``: a prefix of
-    the job's own for its file_system segments. Calling it again changes the options."""
+    the job's own for its file_system segments; ``pool``: recycle segments through a
+    :class:`shmrc.ShmPool` per process (``strategy`` must then be ``"file_system"``).
+    Calling it again changes the options."""
     global _SAVED
     if strategy is not None and strategy not in shmrc.get_all_sharing_strategies():
         raise shmrc.UnknownStrategyError(
             "unknown sharing strategy %r (known: %s)"
             % (strategy, ", ".join(sorted(shmrc.get_all_sharing_strategies())))
         )
+    if pool and strategy != "file_system":
+        raise shmrc.InvalidArgumentError(
+            "pool=True recycles file_system buffers only: pass strategy='file_system' "
+            "(got %r)" % (strategy,)
+        )
     with _LOCK:
         _OPTIONS["strategy"] = strategy
         _OPTIONS["namespace"] = namespace
+        _OPTIONS["pool"] = bool(pool)
+        _POOLS.clear()
         if _SAVED is not None:
             return
         saved = {cls: ForkingPickler._extra_reducers.get(cls) for cls in _REDUCERS}
@@ -197,3 +228,5 @@ def uninstall():
         else:
             torch.UntypedStorage._new_shared = _SAVED["_new_shared"]
         _SAVED = None
+        _OPTIONS["pool"] = False
+        _POOLS.clear()  # idle pooled buffers are given back

@@ -23,7 +23,9 @@ use pyo3::types::PyBytes;
 use shmrc::manager::runtime::RuntimeDir;
 use shmrc::manager::{serve, server};
 use shmrc::os::Os;
-use shmrc::{CreateOptions, DefaultOs, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+use shmrc::{
+    CreateOptions, DefaultOs, Error, Namespace, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy,
+};
 
 create_exception!(
     _shmrc,
@@ -48,6 +50,7 @@ macro_rules! causes {
 
 causes! {
     GoneError: "The segment is gone (unlinked: every holder released it).",
+    StaleError: "The handle is of an earlier use of a segment that a pool has recycled since.",
     HalfCreatedError: "The segment's creator died before publishing its header.",
     TruncatedError: "The segment is shorter than its header says.",
     BadMagicError: "The object is no shmrc segment.",
@@ -80,6 +83,7 @@ fn py_err(e: Error) -> PyErr {
     let msg = e.to_string();
     match e {
         Error::Gone { .. } => GoneError::new_err(msg),
+        Error::Stale { .. } => StaleError::new_err(msg),
         Error::HalfCreated { .. } => HalfCreatedError::new_err(msg),
         Error::Truncated { .. } => TruncatedError::new_err(msg),
         Error::BadMagic { .. } => BadMagicError::new_err(msg),
@@ -219,6 +223,74 @@ impl Buf {
     }
 }
 
+/// A pool of recycled file_system buffers (`shmrc::ShmPool`): what `shmrc.ShmPool`
+/// wraps.
+#[pyclass(module = "shmrc._shmrc", name = "Pool", frozen)]
+struct Pool {
+    pool: ShmPool,
+}
+
+#[pymethods]
+impl Pool {
+    /// A pool of file_system buffers in `namespace` (`None`: `shmrc`), keeping at most
+    /// `max_idle_buffers` idle buffers and `max_idle_bytes` idle bytes, each for at
+    /// most `idle_timeout` seconds. `strategy` must be `file_system` (or `None` with
+    /// that strategy process-wide).
+    #[new]
+    #[pyo3(signature = (strategy=None, namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30, idle_timeout=10.0))]
+    fn new(
+        strategy: Option<&str>,
+        namespace: Option<&str>,
+        max_idle_buffers: usize,
+        max_idle_bytes: usize,
+        idle_timeout: f64,
+    ) -> PyResult<Pool> {
+        let idle_timeout = Duration::try_from_secs_f64(idle_timeout).map_err(|e| {
+            InvalidArgumentError::new_err(format!("idle_timeout {idle_timeout}: {e}"))
+        })?;
+        let mut options = CreateOptions::new();
+        if let Some(s) = self::strategy(strategy)? {
+            options = options.strategy(s);
+        }
+        if let Some(prefix) = namespace {
+            options = options.namespace(Namespace::new(prefix).py()?);
+        }
+        let limits = PoolLimits {
+            max_idle_buffers,
+            max_idle_bytes,
+            idle_timeout,
+        };
+        Ok(Pool {
+            pool: ShmPool::new(options, limits).py()?,
+        })
+    }
+
+    /// A buffer of `nbytes` bytes: a recycled segment nobody else holds any more (its
+    /// bytes those of its last use), else a new one.
+    fn get(&self, py: Python<'_>, nbytes: usize) -> PyResult<Buf> {
+        let buf = py.detach(|| self.pool.get(nbytes)).py()?;
+        Ok(Buf { buf })
+    }
+
+    /// Gives back idle buffers past the limits now; how many.
+    fn trim(&self, py: Python<'_>) -> PyResult<usize> {
+        py.detach(|| self.pool.trim()).py()
+    }
+
+    /// (created, recycled, given_back, idle, idle_bytes, in_use).
+    fn stats(&self) -> (u64, u64, u64, usize, usize, usize) {
+        let s = self.pool.stats();
+        (
+            s.created,
+            s.recycled,
+            s.given_back,
+            s.idle,
+            s.idle_bytes,
+            s.in_use,
+        )
+    }
+}
+
 /// Switches the strategy for buffers created from now on in this process.
 #[pyfunction]
 fn set_sharing_strategy(name: &str) -> PyResult<()> {
@@ -305,6 +377,7 @@ fn run_manager(py: Python<'_>, foreground: bool, grace_ms: Option<u64>) -> PyRes
 #[pymodule]
 fn _shmrc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buf>()?;
+    m.add_class::<Pool>()?;
     add_causes(m)?;
     m.add_function(wrap_pyfunction!(set_sharing_strategy, m)?)?;
     m.add_function(wrap_pyfunction!(get_sharing_strategy, m)?)?;
