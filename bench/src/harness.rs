@@ -21,7 +21,7 @@ use crate::payload::Payload;
 use crate::table::{Table, bytes};
 use crate::workloads::{
     Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
-    ShmrcChannel, ShmrcPool, attach_release, ping_pong, stream, window_for,
+    ShmrcChannel, attach_release, ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -240,7 +240,7 @@ fn buffer_workload(
         ],
     };
     if pooled {
-        names.extend([ShmrcPool::NAME.to_owned(), FloorReused::NAME.to_owned()]);
+        names.extend([Shmrc::POOLED.to_owned(), FloorReused::NAME.to_owned()]);
     }
     let baselines: &[usize] = if pooled { &[1, 2, 4] } else { &[1, 2] };
     let peers = names
@@ -264,7 +264,7 @@ fn buffer_workload(
         };
         if pooled {
             let bare = FloorReused::new(&format!("{prefix}-bare"), len, workload.window(len))?;
-            let pool = ShmrcPool::new(ns.clone(), workload.window(len))?;
+            let pool = Shmrc::pooled(ns.clone(), workload.window(len))?;
             measures.push(workload.measure(pool, &peers[3], len));
             measures.push(workload.measure(bare, &peers[4], len));
         }

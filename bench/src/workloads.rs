@@ -13,7 +13,7 @@
 //! - fill ([`stream`] with [`Payload::Fill`], peer mode [`Mode::Fill`]): the stream,
 //!   the producer writing every byte of each buffer and the peer checking every byte
 //!   ([`crate::payload`]) and acking with the buffer's seed.
-//! - pooled rows: the same workloads with buffers from a [`ShmPool`] ([`ShmrcPool`]),
+//! - pooled rows: the same workloads with buffers from a [`ShmPool`] ([`Shmrc::pooled`]),
 //!   against the bare floor ([`FloorReused`]: segments created, reserved and faulted
 //!   once, outside the timing, and reused), the peer attaching each one as usual.
 //! - attach/release ([`attach_release`]): one buffer, many handles to it in one message;
@@ -21,12 +21,14 @@
 //! - hold ([`Mode::Hold`]): the peer creates file_system buffers and holds them until it
 //!   is killed (the sweep workload).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::floor::{self, FloorMap};
@@ -112,18 +114,57 @@ pub trait Contender {
     fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>>;
 }
 
-/// shmrc with one strategy.
+/// shmrc with one strategy: a fresh buffer per operation, or (file_system) buffers
+/// from a [`ShmPool`] ([`Shmrc::pooled`]), each a segment recycled once its previous
+/// use is released everywhere (no `shm_open`, no reservation), or a new one while none
+/// is free. The consumer is the same for both: it receives a handle and attaches.
 pub struct Shmrc {
     strategy: Strategy,
-    options: CreateOptions,
+    source: Source,
+}
+
+/// Where [`Shmrc`]'s producer gets its buffers.
+enum Source {
+    Fresh(CreateOptions),
+    Pool(ShmPool),
 }
 
 impl Shmrc {
+    /// The name of the pooled rows (their peer consumes as any file_system [`Shmrc`]).
+    pub const POOLED: &'static str = "shmrc pool file_system";
+
     /// shmrc buffers of `strategy`, file_system ones in namespace `ns`.
     pub fn new(strategy: Strategy, ns: Namespace) -> Shmrc {
         Shmrc {
             strategy,
-            options: CreateOptions::new().strategy(strategy).namespace(ns),
+            source: Source::Fresh(CreateOptions::new().strategy(strategy).namespace(ns)),
+        }
+    }
+
+    /// Buffers from a pool of file_system buffers in namespace `ns` that keeps up to
+    /// `window` idle buffers (the default limits otherwise): as many as the workload
+    /// has in flight, as a user sizes a pool for a pipeline. With fewer (the default
+    /// keeps 16), a stream whose window of 64 drains at the end of each batch gives
+    /// most segments back and creates them again in the next batch.
+    pub fn pooled(ns: Namespace, window: usize) -> Result<Shmrc> {
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns);
+        let limits = PoolLimits {
+            max_idle_buffers: window.max(PoolLimits::default().max_idle_buffers),
+            ..PoolLimits::default()
+        };
+        Ok(Shmrc {
+            strategy: Strategy::FileSystem,
+            source: Source::Pool(ShmPool::new(options, limits)?),
+        })
+    }
+
+    /// The pool buffers come from, if [`Shmrc::pooled`].
+    pub fn pool(&self) -> Option<&ShmPool> {
+        match &self.source {
+            Source::Pool(pool) => Some(pool),
+            Source::Fresh(_) => None,
         }
     }
 }
@@ -132,93 +173,17 @@ impl Contender for Shmrc {
     type Buf = ShmBuf;
 
     fn name(&self) -> String {
-        format!("shmrc {}", self.strategy)
+        match self.source {
+            Source::Fresh(_) => format!("shmrc {}", self.strategy),
+            Source::Pool(_) => Shmrc::POOLED.into(),
+        }
     }
 
     fn create(&mut self, len: usize) -> Result<ShmBuf> {
-        let buf = ShmBuf::with_options(len, &self.options)?;
-        buf.write_at(0, &[1])?;
-        Ok(buf)
-    }
-
-    fn write(&mut self, buf: &ShmBuf, payload: Payload, seed: u64) -> Result<()> {
-        payload.write(buf, seed)
-    }
-
-    fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
-        send_handles(stream, buf, count)
-    }
-
-    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
-        consume_handles(stream, payload)
-    }
-}
-
-/// Sends `count` handles of `buf` in one [`transport`] message.
-fn send_handles(stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
-    let handles = (0..count)
-        .map(|_| buf.share())
-        .collect::<Result<Vec<_>>>()?;
-    transport::send(stream, b"", handles)
-}
-
-/// The consumer of shmrc buffers sent by [`send_handles`]: attach, read, release.
-fn consume_handles(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
-    let message = match transport::recv(stream) {
-        Ok(m) => m,
-        Err(Error::Disconnected) => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let start = Instant::now();
-    let mut read = 0;
-    for handle in message.handles {
-        let buf = ShmBuf::attach(handle)?;
-        read = payload.read(&buf)?;
-        buf.release()?;
-    }
-    Ok(Some((read, nanos(start.elapsed()))))
-}
-
-/// shmrc's [`ShmPool`] (file_system): each buffer comes from the pool, a segment
-/// recycled once its previous use is released everywhere (no `shm_open`, no
-/// reservation), or a new one while none is free. The consumer is [`Shmrc`]'s: it
-/// receives a handle and attaches, exactly as for a fresh buffer.
-pub struct ShmrcPool {
-    pool: ShmPool,
-}
-
-impl ShmrcPool {
-    /// A pool of file_system buffers in namespace `ns` that keeps up to `window` idle
-    /// buffers (the default limits otherwise): as many as the workload has in flight,
-    /// as a user sizes a pool for a pipeline. With fewer (the default keeps 16), a
-    /// stream whose window of 64 drains at the end of each batch gives most segments
-    /// back and creates them again in the next batch.
-    pub fn new(ns: Namespace, window: usize) -> Result<ShmrcPool> {
-        let options = CreateOptions::new()
-            .strategy(Strategy::FileSystem)
-            .namespace(ns);
-        let limits = PoolLimits {
-            max_idle_buffers: window.max(PoolLimits::default().max_idle_buffers),
-            ..PoolLimits::default()
+        let buf = match &self.source {
+            Source::Fresh(options) => ShmBuf::with_options(len, options)?,
+            Source::Pool(pool) => pool.get(len)?,
         };
-        Ok(ShmrcPool {
-            pool: ShmPool::new(options, limits)?,
-        })
-    }
-
-    /// The name of its rows (and of its peer, which consumes as [`Shmrc`]).
-    pub const NAME: &'static str = "shmrc pool file_system";
-}
-
-impl Contender for ShmrcPool {
-    type Buf = ShmBuf;
-
-    fn name(&self) -> String {
-        ShmrcPool::NAME.into()
-    }
-
-    fn create(&mut self, len: usize) -> Result<ShmBuf> {
-        let buf = self.pool.get(len)?;
         buf.write_at(0, &[1])?;
         Ok(buf)
     }
@@ -228,11 +193,26 @@ impl Contender for ShmrcPool {
     }
 
     fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
-        send_handles(stream, buf, count)
+        let handles = (0..count)
+            .map(|_| buf.share())
+            .collect::<Result<Vec<_>>>()?;
+        transport::send(stream, b"", handles)
     }
 
     fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
-        consume_handles(stream, payload)
+        let message = match transport::recv(stream) {
+            Ok(m) => m,
+            Err(Error::Disconnected) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let start = Instant::now();
+        let mut read = 0;
+        for handle in message.handles {
+            let buf = ShmBuf::attach(handle)?;
+            read = payload.read(&buf)?;
+            buf.release()?;
+        }
+        Ok(Some((read, nanos(start.elapsed()))))
     }
 }
 
@@ -424,7 +404,7 @@ fn consume_named(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u
     Ok(Some((read, nanos(start.elapsed()))))
 }
 
-/// The bare floor that [`ShmrcPool`] is measured against: `slots` named objects of one
+/// The bare floor that [`Shmrc::pooled`] is measured against: `slots` named objects of one
 /// length, created, reserved and faulted in (every page written) once, outside the
 /// timing, and handed out in turn. What is left per buffer is the mechanism alone:
 /// the name sent as bytes, the peer's `shm_open` + `mmap` + read + `munmap` + `close`,
@@ -434,14 +414,14 @@ fn consume_named(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u
 pub struct FloorReused {
     len: usize,
     slots: Vec<(String, FloorMap, OwnedFd)>,
-    busy: std::rc::Rc<Vec<std::cell::Cell<bool>>>,
+    busy: Rc<Vec<Cell<bool>>>,
     next: usize,
 }
 
 /// A slot of [`FloorReused`] in use; dropping it frees the slot (it is not unlinked).
 pub struct ReusedSlot {
     index: usize,
-    busy: std::rc::Rc<Vec<std::cell::Cell<bool>>>,
+    busy: Rc<Vec<Cell<bool>>>,
 }
 
 impl Drop for ReusedSlot {
@@ -459,7 +439,7 @@ impl FloorReused {
         let mut made = FloorReused {
             len,
             slots: Vec::with_capacity(slots),
-            busy: std::rc::Rc::new(vec![std::cell::Cell::new(false); slots.max(1)]),
+            busy: Rc::new(vec![Cell::new(false); slots.max(1)]),
             next: 0,
         };
         for n in 0..slots.max(1) {
@@ -474,7 +454,6 @@ impl FloorReused {
             };
             made.slots.push((name, map, fd));
             // Fault every page in now (a filled pattern writes each one).
-            made.slots[n].1.write_byte(0, 0)?;
             Payload::Fill.write(&made.slots[n].1, 0)?;
         }
         Ok(made)
@@ -853,7 +832,7 @@ pub fn serve_builtin() -> Option<Result<()>> {
             serve(ShmrcChannel::new(Strategy::FileSystem, ns))
         }
         // A pooled buffer is consumed as any file_system buffer: received and attached.
-        ShmrcPool::NAME => serve(Shmrc::new(Strategy::FileSystem, ns)),
+        Shmrc::POOLED => serve(Shmrc::new(Strategy::FileSystem, ns)),
         // The bare floor's peer is the named floor's (open, map, read, unmap).
         n if n.starts_with("floor memfd") => serve(FloorFd { reserve: false }),
         n if n.starts_with("floor shm_open") => serve(FloorNamed::new(String::new(), false)),
@@ -913,9 +892,7 @@ mod tests {
     // socket pair whose reads time out (the tests' time limit), in a namespace of its
     // own; nothing is left in /dev/shm.
 
-    use super::{
-        Contender, FloorFd, FloorNamed, FloorReused, Payload, Shmrc, ShmrcPool, nanos, stream,
-    };
+    use super::{Contender, FloorFd, FloorNamed, FloorReused, Payload, Shmrc, nanos, stream};
     use shmrc::Strategy;
     use shmrc_testkit::names::TestNamespace;
     use std::os::unix::net::UnixStream;
@@ -1009,7 +986,7 @@ mod tests {
         });
         assert_caught(read, 100);
         drop(bare);
-        let mut pool = ShmrcPool::new(t.ns.clone(), 4).unwrap();
+        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
         let mut d = Shmrc::new(Strategy::FileSystem, t.ns.clone());
         let (seed, read) = one_filled(&mut pool, &mut d, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
@@ -1018,7 +995,7 @@ mod tests {
         });
         assert_caught(read, 12345);
         assert_eq!(
-            pool.pool.stats().created,
+            pool.pool().unwrap().stats().created,
             1,
             "the second buffer was recycled"
         );
@@ -1030,7 +1007,7 @@ mod tests {
     /// recycled segment, nothing (`skip`: the first use's pattern stays, byte 0 aside)
     /// or the first buffer's pattern again (a complete pattern of the wrong seed).
     struct FillsOnce {
-        inner: ShmrcPool,
+        inner: Shmrc,
         first_seed: Option<u64>,
         skip: bool,
     }
@@ -1091,17 +1068,17 @@ mod tests {
     #[test]
     fn a_pooled_fill_stream_recycles_and_a_stale_recycled_buffer_fails_it() {
         let t = TestNamespace::new("bench-fill-pool");
-        let mut pool = ShmrcPool::new(t.ns.clone(), 4).unwrap();
+        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
         let (result, checked) = filled_stream(&mut pool, &t.ns, 40);
         result.unwrap();
         assert_eq!(checked, 40);
-        let stats = pool.pool.stats();
+        let stats = pool.pool().unwrap().stats();
         assert!(stats.recycled >= 30, "{stats:?}");
         drop(pool);
 
         for skip in [true, false] {
             let mut lazy = FillsOnce {
-                inner: ShmrcPool::new(t.ns.clone(), 4).unwrap(),
+                inner: Shmrc::pooled(t.ns.clone(), 4).unwrap(),
                 first_seed: None,
                 skip,
             };
@@ -1119,7 +1096,7 @@ mod tests {
                 }
             });
             let produced = super::ping_pong(&mut lazy, &a, 4096, 2, Payload::Fill);
-            assert_eq!(lazy.inner.pool.stats().recycled, 1);
+            assert_eq!(lazy.inner.pool().unwrap().stats().recycled, 1);
             drop(a);
             let consumed = consumer.join().unwrap();
             if skip {

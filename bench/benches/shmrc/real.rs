@@ -12,7 +12,7 @@ use shmrc_bench::floor::{self, FloorMap};
 use shmrc_bench::payload::{Bytes, Payload};
 use shmrc_bench::workloads::{
     Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_CONTENDER, PEER_COUNT, PEER_NAMESPACE,
-    Peer, Shmrc, ShmrcPool, attach_release, ping_pong, stream, window_for,
+    Peer, Shmrc, attach_release, ping_pong, stream, window_for,
 };
 
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
@@ -150,7 +150,7 @@ fn contender_names(prefix: &str) -> Vec<String> {
         FloorNamed::new(prefix.into(), false).name(),
         FloorNamed::new(prefix.into(), true).name(),
         SharedMemoryCrate.name(),
-        ShmrcPool::NAME.into(),
+        Shmrc::POOLED.into(),
         FloorReused::NAME.into(),
     ]
 }
@@ -220,7 +220,7 @@ fn buffer_group(crit: &mut Criterion, group: &str, w: Workload, mode: Mode) {
     for len in SIZES {
         g.throughput(criterion::Throughput::Elements(1));
         // Kept for every iteration at this size, as a user keeps them.
-        let mut pool = ShmrcPool::new(ns.clone(), w.window(len)).expect("pool");
+        let mut pool = Shmrc::pooled(ns.clone(), w.window(len)).expect("pool");
         let mut bare = if names.len() > 8 {
             Some(FloorReused::new(&format!("{prefix}-bare"), len, w.window(len)).expect("bare"))
         } else {
