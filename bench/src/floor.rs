@@ -12,9 +12,12 @@
 //! it was handed, and one-byte volatile accesses inside such a mapping. A [`FloorMap`]
 //! is created only from a successful `mmap` of exactly its length, is unmapped once (on
 //! drop), and every access is bounds-checked against that length first; the bytes may
-//! be written concurrently by another process, so they are only touched with volatile
-//! one-byte accesses (torn values are possible, undefined behaviour is not), as in
-//! shmrc's own POSIX backend.
+//! be written concurrently by another process, so the safe accessors only touch them
+//! with volatile one-byte accesses (torn values are possible, undefined behaviour is
+//! not), as in shmrc's own POSIX backend. The two plain slices over a mapping
+//! ([`FloorMap::as_slice`], [`FloorMap::as_mut_slice`], for the fill workload) are
+//! `unsafe`: their caller promises, as with shmrc's `DataRegion`, that nothing writes
+//! (or, for the mutable one, touches) the bytes while the slice lives.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
@@ -166,6 +169,29 @@ impl FloorMap {
         let p = self.byte(offset)?;
         // SAFETY: as in `write_byte`.
         Ok(unsafe { p.read_volatile() })
+    }
+
+    /// The mapping as a shared slice.
+    ///
+    /// # Safety
+    /// No thread of any process may write these bytes while the slice lives.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: `ptr`/`len` are one live mapping (unmapped only on drop, which the
+        // borrow of `self` prevents), at most isize::MAX bytes (mmap cannot map more);
+        // the caller excludes writers, as `&[u8]` requires.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr().cast::<u8>(), self.len) }
+    }
+
+    /// The mapping as a mutable slice.
+    ///
+    /// # Safety
+    /// Nothing else may read or write these bytes, in any process, while the slice
+    /// lives.
+    #[allow(clippy::mut_from_ref)] // shared memory: exclusivity is the caller's promise
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        // SAFETY: as in `as_slice`, the mapping writable; the caller promises exclusive
+        // access, as `&mut [u8]` requires.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr().cast::<u8>(), self.len) }
     }
 }
 

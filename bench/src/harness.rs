@@ -17,10 +17,11 @@ use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy
 
 use crate::floor::{self, FloorMap};
 use crate::kill_latency;
+use crate::payload::Payload;
 use crate::table::{Table, bytes};
 use crate::workloads::{
-    Contender, FloorFd, FloorNamed, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc, ShmrcChannel,
-    attach_release, ping_pong, stream, window_for,
+    Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
+    ShmrcChannel, attach_release, ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -94,10 +95,12 @@ const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 type Measure<'a> = Box<dyn FnMut(u64) -> Result<Duration> + 'a>;
 
 /// Runs every contender in batches, interleaved, `effort.rounds` times; each one's
-/// median nanoseconds per operation.
+/// median nanoseconds per operation. The batch size comes from the second of two
+/// single operations (the first may pay for what a pool or a cache keeps afterwards).
 fn interleaved(effort: Effort, contenders: &mut [Measure<'_>]) -> Result<Vec<f64>> {
     let mut batch = Vec::new();
     for measure in contenders.iter_mut() {
+        measure(1)?;
         let one = measure(1)?.max(Duration::from_nanos(1));
         batch.push((effort.batch.as_nanos() / one.as_nanos()).clamp(1, 20_000) as u64);
     }
@@ -149,12 +152,14 @@ fn peer(contender: &str, mode: Mode) -> Result<Peer> {
     Peer::start(command, contender, mode)
 }
 
-/// One workload of the three buffer workloads, as a function of contender, stream, size
+/// One workload of the four buffer workloads, as a function of contender, stream, size
 /// and operation count.
 #[derive(Copy, Clone)]
 enum BufferWorkload {
     PingPong,
     Stream,
+    /// The stream, every byte written by the producer and checked by the consumer.
+    Fill,
     AttachRelease,
 }
 
@@ -163,6 +168,7 @@ impl BufferWorkload {
         match self {
             BufferWorkload::PingPong => "ping-pong",
             BufferWorkload::Stream => "stream",
+            BufferWorkload::Fill => "fill",
             BufferWorkload::AttachRelease => "attach/release",
         }
     }
@@ -170,27 +176,48 @@ impl BufferWorkload {
     fn mode(self) -> Mode {
         match self {
             BufferWorkload::AttachRelease => Mode::Attach,
+            BufferWorkload::Fill => Mode::Fill,
             _ => Mode::Ping,
         }
     }
 
     fn unit(self) -> Unit {
         match self {
-            BufferWorkload::Stream => Unit::PerSecond,
+            BufferWorkload::Stream | BufferWorkload::Fill => Unit::PerSecond,
             _ => Unit::Micros,
         }
     }
 
+    /// How many buffers of `len` bytes may be in flight at once.
+    fn window(self, len: usize) -> usize {
+        match self {
+            BufferWorkload::Stream | BufferWorkload::Fill => window_for(len),
+            _ => 1,
+        }
+    }
+
+    /// Whether the pooled rows (and the bare floor) run this workload: every workload
+    /// that creates a buffer per operation (attach/release creates one in all).
+    fn pooled(self) -> bool {
+        !matches!(self, BufferWorkload::AttachRelease)
+    }
+
     fn measure<'a, C: Contender + 'a>(self, mut c: C, peer: &'a Peer, len: usize) -> Measure<'a> {
+        let window = self.window(len);
         Box::new(move |n| match self {
-            BufferWorkload::PingPong => ping_pong(&mut c, &peer.stream, len, n),
-            BufferWorkload::Stream => stream(&mut c, &peer.stream, len, n, window_for(len)),
+            BufferWorkload::PingPong => ping_pong(&mut c, &peer.stream, len, n, Payload::TouchOne),
+            BufferWorkload::Stream => {
+                stream(&mut c, &peer.stream, len, n, window, Payload::TouchOne)
+            }
+            BufferWorkload::Fill => stream(&mut c, &peer.stream, len, n, window, Payload::Fill),
             BufferWorkload::AttachRelease => attach_release(&mut c, &peer.stream, len, n),
         })
     }
 }
 
-/// A buffer workload at every size, for one strategy: shmrc and its two floors.
+/// A buffer workload at every size, for one strategy: shmrc and its two floors; for
+/// file_system, also shmrc's pool and the bare floor it is compared with (index 4, a
+/// third baseline).
 fn buffer_workload(
     workload: BufferWorkload,
     strategy: Strategy,
@@ -199,7 +226,8 @@ fn buffer_workload(
 ) -> Result<Vec<Row>> {
     let prefix = format!("{}-floor", ns.prefix());
     let shmrc = Shmrc::new(strategy, ns.clone());
-    let names: Vec<String> = match strategy {
+    let pooled = strategy == Strategy::FileSystem && workload.pooled();
+    let mut names: Vec<String> = match strategy {
         Strategy::FileDescriptor => vec![
             shmrc.name(),
             FloorFd { reserve: false }.name(),
@@ -211,6 +239,10 @@ fn buffer_workload(
             FloorNamed::new(prefix.clone(), true).name(),
         ],
     };
+    if pooled {
+        names.extend([Shmrc::POOLED.to_owned(), FloorReused::NAME.to_owned()]);
+    }
+    let baselines: &[usize] = if pooled { &[1, 2, 4] } else { &[1, 2] };
     let peers = names
         .iter()
         .map(|n| peer(n, workload.mode()))
@@ -230,6 +262,12 @@ fn buffer_workload(
                 workload.measure(FloorNamed::new(prefix.clone(), true), &peers[2], len),
             ],
         };
+        if pooled {
+            let bare = FloorReused::new(&format!("{prefix}-bare"), len, workload.window(len))?;
+            let pool = Shmrc::pooled(ns.clone(), workload.window(len))?;
+            measures.push(workload.measure(pool, &peers[3], len));
+            measures.push(workload.measure(bare, &peers[4], len));
+        }
         let nanos = interleaved(effort, &mut measures)?;
         out.extend(rows(
             workload.name(),
@@ -237,7 +275,7 @@ fn buffer_workload(
             workload.unit(),
             &names,
             &nanos,
-            &[1, 2],
+            baselines,
         ));
     }
     Ok(out)
@@ -470,10 +508,11 @@ pub fn run(args: &BenchOptions) -> Result<()> {
 }
 
 /// The workloads `--only` may name.
-pub const WORKLOADS: [&str; 9] = [
+pub const WORKLOADS: [&str; 10] = [
     "ping-pong",
     "channel ping-pong",
     "stream",
+    "fill",
     "attach/release",
     "clone/drop",
     "finalize",
@@ -494,6 +533,7 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
     for workload in [
         BufferWorkload::PingPong,
         BufferWorkload::Stream,
+        BufferWorkload::Fill,
         BufferWorkload::AttachRelease,
     ] {
         if wanted(workload.name()) {

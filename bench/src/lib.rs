@@ -1,12 +1,14 @@
 //! shmrc's benchmarks (not published): the raw-syscall [`floor`] every ratio is taken
 //! against, the [`workloads`] shared by `shmrc bench` and the criterion benches, the
 //! [`harness`] behind `shmrc bench`, the SIGKILL-to-unlink measurement
-//! ([`kill_latency`]) and the report [`table`]s. `peers.py` beside this package adds
+//! ([`kill_latency`]), what the workloads write and check in each buffer
+//! ([`payload`]: one byte, or every byte) and the report [`table`]s. `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
 pub mod floor;
 pub mod harness;
 pub mod kill_latency;
+pub mod payload;
 pub mod table;
 pub mod workloads;

@@ -10,21 +10,32 @@
 //!   attaches, reads byte 0, releases and acks with that byte; the producer drops its
 //!   buffer on the ack.
 //! - stream ([`stream`]): the same with up to a window of buffers in flight.
+//! - fill ([`stream`] with [`Payload::Fill`], peer mode [`Mode::Fill`]): the stream,
+//!   the producer writing every byte of each buffer and the peer checking every byte
+//!   ([`crate::payload`]) and acking with the buffer's seed.
+//! - pooled rows: the same workloads with buffers from a [`ShmPool`] ([`Shmrc::pooled`]),
+//!   against the bare floor ([`FloorReused`]: segments created, reserved and faulted
+//!   once, outside the timing, and reused), the peer attaching each one as usual.
 //! - attach/release ([`attach_release`]): one buffer, many handles to it in one message;
 //!   the peer times attaching, reading byte 0 of and releasing each.
 //! - hold ([`Mode::Hold`]): the peer creates file_system buffers and holds them until it
 //!   is killed (the sweep workload).
 
+use std::cell::Cell;
 use std::collections::VecDeque;
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use crate::floor::{self, FloorMap};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy, transport};
+use crate::payload::{Payload, next_seed};
+use shmrc::{
+    CreateOptions, Error, Namespace, PoolLimits, Result, ShmBuf, ShmPool, Strategy, transport,
+};
 
 /// Environment variable naming the contender a peer process serves.
 pub const PEER_CONTENDER: &str = "SHMRC_BENCH_CONTENDER";
@@ -51,6 +62,9 @@ pub enum Mode {
     Attach,
     /// Create file_system buffers and hold them until killed.
     Hold,
+    /// Consume single filled buffers (the fill workload): check every byte and ack
+    /// each with the seed it carries.
+    Fill,
 }
 
 impl Mode {
@@ -60,11 +74,20 @@ impl Mode {
             Mode::Ping => "ping",
             Mode::Attach => "attach",
             Mode::Hold => "hold",
+            Mode::Fill => "fill",
+        }
+    }
+
+    /// What the peer reads of each buffer in this mode.
+    pub fn payload(self) -> Payload {
+        match self {
+            Mode::Fill => Payload::Fill,
+            _ => Payload::TouchOne,
         }
     }
 
     fn parse(name: &str) -> Result<Mode> {
-        [Mode::Ping, Mode::Attach, Mode::Hold]
+        [Mode::Ping, Mode::Attach, Mode::Hold, Mode::Fill]
             .into_iter()
             .find(|m| m.name() == name)
             .ok_or_else(|| invalid(format!("unknown peer mode {name:?}")))
@@ -79,26 +102,69 @@ pub trait Contender {
     fn name(&self) -> String;
     /// Creates a buffer of `len` bytes and writes byte 0.
     fn create(&mut self, len: usize) -> Result<Self::Buf>;
+    /// Writes `payload` of `seed` into `buf`, which was just created and not sent yet
+    /// ([`Payload::write`]).
+    fn write(&mut self, buf: &Self::Buf, payload: Payload, seed: u64) -> Result<()>;
     /// Sends `count` handles of `buf` in one message.
     fn send(&mut self, stream: &UnixStream, buf: &Self::Buf, count: usize) -> Result<()>;
-    /// Receives one message, and attaches, reads byte 0 of and releases each handle in
-    /// it; returns the last byte read and the nanoseconds the attaches and releases took
+    /// Receives one message, and attaches, reads `payload` of ([`Payload::read`]) and
+    /// releases each handle in it; returns the last value read (byte 0, or a filled
+    /// buffer's seed) and the nanoseconds the attaches, reads and releases took
     /// (receiving aside). `None` when the producer has closed the stream.
-    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>>;
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>>;
 }
 
-/// shmrc with one strategy.
+/// shmrc with one strategy: a fresh buffer per operation, or (file_system) buffers
+/// from a [`ShmPool`] ([`Shmrc::pooled`]), each a segment recycled once its previous
+/// use is released everywhere (no `shm_open`, no reservation), or a new one while none
+/// is free. The consumer is the same for both: it receives a handle and attaches.
 pub struct Shmrc {
     strategy: Strategy,
-    options: CreateOptions,
+    source: Source,
+}
+
+/// Where [`Shmrc`]'s producer gets its buffers.
+enum Source {
+    Fresh(CreateOptions),
+    Pool(ShmPool),
 }
 
 impl Shmrc {
+    /// The name of the pooled rows (their peer consumes as any file_system [`Shmrc`]).
+    pub const POOLED: &'static str = "shmrc pool file_system";
+
     /// shmrc buffers of `strategy`, file_system ones in namespace `ns`.
     pub fn new(strategy: Strategy, ns: Namespace) -> Shmrc {
         Shmrc {
             strategy,
-            options: CreateOptions::new().strategy(strategy).namespace(ns),
+            source: Source::Fresh(CreateOptions::new().strategy(strategy).namespace(ns)),
+        }
+    }
+
+    /// Buffers from a pool of file_system buffers in namespace `ns` that keeps up to
+    /// `window` idle buffers (the default limits otherwise): as many as the workload
+    /// has in flight, as a user sizes a pool for a pipeline. With fewer (the default
+    /// keeps 16), a stream whose window of 64 drains at the end of each batch gives
+    /// most segments back and creates them again in the next batch.
+    pub fn pooled(ns: Namespace, window: usize) -> Result<Shmrc> {
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns);
+        let limits = PoolLimits {
+            max_idle_buffers: window.max(PoolLimits::default().max_idle_buffers),
+            ..PoolLimits::default()
+        };
+        Ok(Shmrc {
+            strategy: Strategy::FileSystem,
+            source: Source::Pool(ShmPool::new(options, limits)?),
+        })
+    }
+
+    /// The pool buffers come from, if [`Shmrc::pooled`].
+    pub fn pool(&self) -> Option<&ShmPool> {
+        match &self.source {
+            Source::Pool(pool) => Some(pool),
+            Source::Fresh(_) => None,
         }
     }
 }
@@ -107,13 +173,23 @@ impl Contender for Shmrc {
     type Buf = ShmBuf;
 
     fn name(&self) -> String {
-        format!("shmrc {}", self.strategy)
+        match self.source {
+            Source::Fresh(_) => format!("shmrc {}", self.strategy),
+            Source::Pool(_) => Shmrc::POOLED.into(),
+        }
     }
 
     fn create(&mut self, len: usize) -> Result<ShmBuf> {
-        let buf = ShmBuf::with_options(len, &self.options)?;
+        let buf = match &self.source {
+            Source::Fresh(options) => ShmBuf::with_options(len, options)?,
+            Source::Pool(pool) => pool.get(len)?,
+        };
         buf.write_at(0, &[1])?;
         Ok(buf)
+    }
+
+    fn write(&mut self, buf: &ShmBuf, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(buf, seed)
     }
 
     fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
@@ -123,20 +199,20 @@ impl Contender for Shmrc {
         transport::send(stream, b"", handles)
     }
 
-    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         let message = match transport::recv(stream) {
             Ok(m) => m,
             Err(Error::Disconnected) => return Ok(None),
             Err(e) => return Err(e),
         };
         let start = Instant::now();
-        let mut byte = [0u8];
+        let mut read = 0;
         for handle in message.handles {
             let buf = ShmBuf::attach(handle)?;
-            buf.read_at(0, &mut byte)?;
+            read = payload.read(&buf)?;
             buf.release()?;
         }
-        Ok(Some((byte[0], nanos(start.elapsed()))))
+        Ok(Some((read, nanos(start.elapsed()))))
     }
 }
 
@@ -176,6 +252,10 @@ impl Contender for ShmrcChannel {
         self.inner.create(len)
     }
 
+    fn write(&mut self, buf: &ShmBuf, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(buf, seed)
+    }
+
     fn send(&mut self, stream: &UnixStream, buf: &ShmBuf, count: usize) -> Result<()> {
         if self.sender.is_none() {
             self.sender = Some(shmrc::channel::Sender::from_stream(clone_stream(stream)?));
@@ -187,7 +267,7 @@ impl Contender for ShmrcChannel {
         Ok(())
     }
 
-    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         if self.receiver.is_none() {
             self.receiver = Some(shmrc::channel::Receiver::from_stream(clone_stream(stream)?));
         }
@@ -198,10 +278,9 @@ impl Contender for ShmrcChannel {
             Err(e) => return Err(e),
         };
         let start = Instant::now();
-        let mut byte = [0u8];
-        buf.read_at(0, &mut byte)?;
+        let read = payload.read(&buf)?;
         buf.release()?;
-        Ok(Some((byte[0], nanos(start.elapsed()))))
+        Ok(Some((read, nanos(start.elapsed()))))
     }
 }
 
@@ -225,22 +304,26 @@ impl Contender for FloorFd {
         Ok((fd, map))
     }
 
+    fn write(&mut self, buf: &(OwnedFd, FloorMap), payload: Payload, seed: u64) -> Result<()> {
+        payload.write(&buf.1, seed)
+    }
+
     fn send(&mut self, stream: &UnixStream, buf: &(OwnedFd, FloorMap), count: usize) -> Result<()> {
         let fds = vec![buf.0.as_fd(); count];
         floor::send(stream, &(buf.1.len() as u64).to_le_bytes(), &fds)
     }
 
-    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         let mut fds = Vec::new();
         let Some(len) = recv_len(stream, &mut fds)? else {
             return Ok(None);
         };
         let start = Instant::now();
-        let mut byte = 0;
+        let mut read = 0;
         for fd in fds {
-            byte = FloorMap::new(fd.as_fd(), len)?.read_byte(0)?;
+            read = payload.read(&FloorMap::new(fd.as_fd(), len)?)?;
         }
-        Ok(Some((byte, nanos(start.elapsed()))))
+        Ok(Some((read, nanos(start.elapsed()))))
     }
 }
 
@@ -294,21 +377,136 @@ impl Contender for FloorNamed {
         Ok(NamedBuf { name, map, _fd: fd })
     }
 
+    fn write(&mut self, buf: &NamedBuf, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(&buf.map, seed)
+    }
+
     fn send(&mut self, stream: &UnixStream, buf: &NamedBuf, count: usize) -> Result<()> {
         send_named(stream, buf.map.len(), count, &buf.name)
     }
 
-    fn consume(&mut self, stream: &UnixStream) -> Result<Option<(u8, u64)>> {
-        let Some((len, count, name)) = recv_named(stream)? else {
-            return Ok(None);
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
+        consume_named(stream, payload)
+    }
+}
+
+/// The consumer of a named floor object: `shm_open`, `mmap`, read, `munmap`, `close`.
+fn consume_named(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
+    let Some((len, count, name)) = recv_named(stream)? else {
+        return Ok(None);
+    };
+    let start = Instant::now();
+    let mut read = 0;
+    for _ in 0..count {
+        let fd = floor::open_named(&name)?;
+        read = payload.read(&FloorMap::new(fd.as_fd(), len)?)?;
+    }
+    Ok(Some((read, nanos(start.elapsed()))))
+}
+
+/// The bare floor that [`Shmrc::pooled`] is measured against: `slots` named objects of one
+/// length, created, reserved and faulted in (every page written) once, outside the
+/// timing, and handed out in turn. What is left per buffer is the mechanism alone:
+/// the name sent as bytes, the peer's `shm_open` + `mmap` + read + `munmap` + `close`,
+/// the ack. No protocol tells it when a slot is free: it relies on the workloads'
+/// order (a slot comes round again only after `slots` newer buffers, by when its ack
+/// has arrived) and refuses, with an error, a slot whose buffer is still held.
+pub struct FloorReused {
+    len: usize,
+    slots: Vec<(String, FloorMap, OwnedFd)>,
+    busy: Rc<Vec<Cell<bool>>>,
+    next: usize,
+}
+
+/// A slot of [`FloorReused`] in use; dropping it frees the slot (it is not unlinked).
+pub struct ReusedSlot {
+    index: usize,
+    busy: Rc<Vec<Cell<bool>>>,
+}
+
+impl Drop for ReusedSlot {
+    fn drop(&mut self) {
+        self.busy[self.index].set(false);
+    }
+}
+
+impl FloorReused {
+    /// The name of its rows (its peer consumes as [`FloorNamed`]).
+    pub const NAME: &'static str = "floor shm_open reused";
+
+    /// `slots` objects of `len` bytes named `<prefix>-<n>`, reserved and faulted in.
+    pub fn new(prefix: &str, len: usize, slots: usize) -> Result<FloorReused> {
+        let mut made = FloorReused {
+            len,
+            slots: Vec::with_capacity(slots),
+            busy: Rc::new(vec![Cell::new(false); slots.max(1)]),
+            next: 0,
         };
-        let start = Instant::now();
-        let mut byte = 0;
-        for _ in 0..count {
-            let fd = floor::open_named(&name)?;
-            byte = FloorMap::new(fd.as_fd(), len)?.read_byte(0)?;
+        for n in 0..slots.max(1) {
+            let name = format!("{prefix}-{n}");
+            let fd = floor::create_named(&name, len, true)?;
+            let map = match FloorMap::new(fd.as_fd(), len) {
+                Ok(map) => map,
+                Err(e) => {
+                    let _ = floor::unlink_named(&name);
+                    return Err(e);
+                }
+            };
+            made.slots.push((name, map, fd));
+            // Fault every page in now (a filled pattern writes each one).
+            Payload::Fill.write(&made.slots[n].1, 0)?;
         }
-        Ok(Some((byte, nanos(start.elapsed()))))
+        Ok(made)
+    }
+}
+
+impl Drop for FloorReused {
+    fn drop(&mut self) {
+        for (name, _, _) in &self.slots {
+            let _ = floor::unlink_named(name);
+        }
+    }
+}
+
+impl Contender for FloorReused {
+    type Buf = ReusedSlot;
+
+    fn name(&self) -> String {
+        FloorReused::NAME.into()
+    }
+
+    fn create(&mut self, len: usize) -> Result<ReusedSlot> {
+        if len != self.len {
+            return Err(invalid(format!(
+                "the bare floor's slots hold {} bytes, not {len}",
+                self.len
+            )));
+        }
+        let index = self.next;
+        if self.busy[index].replace(true) {
+            return Err(invalid(format!(
+                "the bare floor's slot {index} of {} is still in use",
+                self.slots.len()
+            )));
+        }
+        self.next = (index + 1) % self.slots.len();
+        self.slots[index].1.write_byte(0, 1)?;
+        Ok(ReusedSlot {
+            index,
+            busy: self.busy.clone(),
+        })
+    }
+
+    fn write(&mut self, buf: &ReusedSlot, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(&self.slots[buf.index].1, seed)
+    }
+
+    fn send(&mut self, stream: &UnixStream, buf: &ReusedSlot, count: usize) -> Result<()> {
+        send_named(stream, self.len, count, &self.slots[buf.index].0)
+    }
+
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
+        consume_named(stream, payload)
     }
 }
 
@@ -380,55 +578,81 @@ fn invalid(why: String) -> Error {
     Error::InvalidArgument(why)
 }
 
-/// Reads one ping ack; byte 0 of the buffer must have arrived as written.
-fn await_ack(stream: &UnixStream) -> Result<()> {
-    let mut ack = [0u8];
-    read_exact(stream, &mut ack)?;
-    if ack[0] != 1 {
-        return Err(invalid(format!("peer read byte 0 as {}, not 1", ack[0])));
+/// Reads one ack of a buffer carrying `payload` (of `seed`, when filled): byte 0 of
+/// the buffer (a one-byte ack) must have arrived as written, a filled buffer's seed (an
+/// 8-byte ack, sent after the peer checked every byte) must be `seed`.
+fn await_ack(stream: &UnixStream, payload: Payload, seed: u64) -> Result<()> {
+    match payload {
+        Payload::TouchOne => {
+            let mut ack = [0u8];
+            read_exact(stream, &mut ack)?;
+            if ack[0] != 1 {
+                return Err(invalid(format!("peer read byte 0 as {}, not 1", ack[0])));
+            }
+        }
+        Payload::Fill => {
+            let mut ack = [0u8; 8];
+            read_exact(stream, &mut ack)?;
+            let got = u64::from_le_bytes(ack);
+            if got != seed {
+                return Err(invalid(format!(
+                    "peer found the seed of a filled buffer to be {got:#x}, not {seed:#x} as written"
+                )));
+            }
+        }
     }
     Ok(())
 }
 
-/// `iters` ping-pongs of `len`-byte buffers; the time they took.
+/// Creates a buffer and writes `payload` into it; the buffer and its seed.
+fn produce<C: Contender>(c: &mut C, len: usize, payload: Payload) -> Result<(C::Buf, u64)> {
+    let buf = c.create(len)?;
+    let seed = next_seed();
+    c.write(&buf, payload, seed)?;
+    Ok((buf, seed))
+}
+
+/// `iters` ping-pongs of `len`-byte buffers carrying `payload`; the time they took.
 pub fn ping_pong<C: Contender>(
     c: &mut C,
     stream: &UnixStream,
     len: usize,
     iters: u64,
+    payload: Payload,
 ) -> Result<Duration> {
     let start = Instant::now();
     for _ in 0..iters {
-        let buf = c.create(len)?;
+        let (buf, seed) = produce(c, len, payload)?;
         c.send(stream, &buf, 1)?;
-        await_ack(stream)?;
+        await_ack(stream, payload, seed)?;
         drop(buf);
     }
     Ok(start.elapsed())
 }
 
-/// `count` buffers of `len` bytes with up to `window` in flight; the time they took.
+/// `count` buffers of `len` bytes carrying `payload`, with up to `window` in flight;
+/// the time they took.
 pub fn stream<C: Contender>(
     c: &mut C,
     stream: &UnixStream,
     len: usize,
     count: u64,
     window: usize,
+    payload: Payload,
 ) -> Result<Duration> {
     let start = Instant::now();
     let mut in_flight = VecDeque::with_capacity(window);
     for _ in 0..count {
         if in_flight.len() == window.max(1) {
-            await_ack(stream)?;
-            in_flight.pop_front();
+            let (_buf, seed) = in_flight.pop_front().expect("a full window");
+            await_ack(stream, payload, seed)?;
         }
-        let buf = c.create(len)?;
+        let (buf, seed) = produce(c, len, payload)?;
         c.send(stream, &buf, 1)?;
-        in_flight.push_back(buf);
+        in_flight.push_back((buf, seed));
     }
-    while !in_flight.is_empty() {
-        await_ack(stream)?;
-        in_flight.pop_front();
+    while let Some((_buf, seed)) = in_flight.pop_front() {
+        await_ack(stream, payload, seed)?;
     }
     Ok(start.elapsed())
 }
@@ -554,14 +778,15 @@ pub fn serve<C: Contender>(mut c: C) -> Result<()> {
     if mode == Mode::Hold {
         return hold(&stream);
     }
-    while let Some((byte, took)) = c.consume(&stream)? {
+    while let Some((read, took)) = c.consume(&stream, mode.payload())? {
         match mode {
             Mode::Attach => {
-                let mut reply = vec![byte];
+                let mut reply = vec![read as u8];
                 reply.extend_from_slice(&took.to_le_bytes());
                 write_all(&stream, &reply)?;
             }
-            _ => write_all(&stream, &[byte])?,
+            Mode::Fill => write_all(&stream, &read.to_le_bytes())?,
+            _ => write_all(&stream, &[read as u8])?,
         }
     }
     Ok(())
@@ -606,6 +831,9 @@ pub fn serve_builtin() -> Option<Result<()>> {
         n if n == ShmrcChannel::new(Strategy::FileSystem, ns.clone()).name() => {
             serve(ShmrcChannel::new(Strategy::FileSystem, ns))
         }
+        // A pooled buffer is consumed as any file_system buffer: received and attached.
+        Shmrc::POOLED => serve(Shmrc::new(Strategy::FileSystem, ns)),
+        // The bare floor's peer is the named floor's (open, map, read, unmap).
         n if n.starts_with("floor memfd") => serve(FloorFd { reserve: false }),
         n if n.starts_with("floor shm_open") => serve(FloorNamed::new(String::new(), false)),
         _ => return None,
@@ -635,12 +863,12 @@ mod tests {
     fn an_ack_with_the_wrong_byte_is_an_error_and_a_closed_peer_ends_serving() {
         let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
         super::write_all(&a, &[7]).unwrap();
-        let err = super::await_ack(&b).unwrap_err();
+        let err = super::await_ack(&b, super::Payload::TouchOne, 0).unwrap_err();
         assert!(err.to_string().contains("byte 0 as 7"), "{err}");
         drop(a);
         let mut consumer = super::FloorFd { reserve: false };
         assert!(
-            super::Contender::consume(&mut consumer, &b)
+            super::Contender::consume(&mut consumer, &b, super::Payload::TouchOne)
                 .unwrap()
                 .is_none()
         );
@@ -654,9 +882,255 @@ mod tests {
         let buf = producer.create(8192).unwrap();
         producer.send(&a, &buf, 3).unwrap();
         let (byte, _) = super::FloorFd { reserve: true }
-            .consume(&b)
+            .consume(&b, super::Payload::TouchOne)
             .unwrap()
             .unwrap();
         assert_eq!(byte, 1);
+    }
+
+    // The fill workload: each contender's consumer checks every byte, in-process over a
+    // socket pair whose reads time out (the tests' time limit), in a namespace of its
+    // own; nothing is left in /dev/shm.
+
+    use super::{Contender, FloorFd, FloorNamed, FloorReused, Payload, Shmrc, nanos, stream};
+    use shmrc::Strategy;
+    use shmrc_testkit::names::TestNamespace;
+    use std::os::unix::net::UnixStream;
+    use std::time::Duration;
+
+    const LIMIT: Duration = Duration::from_secs(20);
+
+    fn pair() -> (UnixStream, UnixStream) {
+        let (a, b) = UnixStream::pair().unwrap();
+        for s in [&a, &b] {
+            s.set_read_timeout(Some(LIMIT)).unwrap();
+            s.set_write_timeout(Some(LIMIT)).unwrap();
+        }
+        (a, b)
+    }
+
+    /// Everything of `t` and of the floor objects named after it in /dev/shm.
+    fn left_in_dev_shm(t: &TestNamespace) -> Vec<String> {
+        let mut left = t.names();
+        left.extend(
+            std::fs::read_dir("/dev/shm")
+                .unwrap()
+                .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                .filter(|n| n.starts_with(t.ns.prefix())),
+        );
+        left
+    }
+
+    /// Produces one filled buffer of `len` bytes, lets `spoil` change it, sends it and
+    /// has `consumer` check it; what the consumer read (the seed) or its error.
+    fn one_filled<C: Contender, D: Contender>(
+        producer: &mut C,
+        consumer: &mut D,
+        len: usize,
+        spoil: impl FnOnce(&mut C, &C::Buf),
+    ) -> (u64, shmrc::Result<u64>) {
+        let (a, b) = pair();
+        let buf = producer.create(len).unwrap();
+        let seed = crate::payload::next_seed();
+        producer.write(&buf, Payload::Fill, seed).unwrap();
+        spoil(producer, &buf);
+        producer.send(&a, &buf, 1).unwrap();
+        let read = consumer
+            .consume(&b, Payload::Fill)
+            .map(|got| got.expect("a message").0);
+        drop(buf);
+        (seed, read)
+    }
+
+    fn assert_caught(read: shmrc::Result<u64>, offset: usize) {
+        let err = read.expect_err("a wrong byte passed the check").to_string();
+        assert!(err.contains(&format!("byte {offset} is")), "{err}");
+    }
+
+    #[test]
+    fn every_consumer_checks_every_byte_of_a_filled_buffer() {
+        let t = TestNamespace::new("bench-fill-check");
+        let len = 64 << 10;
+        let last = len - 1;
+        for strategy in Strategy::ALL {
+            let mut c = Shmrc::new(strategy, t.ns.clone());
+            let mut d = Shmrc::new(strategy, t.ns.clone());
+            let (seed, read) = one_filled(&mut c, &mut d, len, |_, _| {});
+            assert_eq!(read.unwrap(), seed, "{strategy}: a right buffer passes");
+            let (_, read) = one_filled(&mut c, &mut d, len, |_, buf| {
+                buf.write_at(last, &[0]).unwrap();
+            });
+            assert_caught(read, last);
+        }
+        let mut floor = FloorFd { reserve: true };
+        let (seed, read) = one_filled(&mut floor, &mut FloorFd { reserve: true }, len, |_, _| {});
+        assert_eq!(read.unwrap(), seed);
+        let (_, read) = one_filled(&mut floor, &mut FloorFd { reserve: true }, len, |_, buf| {
+            buf.1.write_byte(4096, 0).unwrap();
+        });
+        assert_caught(read, 4096);
+        let prefix = format!("{}-floor", t.ns.prefix());
+        let mut named = FloorNamed::new(prefix.clone(), false);
+        let mut reader = FloorNamed::new(prefix.clone(), false);
+        let (seed, read) = one_filled(&mut named, &mut reader, len, |_, _| {});
+        assert_eq!(read.unwrap(), seed);
+        let (_, read) = one_filled(&mut named, &mut reader, len, |_, buf| {
+            buf.map.write_byte(9, 0).unwrap();
+        });
+        assert_caught(read, 9);
+        let mut bare = FloorReused::new(&format!("{prefix}-bare"), len, 2).unwrap();
+        let (seed, read) = one_filled(&mut bare, &mut reader, len, |_, _| {});
+        assert_eq!(read.unwrap(), seed);
+        let (_, read) = one_filled(&mut bare, &mut reader, len, |c, buf| {
+            c.slots[buf.index].1.write_byte(100, 0).unwrap();
+        });
+        assert_caught(read, 100);
+        drop(bare);
+        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
+        let mut d = Shmrc::new(Strategy::FileSystem, t.ns.clone());
+        let (seed, read) = one_filled(&mut pool, &mut d, len, |_, _| {});
+        assert_eq!(read.unwrap(), seed);
+        let (_, read) = one_filled(&mut pool, &mut d, len, |_, buf| {
+            buf.write_at(12345, &[0]).unwrap();
+        });
+        assert_caught(read, 12345);
+        assert_eq!(
+            pool.pool().unwrap().stats().created,
+            1,
+            "the second buffer was recycled"
+        );
+        drop(pool);
+        assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
+    }
+
+    /// A pooled producer that writes its first buffer right, and then, into the
+    /// recycled segment, nothing (`skip`: the first use's pattern stays, byte 0 aside)
+    /// or the first buffer's pattern again (a complete pattern of the wrong seed).
+    struct FillsOnce {
+        inner: Shmrc,
+        first_seed: Option<u64>,
+        skip: bool,
+    }
+
+    impl Contender for FillsOnce {
+        type Buf = shmrc::ShmBuf;
+        fn name(&self) -> String {
+            "fills once".into()
+        }
+        fn create(&mut self, len: usize) -> shmrc::Result<shmrc::ShmBuf> {
+            self.inner.create(len)
+        }
+        fn write(&mut self, buf: &shmrc::ShmBuf, payload: Payload, seed: u64) -> shmrc::Result<()> {
+            match self.first_seed {
+                None => {
+                    self.first_seed = Some(seed);
+                    self.inner.write(buf, payload, seed)
+                }
+                Some(_) if self.skip => Ok(()),
+                Some(first) => self.inner.write(buf, payload, first),
+            }
+        }
+        fn send(&mut self, s: &UnixStream, buf: &shmrc::ShmBuf, count: usize) -> shmrc::Result<()> {
+            self.inner.send(s, buf, count)
+        }
+        fn consume(&mut self, s: &UnixStream, p: Payload) -> shmrc::Result<Option<(u64, u64)>> {
+            self.inner.consume(s, p)
+        }
+    }
+
+    /// Runs `stream` of `count` filled buffers from `producer` to a consumer thread
+    /// that checks and acks each; the producer's result and how many the consumer
+    /// checked.
+    fn filled_stream<C: Contender>(
+        producer: &mut C,
+        ns: &shmrc::Namespace,
+        count: u64,
+    ) -> (shmrc::Result<Duration>, u64) {
+        let (a, b) = pair();
+        let ns = ns.clone();
+        let consumer = std::thread::spawn(move || {
+            let mut d = Shmrc::new(Strategy::FileSystem, ns);
+            let mut checked = 0u64;
+            while let Ok(Some((seed, took))) = d.consume(&b, Payload::Fill) {
+                assert!(took <= nanos(LIMIT));
+                checked += 1;
+                if super::write_all(&b, &seed.to_le_bytes()).is_err() {
+                    break;
+                }
+            }
+            checked
+        });
+        let result = stream(producer, &a, 1 << 20, count, 4, Payload::Fill);
+        drop(a);
+        (result, consumer.join().unwrap())
+    }
+
+    #[test]
+    fn a_pooled_fill_stream_recycles_and_a_stale_recycled_buffer_fails_it() {
+        let t = TestNamespace::new("bench-fill-pool");
+        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
+        let (result, checked) = filled_stream(&mut pool, &t.ns, 40);
+        result.unwrap();
+        assert_eq!(checked, 40);
+        let stats = pool.pool().unwrap().stats();
+        assert!(stats.recycled >= 30, "{stats:?}");
+        drop(pool);
+
+        for skip in [true, false] {
+            let mut lazy = FillsOnce {
+                inner: Shmrc::pooled(t.ns.clone(), 4).unwrap(),
+                first_seed: None,
+                skip,
+            };
+            // One buffer at a time: the second is the first's segment, recycled.
+            let (a, b) = pair();
+            let ns = t.ns.clone();
+            let consumer = std::thread::spawn(move || {
+                let mut d = Shmrc::new(Strategy::FileSystem, ns);
+                loop {
+                    match d.consume(&b, Payload::Fill) {
+                        Ok(Some((seed, _))) => super::write_all(&b, &seed.to_le_bytes())?,
+                        Ok(None) => return Ok(()),
+                        Err(e) => return Err(e),
+                    }
+                }
+            });
+            let produced = super::ping_pong(&mut lazy, &a, 4096, 2, Payload::Fill);
+            assert_eq!(lazy.inner.pool().unwrap().stats().recycled, 1);
+            drop(a);
+            let consumed = consumer.join().unwrap();
+            if skip {
+                // Byte 0 (written at creation) no longer fits the stale pattern: the
+                // consumer finds the first wrong byte and stops.
+                let err = consumed.unwrap_err().to_string();
+                assert!(err.contains("byte 8 is"), "{err}");
+                assert!(produced.is_err(), "the producer got no ack");
+            } else {
+                // A complete pattern, of the first buffer's seed: the consumer acks it,
+                // the producer sees it is not the seed it meant to write.
+                consumed.unwrap();
+                let err = produced.unwrap_err().to_string();
+                assert!(err.contains("as written"), "{err}");
+            }
+            drop(lazy);
+        }
+        assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
+    }
+
+    #[test]
+    fn a_bare_floor_refuses_a_wrong_length_and_a_slot_still_in_use() {
+        let t = TestNamespace::new("bench-fill-bare");
+        let mut bare = FloorReused::new(&format!("{}-bare", t.ns.prefix()), 4096, 2).unwrap();
+        let err = bare.create(8192).err().unwrap().to_string();
+        assert!(err.contains("hold 4096 bytes, not 8192"), "{err}");
+        let first = bare.create(4096).unwrap();
+        let _second = bare.create(4096).unwrap();
+        let err = bare.create(4096).err().unwrap().to_string();
+        assert!(err.contains("slot 0 of 2 is still in use"), "{err}");
+        drop(first);
+        bare.create(4096).unwrap();
+        drop(_second);
+        drop(bare);
+        assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
     }
 }

@@ -87,9 +87,8 @@ struct BenchArgs {
     /// Print one JSON document instead of tables.
     #[arg(long)]
     json: bool,
-    /// Run only this workload (ping-pong, "channel ping-pong", stream, attach/release,
-    /// clone/drop, finalize,
-    /// sweep, creation, sigkill-to-unlink).
+    /// Run only this workload (ping-pong, "channel ping-pong", stream, fill,
+    /// attach/release, clone/drop, finalize, sweep, creation, sigkill-to-unlink).
     #[arg(long)]
     only: Option<String>,
 }

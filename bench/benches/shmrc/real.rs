@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 use criterion::{BenchmarkId, Criterion};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
 use shmrc_bench::floor::{self, FloorMap};
+use shmrc_bench::payload::{Bytes, Payload};
 use shmrc_bench::workloads::{
-    Contender, FloorFd, FloorNamed, Mode, PEER_CONTENDER, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
-    attach_release, ping_pong, stream, window_for,
+    Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_CONTENDER, PEER_COUNT, PEER_NAMESPACE,
+    Peer, Shmrc, attach_release, ping_pong, stream, window_for,
 };
 
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
@@ -42,32 +43,59 @@ impl Contender for MemfdCrate {
         Ok((fd, map))
     }
 
+    fn write(&mut self, buf: &Self::Buf, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(&buf.1, seed)
+    }
+
     fn send(&mut self, s: &UnixStream, buf: &Self::Buf, count: usize) -> Result<()> {
         let fds = vec![buf.0.as_file().as_fd(); count];
         floor::send(s, &(buf.1.len() as u64).to_le_bytes(), &fds)
     }
 
-    fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
+    fn consume(&mut self, s: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         let mut fds: Vec<OwnedFd> = Vec::new();
         let Some(len) = shmrc_bench::workloads::recv_len(s, &mut fds)? else {
             return Ok(None);
         };
         let start = Instant::now();
-        let mut byte = 0;
+        let mut read = 0;
         for fd in fds {
             let fd = memfd::Memfd::try_from_fd(fd)
                 .map_err(|_| Error::InvalidArgument("not a memfd".into()))?;
-            byte = FloorMap::new(fd.as_file().as_fd(), len)?.read_byte(0)?;
+            read = payload.read(&FloorMap::new(fd.as_file().as_fd(), len)?)?;
         }
-        Ok(Some((byte, start.elapsed().as_nanos() as u64)))
+        Ok(Some((read, start.elapsed().as_nanos() as u64)))
     }
 }
 
 /// The `shared_memory` crate: a named mapping whose id travels as bytes.
 struct SharedMemoryCrate;
 
+/// A `shared_memory` mapping as the payloads see it (the fill workload's slices).
+struct CrateMapping(shared_memory::Shmem);
+
+impl Bytes for CrateMapping {
+    fn first_byte(&self) -> Result<u8> {
+        // SAFETY: the mapping is at least one byte long (the creator's `len` > 0); a
+        // volatile read of shared memory another process may write is torn at worst.
+        Ok(unsafe { self.0.as_ptr().read_volatile() })
+    }
+
+    unsafe fn bytes(&self) -> &[u8] {
+        // SAFETY: `as_ptr()`/`len()` are the crate's live mapping, kept while `self`
+        // is borrowed; the caller excludes writers (the trait's contract).
+        unsafe { std::slice::from_raw_parts(self.0.as_ptr(), self.0.len()) }
+    }
+
+    unsafe fn bytes_mut(&self) -> &mut [u8] {
+        // SAFETY: as in `bytes`, the mapping writable; the caller excludes every other
+        // access (the trait's contract).
+        unsafe { std::slice::from_raw_parts_mut(self.0.as_ptr(), self.0.len()) }
+    }
+}
+
 impl Contender for SharedMemoryCrate {
-    type Buf = shared_memory::Shmem;
+    type Buf = CrateMapping;
 
     fn name(&self) -> String {
         "shared_memory crate".into()
@@ -81,34 +109,36 @@ impl Contender for SharedMemoryCrate {
         // SAFETY: byte 0 lies inside the fresh `len`-byte mapping (len > 0), which no
         // other process knows yet.
         unsafe { shmem.as_ptr().write_volatile(1) };
-        Ok(shmem)
+        Ok(CrateMapping(shmem))
+    }
+
+    fn write(&mut self, buf: &Self::Buf, payload: Payload, seed: u64) -> Result<()> {
+        payload.write(buf, seed)
     }
 
     fn send(&mut self, s: &UnixStream, buf: &Self::Buf, count: usize) -> Result<()> {
-        shmrc_bench::workloads::send_named(s, buf.len(), count, buf.get_os_id())
+        shmrc_bench::workloads::send_named(s, buf.0.len(), count, buf.0.get_os_id())
     }
 
-    fn consume(&mut self, s: &UnixStream) -> Result<Option<(u8, u64)>> {
+    fn consume(&mut self, s: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         let Some((_len, count, id)) = shmrc_bench::workloads::recv_named(s)? else {
             return Ok(None);
         };
         let start = Instant::now();
-        let mut byte = 0;
+        let mut read = 0;
         for _ in 0..count {
             let shmem = shared_memory::ShmemConf::new()
                 .os_id(&id)
                 .open()
                 .map_err(|e| crate_error("shared_memory open", e))?;
-            // SAFETY: the mapping is at least one byte long (the creator's `len` > 0);
-            // a volatile read of shared memory another process may write is torn at
-            // worst.
-            byte = unsafe { shmem.as_ptr().read_volatile() };
+            read = payload.read(&CrateMapping(shmem))?;
         }
-        Ok(Some((byte, start.elapsed().as_nanos() as u64)))
+        Ok(Some((read, start.elapsed().as_nanos() as u64)))
     }
 }
 
-/// Every contender of the buffer workloads, by name, in group order.
+/// Every contender of the buffer workloads, by name, in group order (the pooled
+/// ones last: groups that create one buffer in all leave them out).
 fn contender_names(prefix: &str) -> Vec<String> {
     let ns = Namespace::default();
     vec![
@@ -120,6 +150,8 @@ fn contender_names(prefix: &str) -> Vec<String> {
         FloorNamed::new(prefix.into(), false).name(),
         FloorNamed::new(prefix.into(), true).name(),
         SharedMemoryCrate.name(),
+        Shmrc::POOLED.into(),
+        FloorReused::NAME.into(),
     ]
 }
 
@@ -146,14 +178,28 @@ fn peer(name: &str, mode: Mode) -> Peer {
 enum Workload {
     PingPong,
     Stream,
+    /// The stream, every byte written and checked.
+    Fill,
     AttachRelease,
+}
+
+impl Workload {
+    /// How many buffers of `len` bytes may be in flight at once.
+    fn window(self, len: usize) -> usize {
+        match self {
+            Workload::Stream | Workload::Fill => window_for(len),
+            _ => 1,
+        }
+    }
 }
 
 /// Runs `workload` with contender `c` against `peer` for criterion's `iters`.
 fn run<C: Contender>(w: Workload, c: &mut C, peer: &Peer, len: usize, iters: u64) -> Duration {
+    let window = w.window(len);
     match w {
-        Workload::PingPong => ping_pong(c, &peer.stream, len, iters),
-        Workload::Stream => stream(c, &peer.stream, len, iters, window_for(len)),
+        Workload::PingPong => ping_pong(c, &peer.stream, len, iters, Payload::TouchOne),
+        Workload::Stream => stream(c, &peer.stream, len, iters, window, Payload::TouchOne),
+        Workload::Fill => stream(c, &peer.stream, len, iters, window, Payload::Fill),
         Workload::AttachRelease => attach_release(c, &peer.stream, len, iters),
     }
     .expect("workload runs")
@@ -162,7 +208,10 @@ fn run<C: Contender>(w: Workload, c: &mut C, peer: &Peer, len: usize, iters: u64
 fn buffer_group(crit: &mut Criterion, group: &str, w: Workload, mode: Mode) {
     let ns = Namespace::new(format!("shmrc-bench-c{}", std::process::id())).expect("namespace");
     let prefix = format!("{}-floor", ns.prefix());
-    let names = contender_names(&prefix);
+    let mut names = contender_names(&prefix);
+    if matches!(w, Workload::AttachRelease) {
+        names.truncate(8);
+    }
     let peers: Vec<Peer> = names.iter().map(|n| peer(n, mode)).collect();
     let mut g = crit.benchmark_group(group);
     g.measurement_time(Duration::from_secs(2))
@@ -170,6 +219,13 @@ fn buffer_group(crit: &mut Criterion, group: &str, w: Workload, mode: Mode) {
         .sample_size(10);
     for len in SIZES {
         g.throughput(criterion::Throughput::Elements(1));
+        // Kept for every iteration at this size, as a user keeps them.
+        let mut pool = Shmrc::pooled(ns.clone(), w.window(len)).expect("pool");
+        let mut bare = if names.len() > 8 {
+            Some(FloorReused::new(&format!("{prefix}-bare"), len, w.window(len)).expect("bare"))
+        } else {
+            None
+        };
         for (index, (name, p)) in names.iter().zip(&peers).enumerate() {
             let id = BenchmarkId::new(name.as_str(), workloads_size(len));
             g.bench_function(id, |b| {
@@ -199,7 +255,9 @@ fn buffer_group(crit: &mut Criterion, group: &str, w: Workload, mode: Mode) {
                         iters,
                     ),
                     6 => run(w, &mut FloorNamed::new(prefix.clone(), true), p, len, iters),
-                    _ => run(w, &mut SharedMemoryCrate, p, len, iters),
+                    7 => run(w, &mut SharedMemoryCrate, p, len, iters),
+                    8 => run(w, &mut pool, p, len, iters),
+                    _ => run(w, bare.as_mut().expect("pooled group"), p, len, iters),
                 })
             });
         }
@@ -328,6 +386,7 @@ pub fn main() {
     let mut crit = Criterion::default().configure_from_args();
     buffer_group(&mut crit, "ping_pong", Workload::PingPong, Mode::Ping);
     buffer_group(&mut crit, "stream", Workload::Stream, Mode::Ping);
+    buffer_group(&mut crit, "fill", Workload::Fill, Mode::Fill);
     buffer_group(
         &mut crit,
         "attach_release",
