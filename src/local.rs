@@ -23,10 +23,24 @@ pub struct SegmentKey {
 
 type Entry = Weak<dyn Any + Send + Sync>;
 
+/// The attached segments, by holder and segment. Entries whose value died are normally
+/// removed by [`ProcessLocal::unregister`]; a sweep for any left over runs only when
+/// the table has doubled since the last one, so that a register costs O(1) amortized
+/// however many segments the process holds (or inherited across `fork`).
+#[derive(Default)]
+struct Table {
+    entries: HashMap<(Token, SegmentKey), Entry>,
+    /// The length at which the next sweep of dead entries runs.
+    sweep_at: usize,
+}
+
+/// The smallest table that is swept of dead entries.
+const MIN_SWEEP_AT: usize = 64;
+
 /// Per-process protocol state; see the module docs.
 #[derive(Default)]
 pub struct ProcessLocal {
-    attached: Mutex<HashMap<(Token, SegmentKey), Entry>>,
+    attached: Mutex<Table>,
     finalize: Mutex<()>,
 }
 
@@ -40,7 +54,7 @@ impl ProcessLocal {
     /// Entries of another token (a parent's, inherited across `fork`) never match.
     pub fn lookup<T: Any + Send + Sync>(&self, me: Token, key: SegmentKey) -> Option<Arc<T>> {
         let table = lock(&self.attached);
-        let entry = table.get(&(me, key))?.upgrade()?;
+        let entry = table.entries.get(&(me, key))?.upgrade()?;
         entry.downcast::<T>().ok()
     }
 
@@ -54,14 +68,17 @@ impl ProcessLocal {
         value: &Arc<T>,
     ) -> Result<(), Arc<T>> {
         let mut table = lock(&self.attached);
-        if let Some(existing) = table.get(&(me, key)).and_then(Weak::upgrade) {
+        if let Some(existing) = table.entries.get(&(me, key)).and_then(Weak::upgrade) {
             if let Ok(existing) = existing.downcast::<T>() {
                 return Err(existing);
             }
         }
-        table.retain(|_, entry| entry.strong_count() > 0);
+        if table.entries.len() >= table.sweep_at {
+            table.entries.retain(|_, entry| entry.strong_count() > 0);
+            table.sweep_at = (2 * table.entries.len()).max(MIN_SWEEP_AT);
+        }
         let value: Arc<dyn Any + Send + Sync> = value.clone();
-        table.insert((me, key), Arc::downgrade(&value));
+        table.entries.insert((me, key), Arc::downgrade(&value));
         Ok(())
     }
 
@@ -69,16 +86,18 @@ impl ProcessLocal {
     pub fn unregister(&self, me: Token, key: SegmentKey) {
         let mut table = lock(&self.attached);
         if table
+            .entries
             .get(&(me, key))
             .is_some_and(|entry| entry.strong_count() == 0)
         {
-            table.remove(&(me, key));
+            table.entries.remove(&(me, key));
         }
     }
 
     /// Number of segments this process has attached and still holds.
     pub fn attached_count(&self) -> usize {
         lock(&self.attached)
+            .entries
             .values()
             .filter(|entry| entry.strong_count() > 0)
             .count()
@@ -110,4 +129,65 @@ impl std::fmt::Debug for ProcessLocal {
 /// holding these locks can panic half-way through an update.
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(n: u128) -> SegmentKey {
+        SegmentKey {
+            creator: Token::new(7, 1).unwrap(),
+            nonce: n,
+        }
+    }
+
+    #[test]
+    fn a_register_finds_the_live_value_and_replaces_a_dead_one() {
+        let local = ProcessLocal::new();
+        let me = Token::new(42, 1).unwrap();
+        let first = Arc::new(1u32);
+        assert!(local.register(me, key(1), &first).is_ok());
+        assert_eq!(
+            local.register(me, key(1), &Arc::new(2u32)),
+            Err(first.clone())
+        );
+        assert_eq!(local.lookup::<u32>(me, key(1)), Some(first.clone()));
+        // Another holder token (a parent's, inherited across fork) never matches.
+        assert_eq!(
+            local.lookup::<u32>(Token::new(43, 1).unwrap(), key(1)),
+            None
+        );
+        drop(first);
+        assert_eq!(local.lookup::<u32>(me, key(1)), None);
+        assert!(local.register(me, key(1), &Arc::new(3u32)).is_ok());
+    }
+
+    #[test]
+    fn dead_entries_left_behind_are_swept_once_the_table_doubles() {
+        let local = ProcessLocal::new();
+        let me = Token::new(42, 1).unwrap();
+        // Values dropped without unregister (as a drop racing a register could leave).
+        for n in 0..1000 {
+            local.register(me, key(n), &Arc::new(n)).unwrap();
+        }
+        assert_eq!(local.attached_count(), 0);
+        let table_len = || lock(&local.attached).entries.len();
+        assert!(
+            table_len() <= 2 * MIN_SWEEP_AT,
+            "swept as it grew: {}",
+            table_len()
+        );
+        // Live ones are kept, and sweeps grow apart with them (amortized O(1)).
+        let live: Vec<Arc<u128>> = (0..1000).map(Arc::new).collect();
+        for (n, value) in live.iter().enumerate() {
+            local.register(me, key(10_000 + n as u128), value).unwrap();
+        }
+        assert_eq!(local.attached_count(), 1000);
+        let sweep_at = lock(&local.attached).sweep_at;
+        assert!(
+            (1000..=2 * 1000 + 2 * MIN_SWEEP_AT).contains(&sweep_at),
+            "{sweep_at}"
+        );
+    }
 }
