@@ -753,6 +753,75 @@ mod posix_only {
         assert!(!os.is_alive(token));
     }
 
+    /// How many zombies [`a_zombie_reaped_while_its_liveness_is_asked_never_counts_as_alive`]
+    /// reaps.
+    const REAPED_ZOMBIES: u64 = 100;
+
+    /// Issue 13: a parent reaps its dead child at any moment (a DataLoader joins its
+    /// workers, `subprocess.run` waits for its job), also while the manager is asking
+    /// whether that child lives. Asked between the read of the zombie's `stat` and the
+    /// listing of its threads, the answer was "alive" (the listing failed, and a failed
+    /// listing counted as running threads), and the manager kept a segment only the
+    /// dead held. Here a thread asks over and over while this one reaps the zombie, at
+    /// a moment that differs each time: no answer may be "alive".
+    #[test]
+    fn a_zombie_reaped_while_its_liveness_is_asked_never_counts_as_alive() {
+        use shmrc::sync::process::{AtomicBool, Ordering};
+        let os = PosixOs::new();
+        let mut wrong = Vec::new();
+        for round in 0..REAPED_ZOMBIES {
+            let mut child = Command::new("true").spawn().expect("spawn true");
+            let pid = child.id();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            let token = loop {
+                match proc_state(pid) {
+                    Some((b'Z', token)) => break token,
+                    _ if Instant::now() > deadline => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        panic!("`true` (pid {pid}) never became a zombie");
+                    }
+                    _ => std::thread::sleep(Duration::from_millis(1)),
+                }
+            };
+            let (asking, reaped) = (AtomicBool::new(false), AtomicBool::new(false));
+            let answers = std::thread::scope(|s| {
+                let asker = s.spawn(|| {
+                    let (mut asked, mut alive) = (0u32, 0u32);
+                    // Until the reap, and a few times after it.
+                    let mut after = 0;
+                    while after < 50 {
+                        if reaped.load(Ordering::SeqCst) {
+                            after += 1;
+                        }
+                        asked += 1;
+                        alive += u32::from(os.is_alive(token));
+                        asking.store(true, Ordering::SeqCst);
+                    }
+                    (asked, alive)
+                });
+                while !asking.load(Ordering::SeqCst) {
+                    std::hint::spin_loop();
+                }
+                // Reap after 0 to about 200 µs of asking.
+                let pause = Instant::now() + Duration::from_micros(round * 2);
+                while Instant::now() < pause {
+                    std::hint::spin_loop();
+                }
+                child.wait().expect("reap true");
+                reaped.store(true, Ordering::SeqCst);
+                asker.join().expect("the asking thread")
+            });
+            if answers.1 > 0 {
+                wrong.push((pid, answers));
+            }
+        }
+        assert!(
+            wrong.is_empty(),
+            "zombies or reaped processes counted as alive ((pid, (asked, alive)) each): {wrong:?}"
+        );
+    }
+
     /// Runs the calling test again in a child process of its own (for tests that change
     /// process-wide state, or fork), returning `true` in that child. In the parent it
     /// waits for the child, asserts that it passed, and returns `false`.

@@ -13,8 +13,9 @@
 //!   asking for this process's token stops the program with a message saying why,
 //!   rather than making up a token.
 //!
-//! Zombies (dead) and a zombie leader whose other thread runs (alive) are checked by
-//! `tests/os_conformance.rs` (`posix_only`).
+//! Zombies (dead), a zombie leader whose other thread runs (alive), and a zombie reaped
+//! while its liveness is being asked (dead, whatever step the asking is at) are checked
+//! by `tests/os_conformance.rs` (`posix_only`).
 //!
 //! The namespaces need root and util-linux's `unshare` and `mount`. Where they are
 //! missing the tests say so and pass, unless `SHMRC_REQUIRE_ROOT=1` (set by `.ci/run`

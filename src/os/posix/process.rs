@@ -105,9 +105,7 @@ pub(super) fn is_alive(token: Token) -> bool {
     match read_stat(pid, &mut stack) {
         // No entry: dead, unless `/proc` hides it (`hidepid`, a non-dumpable
         // process): ask the kernel whether the pid exists at all.
-        Err(e) if e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH) => {
-            pid_exists(pid)
-        }
+        Err(e) if entry_gone(&e) => pid_exists(pid),
         // Unreadable: assume alive (a possible leak, never a premature unlink).
         Err(_) => true,
         Ok(content) => match parse_proc_stat(content.as_ref()) {
@@ -213,9 +211,29 @@ fn pid_exists(pid: u32) -> bool {
 }
 
 /// Whether the zombie leader `pid` still has running threads (more than its own entry
-/// in `/proc/<pid>/task`). Unreadable: assume it has (never a premature unlink).
+/// in `/proc/<pid>/task`). Its entry gone by now (no such directory, or the listing
+/// stopped short for that reason) means its parent reaped it since its `stat` was read,
+/// which it does only once every thread has exited: dead. Unreadable for another
+/// reason: assume it has (never a premature unlink).
 fn other_threads_run(pid: u32) -> bool {
-    fs::read_dir(format!("/proc/{pid}/task")).map_or(true, |tasks| tasks.count() > 1)
+    let tasks = match fs::read_dir(format!("/proc/{pid}/task")) {
+        Ok(tasks) => tasks,
+        Err(e) => return !entry_gone(&e),
+    };
+    let mut count = 0;
+    for task in tasks {
+        match task {
+            Ok(_) => count += 1,
+            Err(e) => return !entry_gone(&e),
+        }
+    }
+    count > 1
+}
+
+/// Whether a read of `/proc/<pid>/...` failed because the process has no entry (any
+/// more): `ENOENT` at open, `ESRCH` from a read once it was reaped.
+fn entry_gone(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound || e.raw_os_error() == Some(libc::ESRCH)
 }
 
 #[cfg(test)]
@@ -298,5 +316,41 @@ mod tests {
         // pid_max is at most 2^22: this pid never exists.
         let never = Token::new((1 << 22) - 1, 1).unwrap();
         assert!(!os.is_alive(never) || fs::metadata("/proc/4194303").is_ok());
+    }
+
+    /// Issue 13: a parent reaps its dead child the moment it dies (a DataLoader joins
+    /// its workers, a shell waits for its job), possibly after the manager read the
+    /// zombie's `stat` and before it listed its threads. The gone task list is that of a
+    /// reaped process, not a reason to think it runs: it counted as alive, and the
+    /// manager kept a segment only the dead held, with no sweep to come.
+    #[test]
+    fn a_zombie_reaped_between_its_stat_and_its_task_list_counts_as_dead() {
+        let mut child = std::process::Command::new("true")
+            .spawn()
+            .expect("spawn true");
+        let pid = child.id();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        let zombie = loop {
+            let st = parse_proc_stat(&fs::read(format!("/proc/{pid}/stat")).unwrap()).unwrap();
+            if st.state == b'Z' {
+                break st;
+            }
+            if std::time::Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("`true` (pid {pid}) did not exit within 30 s");
+            }
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        let token = Token::new(pid, zombie.start_ticks).unwrap();
+        assert!(!other_threads_run(pid), "a zombie alone: no thread runs");
+        assert!(!PosixOs::new().is_alive(token));
+        // What `is_alive` read so far said "zombie"; now the parent reaps it.
+        child.wait().expect("reap true");
+        assert!(
+            !other_threads_run(pid),
+            "reaped since its stat was read: no thread runs"
+        );
+        assert!(!PosixOs::new().is_alive(token));
     }
 }
