@@ -73,3 +73,16 @@ fn a_seed_handle_attaches_the_owners_segment() {
         "the in-flight slot was taken over"
     );
 }
+
+/// A handle the `handle` fuzzer found (CI, 2026-11-23): a committed seed with its
+/// generation changed. The attach must refuse it as `Error::Stale` (a handle of
+/// another use of the segment), which the attack accepts as a clean refusal.
+#[test]
+fn a_handle_of_another_generation_is_refused_cleanly() {
+    let bytes = std::fs::read(seed_dir("handle").join("stale-generation")).unwrap();
+    assert_eq!(
+        attacks::handle(&bytes),
+        0,
+        "a stale handle attaches nothing"
+    );
+}

@@ -175,6 +175,8 @@ fn assert_refusal(what: &str, e: &Error) {
             | Error::OtherPidNamespace { .. }
             | Error::Corrupted { .. }
             | Error::HoldersFull { .. }
+            // A handle whose generation is not the segment's: of another use.
+            | Error::Stale { .. }
             | Error::OutsideNamespace { .. }
             | Error::BadNamespace { .. }
             | Error::Malformed { .. }
