@@ -506,6 +506,74 @@ mod tests {
         }
     }
 
+    fn refused_as(bytes: &[u8], why: &str) -> bool {
+        matches!(decode(bytes, 1000), Err(Error::Malformed { why: w, .. }) if w.contains(why))
+    }
+
+    /// Each bound of the decoder at its edge, alone: the value just inside is accepted
+    /// (or refused for another reason), the one just outside is refused for this one.
+    #[test]
+    fn every_bound_is_checked_at_its_edge_and_alone() {
+        let with_meta = |f: &dyn Fn(&mut Decoded)| {
+            let mut d = sample();
+            f(&mut d);
+            encode(&d)
+        };
+        // Data length: 0 and MAX + 1 out, MAX in.
+        assert!(refused_as(
+            &with_meta(&|d| d.meta.data_len = 0),
+            "data length"
+        ));
+        let max = MAX_DATA_LEN as usize;
+        assert!(decode(&with_meta(&|d| d.meta.data_len = max), 1000).is_ok());
+        assert!(refused_as(
+            &with_meta(&|d| d.meta.data_len = max + 1),
+            "data length"
+        ));
+        // Slot capacity of a file_system handle: 0 and MAX + 1 out, MAX in.
+        assert!(refused_as(
+            &with_meta(&|d| d.meta.capacity = 0),
+            "slot capacity"
+        ));
+        let cap = MAX_CAPACITY;
+        assert!(decode(&with_meta(&|d| d.meta.capacity = cap), 1000).is_ok());
+        assert!(refused_as(
+            &with_meta(&|d| d.meta.capacity = cap + 1),
+            "slot capacity"
+        ));
+        // A file_descriptor handle with any one of a capacity, a name, an in-flight
+        // reference.
+        let fd = |capacity: usize, name: Option<String>, in_flight: Option<InFlight>| {
+            let mut d = sample();
+            d.meta.strategy = Strategy::FileDescriptor;
+            (d.meta.capacity, d.name, d.in_flight) = (capacity, name, in_flight);
+            encode(&d)
+        };
+        assert!(decode(&fd(0, None, None), 1000).is_ok());
+        let why = "file_descriptor handle has no name";
+        assert!(refused_as(&fd(1, None, None), why));
+        assert!(refused_as(&fd(0, sample().name, None), why));
+        assert!(refused_as(&fd(0, None, sample().in_flight), why));
+        // The name's length: longer than MAX_NAME_LEN, though the bytes agree, is
+        // refused for its length; MAX_NAME_LEN itself gets as far as the name's parse.
+        let named = |len: usize| {
+            let mut b = encode(&sample());
+            b.truncate(FIXED_LEN);
+            b[64..66].copy_from_slice(&(len as u16).to_le_bytes());
+            b.extend(std::iter::repeat_n(b'a', len));
+            b
+        };
+        assert!(refused_as(&named(MAX_NAME_LEN + 1), "name length"));
+        assert!(matches!(
+            decode(&named(MAX_NAME_LEN), 1000),
+            Err(Error::OutsideNamespace { .. })
+        ));
+        // A name length that disagrees with the bytes received, alone.
+        let mut short = named(10);
+        short.pop();
+        assert!(refused_as(&short, "name length"));
+    }
+
     #[test]
     fn forged_fields_are_refused_with_their_cause() {
         let bytes = encode(&sample());
