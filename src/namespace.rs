@@ -274,6 +274,7 @@ mod tests {
         assert_eq!(parts.creator, token());
         assert_eq!(parts.nonce, 0xabc);
         assert_eq!(parts.pid_namespace, 4026531836);
+        assert_eq!(parts.uid, 1000, "the uid the name was parsed for");
         assert!(name.len() < 255);
     }
 

@@ -449,6 +449,22 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
 /// "creator", where a sweep would take it for our half-created segment: the sweep
 /// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
 /// another user's to stop).
+/// A dry-run sweep says it was one, and changes nothing; a real one says it was not.
+#[test]
+fn a_sweep_report_says_whether_it_was_a_dry_run() {
+    let kernel = SimKernel::new(13);
+    let creator = kernel.spawn(UID);
+    let _held = create(&creator, 2).unwrap();
+    kernel.kill(creator.pid());
+    let sweeper = kernel.spawn(UID);
+    let dry = sweep_with(&sweeper, &ns(), true).unwrap();
+    assert!(dry.dry_run);
+    assert_eq!(kernel.names().len(), 1, "a dry run unlinks nothing");
+    let real = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert!(!real.dry_run);
+    assert!(kernel.names().is_empty());
+}
+
 /// A sweep scoped to the dead's own segments (the manager's, after a death) opens what
 /// they created and what they attached, and leaves the rest of the namespace untouched
 /// even where a dead holder's slot waits there (another death's sweep, or a whole
