@@ -449,6 +449,31 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
 /// "creator", where a sweep would take it for our half-created segment: the sweep
 /// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
 /// another user's to stop).
+/// A handle tells its buffer's length and name before it is attached (a receiver may
+/// size or route by them), and its `Debug` names the segment.
+#[test]
+fn a_share_handle_says_its_length_and_name_before_it_is_attached() {
+    let kernel = SimKernel::new(14);
+    let owner = kernel.spawn(UID);
+    let named = create(&owner, 2).unwrap();
+    let handle = named.share().unwrap();
+    assert_eq!((handle.len(), handle.is_empty()), (64, false));
+    assert_eq!(handle.name(), named.name());
+    assert!(handle.name().is_some_and(|n| n.starts_with("shmrc-sim.")));
+    let shown = format!("{handle:?}");
+    assert!(shown.contains(named.name().unwrap()), "{shown}");
+    drop(handle);
+    let fd_options = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    let anonymous = ShmBuf::create_with(&owner, 3, &fd_options).unwrap();
+    let handle = anonymous.share().unwrap();
+    assert_eq!(
+        (handle.len(), handle.is_empty(), handle.name()),
+        (3, false, None)
+    );
+    drop((handle, anonymous, named));
+    sweep_and_assert_clean(&kernel, Vec::new());
+}
+
 /// A dry-run sweep says it was one, and changes nothing; a real one says it was not.
 #[test]
 fn a_sweep_report_says_whether_it_was_a_dry_run() {
