@@ -208,25 +208,27 @@ impl Connection {
                 self.created.insert(ns.clone());
             }
             Some(name) => {
-                let told = self.attached.entry(ns.clone()).or_default();
-                if told.contains(name) {
-                } else if told.len() >= MAX_SEGMENTS_PER_NAMESPACE {
-                    // Too many to tell one by one: the whole namespace, asked (the
-                    // manager folds what it was told into it too).
-                    let watch = Request::Watch {
-                        namespace: ns.clone(),
-                    };
-                    exchange(stream, &watch).and_then(expect_welcome)?;
-                    self.whole.insert(ns.clone());
-                    self.attached.remove(ns);
-                } else {
-                    send(
-                        stream,
-                        &Request::Attached {
-                            segment: name.to_owned(),
-                        },
-                    )?;
-                    told.insert(name.to_owned());
+                match self.attached.entry(ns.clone()).or_default() {
+                    told if told.contains(name) => {}
+                    told if told.len() >= MAX_SEGMENTS_PER_NAMESPACE => {
+                        // Too many to tell one by one: the whole namespace, asked (the
+                        // manager folds what it was told into it too).
+                        let watch = Request::Watch {
+                            namespace: ns.clone(),
+                        };
+                        exchange(stream, &watch).and_then(expect_welcome)?;
+                        self.whole.insert(ns.clone());
+                        self.attached.remove(ns);
+                    }
+                    told => {
+                        send(
+                            stream,
+                            &Request::Attached {
+                                segment: name.to_owned(),
+                            },
+                        )?;
+                        told.insert(name.to_owned());
+                    }
                 }
             }
         }

@@ -61,49 +61,46 @@ impl Use {
     }
 }
 
-/// What the registry knows of one client.
+/// What the registry knows of one client: for each namespace it uses, what of it its
+/// death must get swept, folded as uses are told (so a tell costs a lookup, not a
+/// recount of everything the client told before).
 #[derive(Clone, Default, Debug)]
 struct Client {
-    uses: BTreeSet<Use>,
+    scopes: BTreeMap<Namespace, Scope>,
 }
 
 impl Client {
     /// The namespaces it uses in any way, sorted, each once.
-    fn namespaces(&self) -> BTreeSet<&Namespace> {
-        self.uses.iter().map(Use::namespace).collect()
+    fn namespaces(&self) -> impl Iterator<Item = &Namespace> {
+        self.scopes.keys()
     }
 
     /// Adds `new`, folding a namespace's segments into the whole namespace when it is
     /// swept whole anyway or they are too many. `Err` when it would use more than
     /// [`MAX_NAMESPACES`] namespaces (nothing changes then).
     fn add(&mut self, new: Use) -> std::result::Result<(), String> {
-        let ns = new.namespace().clone();
-        let namespaces = self.namespaces();
-        if !namespaces.contains(&ns) && namespaces.len() >= MAX_NAMESPACES {
+        let ns = new.namespace();
+        if !self.scopes.contains_key(ns) && self.scopes.len() >= MAX_NAMESPACES {
             return Err(format!(
                 "more than {MAX_NAMESPACES} namespaces for one client"
             ));
         }
-        if self.uses.contains(&Use::Namespace(ns.clone())) {
-            return Ok(());
-        }
-        let whole = match &new {
-            Use::Namespace(_) => true,
-            Use::Segment(..) => {
-                let told = self
-                    .uses
-                    .iter()
-                    .filter(|u| matches!(u, Use::Segment(n, _) if *n == ns))
-                    .count();
-                told >= MAX_SEGMENTS_PER_NAMESPACE
+        let scope = self
+            .scopes
+            .entry(ns.clone())
+            .or_insert_with(|| Scope::DeadsOwn(BTreeSet::new()));
+        match (new, &mut *scope) {
+            (_, Scope::Whole) | (Use::Created(_), _) => {}
+            (Use::Namespace(_), _) => *scope = Scope::Whole,
+            (Use::Segment(_, name), Scope::DeadsOwn(attached)) if attached.contains(&name) => {}
+            (Use::Segment(..), Scope::DeadsOwn(attached))
+                if attached.len() >= MAX_SEGMENTS_PER_NAMESPACE =>
+            {
+                *scope = Scope::Whole
             }
-            Use::Created(_) => false,
-        };
-        if whole {
-            self.uses.retain(|u| u.namespace() != &ns);
-            self.uses.insert(Use::Namespace(ns));
-        } else {
-            self.uses.insert(new);
+            (Use::Segment(_, name), Scope::DeadsOwn(attached)) => {
+                attached.insert(name);
+            }
         }
         Ok(())
     }
@@ -116,6 +113,21 @@ pub enum Scope {
     Whole,
     /// The segments the dead created (by their names) and these, which they attached.
     DeadsOwn(BTreeSet<String>),
+}
+
+impl Scope {
+    /// Widens it to cover `other` too (one sweep for deaths reported together).
+    fn merge(&mut self, other: Scope) {
+        match (&mut *self, other) {
+            (Scope::Whole, _) => {}
+            (_, Scope::Whole) => *self = Scope::Whole,
+            (Scope::DeadsOwn(attached), Scope::DeadsOwn(more)) => {
+                if !cfg!(shmrc_plant = "manager_forgets_attached") {
+                    attached.extend(more);
+                }
+            }
+        }
+    }
 }
 
 /// A sweep the registry decided: each namespace the dead used, once, with what of it
@@ -263,19 +275,11 @@ impl Registry {
                 continue;
             };
             known.push(*token);
-            for what in client.uses {
-                let scope = namespaces
-                    .entry(what.namespace().clone())
-                    .or_insert_with(|| Scope::DeadsOwn(BTreeSet::new()));
-                match (what, &mut *scope) {
-                    (Use::Namespace(_), _) => *scope = Scope::Whole,
-                    (Use::Segment(_, name), Scope::DeadsOwn(attached)) => {
-                        if !cfg!(shmrc_plant = "manager_forgets_attached") {
-                            attached.insert(name);
-                        }
-                    }
-                    (Use::Segment(..) | Use::Created(_), _) => {}
-                }
+            for (ns, scope) in client.scopes {
+                namespaces
+                    .entry(ns)
+                    .or_insert_with(|| Scope::DeadsOwn(BTreeSet::new()))
+                    .merge(scope);
             }
         }
         if cfg!(shmrc_plant = "manager_forgets_death") || namespaces.is_empty() {
@@ -331,7 +335,7 @@ impl Registry {
     pub fn clients(&self) -> impl Iterator<Item = (Token, Vec<&Namespace>)> {
         self.clients
             .iter()
-            .map(|(token, client)| (*token, client.namespaces().into_iter().collect()))
+            .map(|(token, client)| (*token, client.namespaces().collect()))
     }
 
     /// Whether `token` is a watched client.
@@ -452,6 +456,9 @@ mod tests {
                 .unwrap();
         }
         r.uses(token(1), Use::Segment(ns("b"), "b".into())).unwrap();
+        // Told again at the limit: nothing new, nothing folded.
+        r.uses(token(1), Use::Segment(ns("a"), "s0".into()))
+            .unwrap();
         let mut at_limit = r.clone();
         let sweep = at_limit.died(&[token(1)]).unwrap();
         assert!(
@@ -464,6 +471,32 @@ mod tests {
             sweep.namespaces,
             vec![(ns("a"), Scope::Whole), (ns("b"), own(&["b"]))]
         );
+    }
+
+    #[test]
+    fn clients_lists_each_live_client_with_the_namespaces_it_uses() {
+        let mut r = Registry::new(GRACE);
+        assert!(r.is_empty());
+        assert_eq!(r.len(), 0);
+        r.hello(token(1), [ns("b"), ns("a")]).unwrap();
+        r.hello(token(2), []).unwrap();
+        r.uses(token(2), Use::Segment(ns("c"), "c1".into()))
+            .unwrap();
+        r.uses(token(2), Use::Created(ns("a"))).unwrap();
+        r.uses(token(2), Use::Created(ns("c"))).unwrap();
+        assert!(!r.is_empty());
+        assert_eq!(r.len(), 2);
+        let listed: Vec<(Token, Vec<&Namespace>)> = r.clients().collect();
+        let (a, b, c) = (ns("a"), ns("b"), ns("c"));
+        assert_eq!(
+            listed,
+            vec![(token(1), vec![&a, &b]), (token(2), vec![&a, &c])]
+        );
+        r.died(&[token(1)]);
+        assert_eq!(r.len(), 1);
+        r.died(&[token(2)]);
+        assert!(r.is_empty());
+        assert_eq!(r.clients().count(), 0);
     }
 
     #[test]
