@@ -245,13 +245,15 @@ fn parse_name_tail(rest: &str) -> Option<NameParts> {
 }
 
 fn canonical_decimal(s: &str) -> Option<u64> {
-    if s.is_empty() || s.len() > 20 || (s.len() > 1 && s.starts_with('0')) {
-        return None;
+    // Digits only (`parse` would take a leading `+`) and no leading zero; `parse`
+    // refuses the empty string and what overflows a u64.
+    let digits = s.bytes().all(|b| b.is_ascii_digit());
+    let leading_zero = s.len() > 1 && s.starts_with('0');
+    if digits && !leading_zero {
+        s.parse().ok()
+    } else {
+        None
     }
-    if !s.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    s.parse().ok()
 }
 
 #[cfg(test)]
@@ -281,7 +283,9 @@ mod tests {
     #[test]
     fn names_of_other_namespaces_users_or_shapes_are_outside() {
         let ns = Namespace::new("shmrc-t").unwrap();
+        assert_eq!(ns.to_string(), "shmrc-t");
         let name = ns.segment_name(1000, 5, token(), 1);
+        assert!(ns.contains(&name, 1000));
         assert!(!ns.contains(&name, 1001), "another uid");
         let other = Namespace::new("shmrc-t2").unwrap();
         assert!(
@@ -303,6 +307,27 @@ mod tests {
                 matches!(ns.parse(bad, 1000), Err(Error::OutsideNamespace { .. })),
                 "{bad}"
             );
+        }
+    }
+
+    #[test]
+    fn a_decimal_field_is_canonical_or_refused() {
+        for (field, value) in [
+            ("0", Some(0)),
+            ("7", Some(7)),
+            ("10", Some(10)),
+            ("18446744073709551615", Some(u64::MAX)),
+            ("", None),
+            ("00", None),
+            ("01", None),
+            ("+1", None),
+            ("-1", None),
+            ("1a", None),
+            (" 1", None),
+            ("18446744073709551616", None),
+            ("000000000000000000001", None),
+        ] {
+            assert_eq!(canonical_decimal(field), value, "{field:?}");
         }
     }
 

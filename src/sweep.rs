@@ -410,3 +410,32 @@ fn remove_half_created<O: Os>(os: &O, ns: &Namespace, name: &str, dry_run: bool)
         (decision, _) => Ok(decision.report()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_decision_that_leaves_the_name_alone_reports_why() {
+        assert!(matches!(Decision::Vanished.report(), Action::Vanished));
+        assert!(matches!(
+            Decision::BeingCreated.report(),
+            Action::BeingCreated
+        ));
+        assert!(matches!(Decision::Keep.report(), Action::Kept));
+    }
+
+    #[test]
+    fn the_sweeps_decisions_follow_what_opening_found() {
+        let never = || -> bool { panic!("liveness asked of a segment that is not half-created") };
+        assert_eq!(decide(Found::Vanished, never), Decision::Vanished);
+        assert_eq!(decide(Found::Published, never), Decision::Finalize);
+        assert_eq!(decide(Found::Unusable, never), Decision::Skip);
+        assert_eq!(decide(Found::HalfCreated, || true), Decision::BeingCreated);
+        assert_eq!(decide(Found::HalfCreated, || false), Decision::OpenAgain);
+        assert_eq!(decide_again(Found::HalfCreated), Decision::Unlink);
+        assert_eq!(decide_again(Found::Vanished), Decision::Vanished);
+        assert_eq!(decide_again(Found::Published), Decision::Keep);
+        assert_eq!(decide_again(Found::Unusable), Decision::Skip);
+    }
+}

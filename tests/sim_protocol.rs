@@ -10,7 +10,7 @@ use shmrc::holders::Outcome;
 use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::segment::HEADER_BYTES;
-use shmrc::sweep::{sweep_after_deaths, sweep_with};
+use shmrc::sweep::{Action, inspect, sweep_after_deaths, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 const UID: u32 = 1000;
@@ -445,10 +445,6 @@ fn a_sweep_after_deaths_takes_the_dead_creators_segments_first() {
     }
 }
 
-/// Another user plants an empty file under one of our segment names, with a dead
-/// "creator", where a sweep would take it for our half-created segment: the sweep
-/// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
-/// another user's to stop).
 /// A handle tells its buffer's length and name before it is attached (a receiver may
 /// size or route by them), and its `Debug` names the segment.
 #[test]
@@ -543,6 +539,10 @@ fn a_sweep_of_the_deads_own_segments_touches_nothing_else() {
     sweep_and_assert_clean(&kernel, Vec::new());
 }
 
+/// Another user plants an empty file under one of our segment names, with a dead
+/// "creator", where a sweep would take it for our half-created segment: the sweep
+/// reports it as another user's, leaves it, and still sweeps the rest (P3 is not
+/// another user's to stop).
 #[test]
 fn a_name_planted_by_another_user_stops_no_sweep() {
     let kernel = SimKernel::new(13);
@@ -566,4 +566,79 @@ fn a_name_planted_by_another_user_stops_no_sweep() {
     );
     assert_eq!(kernel.names(), vec![planted]);
     drop(held);
+}
+
+/// An inspection (`shmrc ls`) reports every segment with its creator's liveness and
+/// what a sweep would do, and changes nothing.
+#[test]
+fn an_inspection_reports_each_segment_and_its_creators_liveness_and_changes_nothing() {
+    let kernel = SimKernel::new(15);
+    let (live, dead, dead_attacher) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
+    let kept = create(&live, 2).unwrap();
+    let orphan = create(&dead, 2).unwrap();
+    let attached = attach(&dead_attacher, &share_bytes(&orphan).unwrap()).unwrap();
+    kernel.kill(dead.pid());
+    kernel.kill(dead_attacher.pid());
+    let mut names = kernel.names();
+    names.sort();
+    let looker = kernel.spawn(UID);
+    let report = inspect(&looker, &ns()).unwrap();
+    assert!(report.dry_run);
+    assert_eq!((report.reclaimed, report.unlinked), (2, 1), "{report:?}");
+    let seen: Vec<&str> = report.segments.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(seen, names.iter().map(String::as_str).collect::<Vec<_>>());
+    let of = |buf: &ShmBuf<SimOs>| {
+        report
+            .segments
+            .iter()
+            .find(|s| Some(s.name.as_str()) == buf.name())
+            .unwrap()
+    };
+    let (k, o) = (of(&kept), of(&orphan));
+    assert!(k.creator_alive && !o.creator_alive);
+    assert_eq!((k.reclaimed, o.reclaimed), (0, 2));
+    assert!(matches!(k.action, Action::Kept), "{:?}", k.action);
+    assert!(matches!(o.action, Action::Unlinked), "{:?}", o.action);
+    assert_eq!(o.census.unwrap().dead, 2);
+    assert_eq!(k.census.unwrap().live, 1);
+    assert_eq!(k.parts.creator, live.token());
+    // Nothing changed: the same names, and a real sweep still finds the dead slots.
+    let mut after = kernel.names();
+    after.sort();
+    assert_eq!(after, names);
+    let real = sweep_with(&looker, &ns(), false).unwrap();
+    assert_eq!((real.reclaimed, real.unlinked), (2, 1), "{real:?}");
+    drop((orphan, attached));
+    assert_reads_payload(&kept);
+    drop(kept);
+    sweep_and_assert_clean(&kernel, vec![]);
+}
+
+/// A dry run reports a dead creator's half-created segment as one it would remove,
+/// and leaves it; the real sweep removes it.
+#[test]
+fn a_dry_run_leaves_a_dead_creators_half_created_segment() {
+    let kernel = SimKernel::new(16);
+    let creator = kernel.spawn(UID);
+    // Created, not yet sized or published: only the name says who made it.
+    let name = ns().segment_name(UID, creator.pid_namespace(), creator.token(), 1);
+    let file = creator.shm_create(&name).unwrap();
+    kernel.kill(creator.pid());
+    let sweeper = kernel.spawn(UID);
+    let dry = sweep_with(&sweeper, &ns(), true).unwrap();
+    assert_eq!(dry.unlinked, 1, "{dry:?}");
+    assert!(matches!(dry.segments[0].action, Action::RemovedHalfCreated));
+    assert_eq!(
+        kernel.names(),
+        vec![name.clone()],
+        "a dry run removes nothing"
+    );
+    let real = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!(real.unlinked, 1, "{real:?}");
+    assert!(matches!(
+        real.segments[0].action,
+        Action::RemovedHalfCreated
+    ));
+    drop(file);
+    sweep_and_assert_clean(&kernel, vec![]);
 }
