@@ -32,7 +32,8 @@ def test_a_buffer_let_go_is_reused_and_a_held_one_is_not(ns):
 
 
 def _hold_then_release(queue, replies, release):
-    buf = queue.get().attach()
+    # Every wait is bounded: a parent that fails early leaves no child waiting forever.
+    buf = queue.get(timeout=30).attach()
     replies.put(bytes(buf.view()[:3]))
     release.wait(30)
     del buf
@@ -42,7 +43,9 @@ def _hold_then_release(queue, replies, release):
 def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is_stale(ns):
     ctx = mp.get_context("fork")
     queue, replies, release = ctx.Queue(), ctx.Queue(), ctx.Event()
-    child = ctx.Process(target=_hold_then_release, args=(queue, replies, release))
+    # daemon: killed (by pid) when the test's process exits, should an assertion fail
+    # before the child is released.
+    child = ctx.Process(target=_hold_then_release, args=(queue, replies, release), daemon=True)
     child.start()
     pool = shmrc.ShmPool(ns)
     buf = pool.get(4096)
