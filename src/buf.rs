@@ -623,6 +623,18 @@ impl<O: Os> ShmBuf<O> {
         Arc::strong_count(&self.inner)
     }
 
+    /// Whether a slot of the segment other than this reference's is taken: another
+    /// process holds it, a handle is in flight, or a holder died without letting go
+    /// (see [`holders::others_hold`]: a look at the slot words, no syscall). `false`
+    /// for a file_descriptor buffer (it has no slots).
+    pub(crate) fn others_hold(&self) -> bool {
+        let inner = &self.inner;
+        match (&inner.backing, inner.holders()) {
+            (Backing::Named { slot, .. }, Some(h)) => holders::others_hold(&h, *slot),
+            _ => false,
+        }
+    }
+
     /// Whether the current process holds this buffer (false in a forked child until it
     /// reattaches: see [`ShmBuf::reattach`]).
     ///

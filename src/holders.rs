@@ -581,6 +581,14 @@ pub fn recycle<O: Os>(os: &O, h: &Holders<'_>, own: usize) -> Result<Recycled> {
     run_steps(os, || recycle.step(&op, h))
 }
 
+/// Whether any slot but `own` is taken (held, in flight, a dead holder's, or turned by
+/// a finalizer at work): a hint, read from the slot words without a syscall, that a
+/// [`recycle`] from slot `own` would find the segment [`Recycled::Held`] now (or would
+/// have dead holders' slots to reclaim). It decides nothing: the recycle does.
+pub fn others_hold(h: &Holders<'_>, own: usize) -> bool {
+    (0..h.slots.len()).any(|index| index != own && h.slot_word(index) != Some(FREE))
+}
+
 /// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum RecycleAt {
@@ -1369,6 +1377,25 @@ mod tests {
             },
         ] {
             assert!(!held.unheld(), "{held:?} is held");
+        }
+    }
+
+    #[test]
+    fn others_hold_sees_any_slot_taken_but_the_callers_own() {
+        let (me, other, dead) = (token(10), token(11), token(12));
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        for (values, taken) in [
+            (vec![held_word(me), FREE, FREE], false),
+            (vec![FREE, FREE, held_word(me)], false),
+            (vec![held_word(me), held_word(other), FREE], true),
+            (vec![held_word(me), FREE, in_flight_word(me)], true),
+            (vec![held_word(me), held_word(dead), FREE], true),
+            (vec![held_word(me), FREE, TOMB], true),
+        ] {
+            let own = values.iter().position(|&w| w == held_word(me)).unwrap();
+            let slots = words(&values);
+            let h = Holders::new(&slots, &finalizer, &pending);
+            assert_eq!(others_hold(&h, own), taken, "slots {values:x?}, own {own}");
         }
     }
 

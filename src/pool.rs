@@ -1,11 +1,37 @@
 //! [`ShmPool`]: recycled file_system buffers, the way data loaders reuse shared memory.
 //! A buffer handed out by the pool goes back to it when the last `ShmBuf` of this
-//! process is dropped; the next [`ShmPool::get`] of the same length reuses its segment
-//! (no `shm_open`, no page reservation) once no other process holds it, through the
-//! recycle step of the holder protocol ([`crate::holders::recycle`]), which bumps the
-//! segment's generation so that a handle of the earlier use fails with
-//! [`Error::Stale`]. The pool owns the policy (which segment, how many kept, when to
-//! give memory back); the protocol owns the safety.
+//! process is dropped. Each segment the pool keeps is then, for this process:
+//! - **in use**: a `ShmBuf` of this process (besides the pool's own) still uses it;
+//! - **lent**: nothing in this process uses it, but another process still holds it (a
+//!   consumer further down a pipeline, or a handle in flight to one): a holder slot
+//!   other than the pool's own is taken. It cannot be reused until that holder lets go;
+//! - **idle**: nobody uses or holds it. The next [`ShmPool::get`] of its length reuses
+//!   its segment (no `shm_open`, no page reservation) through the recycle step of the
+//!   holder protocol ([`crate::holders::recycle`]), which bumps the segment's
+//!   generation so that a handle of the earlier use fails with [`Error::Stale`].
+//!
+//! Lent is told from idle by a look at the holder slots
+//! ([`crate::holders::others_hold`]), without a syscall: `get` makes no recycle
+//! attempt (and no liveness read) on a lent buffer. A holder that died without letting
+//! go keeps its buffer lent until a sweep (or the manager) reclaims its slot, or until
+//! the idle timeout gives the buffer back.
+//!
+//! # Limits
+//! [`PoolLimits::max_idle_buffers`] and [`PoolLimits::max_idle_bytes`] bound idle
+//! buffers only: a deep pipeline lends many buffers at once, and giving those back
+//! would only make the pool create new ones. [`PoolLimits::idle_timeout`] bounds idle
+//! and lent buffers alike; giving back a lent buffer drops only this process's
+//! reference (the other holder keeps its memory, and the last one to let go unlinks
+//! it).
+//!
+//! # Order
+//! The pool keeps its buffers in the order it last handed them out: a reused one moves
+//! to the back. `get` tries the one handed out longest ago first (its consumers have had
+//! the longest to let go), and the limits give back the idle ones handed out longest
+//! ago first.
+//!
+//! The pool owns the policy (which segment, how many kept, when to give memory back);
+//! the protocol owns the safety.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -15,30 +41,35 @@ use crate::error::{Error, Result};
 use crate::os::Os;
 use crate::strategy::Strategy;
 
-/// How much an [`ShmPool`] keeps while nobody uses it.
+/// How much an [`ShmPool`] keeps of what this process does not use (see the module
+/// docs of `shmrc::pool` for idle and lent buffers).
 ///
 /// ```
 /// use std::time::Duration;
 /// let limits = shmrc::PoolLimits::default();
-/// assert_eq!(limits.max_idle_buffers, 16);
+/// assert_eq!(limits.max_idle_buffers, 64);
 /// assert_eq!(limits.max_idle_bytes, 1 << 30);
 /// assert_eq!(limits.idle_timeout, Duration::from_secs(10));
 /// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub struct PoolLimits {
-    /// Most idle buffers kept (the oldest idle ones go first).
+    /// Most idle buffers kept (the ones handed out longest ago go first). Lent buffers
+    /// do not count.
     pub max_idle_buffers: usize,
-    /// Most bytes of idle buffers kept.
+    /// Most bytes of idle buffers kept. Lent buffers do not count.
     pub max_idle_bytes: usize,
-    /// An idle buffer not reused for this long is given back (at the next call of
-    /// [`ShmPool::get`] or [`ShmPool::trim`]).
+    /// A buffer this process has not used since it handed it out this long ago, idle
+    /// or lent, is given back (at the next call of [`ShmPool::get`] or
+    /// [`ShmPool::trim`]).
     pub idle_timeout: Duration,
 }
 
 impl Default for PoolLimits {
     fn default() -> PoolLimits {
         PoolLimits {
-            max_idle_buffers: 16,
+            // 16 (the earlier default) made a pipeline 64 deep churn: give back,
+            // then create again.
+            max_idle_buffers: 64,
             max_idle_bytes: 1 << 30,
             idle_timeout: Duration::from_secs(10),
         }
@@ -59,6 +90,13 @@ impl Default for PoolLimits {
 /// drop(pool.get(4096)?); // the same segment, recycled
 /// let stats = pool.stats();
 /// assert_eq!((stats.created, stats.recycled, stats.idle), (1, 1, 1));
+/// let buf = pool.get(4096)?;
+/// let handle = buf.share()?; // on its way to a consumer, which holds the segment
+/// drop(buf);
+/// let stats = pool.stats();
+/// assert_eq!((stats.in_use, stats.lent, stats.idle), (0, 1, 0)); // not reusable yet
+/// drop(handle); // never attached: its reference is given back
+/// assert_eq!((pool.stats().lent, pool.stats().idle), (0, 1));
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
@@ -70,28 +108,57 @@ pub struct PoolStats {
     pub recycled: u64,
     /// Segments given back (limits or idle timeout).
     pub given_back: u64,
-    /// Segments kept now that this process does not use.
+    /// Segments kept now that nobody uses or holds: the next `get` of their length
+    /// reuses one.
     pub idle: usize,
-    /// Their bytes.
+    /// The bytes of the idle segments.
     pub idle_bytes: usize,
+    /// Segments kept now that this process does not use but another process still
+    /// holds (or a handle in flight to one): reusable once it lets go.
+    pub lent: usize,
     /// Segments kept now that this process uses.
     pub in_use: usize,
 }
 
+/// What a kept buffer is to this process now (see the module docs).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Standing {
+    InUse,
+    Lent,
+    Idle,
+}
+
 struct Entry<O: Os> {
     buf: ShmBuf<O>,
-    /// When it was last handed out (idle time is counted from there).
+    /// When it was last handed out (the idle timeout counts from there).
     handed_out: Instant,
 }
 
 impl<O: Os> Entry<O> {
-    /// Nobody in this process uses it but the pool (other processes may still).
+    /// Nobody in this process uses it but the pool: it is lent or idle.
     fn unused_here(&self) -> bool {
         self.buf.local_references() == 1
+    }
+
+    /// In use, lent or idle (the holder slots are read only when it is unused here).
+    fn standing(&self) -> Standing {
+        if !self.unused_here() {
+            Standing::InUse
+        } else if self.buf.others_hold() {
+            Standing::Lent
+        } else {
+            Standing::Idle
+        }
+    }
+
+    /// Unused here, and handed out `timeout` or longer before `now`.
+    fn expired(&self, now: Instant, timeout: Duration) -> bool {
+        self.unused_here() && now.saturating_duration_since(self.handed_out) >= timeout
     }
 }
 
 struct State<O: Os> {
+    /// Every buffer kept, the one handed out longest ago first.
     entries: Vec<Entry<O>>,
     stats: PoolStats,
 }
@@ -152,8 +219,10 @@ impl<O: Os> ShmPool<O> {
     }
 
     /// A buffer of `len` bytes: a recycled segment of that length that nobody holds any
-    /// more, else a new one. Its contents are those of its previous use (not zeroed:
-    /// the producer overwrites them). Gives back idle buffers past the limits first.
+    /// more (an idle one: the one handed out longest ago first; lent ones are skipped
+    /// without a recycle attempt), else a new one. Its contents are those of its
+    /// previous use (not zeroed: the producer overwrites them). Gives back first what
+    /// the limits and the idle timeout say must go (see [`ShmPool::trim`]).
     /// A zero or too large `len` is [`Error::InvalidArgument`].
     ///
     /// ```
@@ -178,10 +247,17 @@ impl<O: Os> ShmPool<O> {
         let mut state = self.lock();
         let now = Instant::now();
         self.trim_locked(&mut state, now)?;
-        for entry in state.entries.iter_mut() {
-            if entry.buf.len() == len && entry.unused_here() && entry.buf.recycle()? {
+        for index in 0..state.entries.len() {
+            let entry = &state.entries[index];
+            if entry.buf.len() == len
+                && entry.standing() == Standing::Idle
+                && entry.buf.recycle()?
+            {
+                // Handed out now: to the back, behind every one handed out before.
+                let mut entry = state.entries.remove(index);
                 entry.handed_out = now;
                 let buf = entry.buf.clone();
+                state.entries.push(entry);
                 state.stats.recycled += 1;
                 return Ok(buf);
             }
@@ -195,8 +271,12 @@ impl<O: Os> ShmPool<O> {
         Ok(buf)
     }
 
-    /// Gives back idle buffers past the limits or the idle timeout now; returns how
-    /// many. (A pool also trims at each [`ShmPool::get`].)
+    /// Gives back now the buffers that this process has not used for the idle timeout
+    /// (idle or lent), then the idle ones handed out longest ago while the idle ones
+    /// exceed a limit; returns how many. Giving back drops the pool's reference: the
+    /// segment is unlinked, or kept by its other holder until it lets go. If one fails,
+    /// the others still go and the first error is returned. (A pool also trims at each
+    /// [`ShmPool::get`].)
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -223,11 +303,13 @@ impl<O: Os> ShmPool<O> {
         let state = self.lock();
         let mut stats = state.stats;
         for entry in &state.entries {
-            if entry.unused_here() {
-                stats.idle += 1;
-                stats.idle_bytes += entry.buf.len();
-            } else {
-                stats.in_use += 1;
+            match entry.standing() {
+                Standing::InUse => stats.in_use += 1,
+                Standing::Lent => stats.lent += 1,
+                Standing::Idle => {
+                    stats.idle += 1;
+                    stats.idle_bytes += entry.buf.len();
+                }
             }
         }
         stats
@@ -238,40 +320,65 @@ impl<O: Os> ShmPool<O> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Drops idle entries past the idle timeout, then the oldest idle ones past the
-    /// count and byte limits. Dropping the pool's reference releases it: the segment is
-    /// unlinked, or by its last holder if another process still holds it.
+    /// Picks what [`ShmPool::trim`] gives back and gives it back. The holder slots are
+    /// read only when the buffers unused here exceed a limit: below the limits, idle
+    /// and lent ones alike stay.
     fn trim_locked(&self, state: &mut State<O>, now: Instant) -> Result<usize> {
         let limits = self.limits;
-        let mut idle: Vec<(Instant, usize)> = state
-            .entries
-            .iter()
-            .enumerate()
-            .filter(|(_, e)| e.unused_here())
-            .map(|(i, e)| (e.handed_out, i))
-            .collect();
-        idle.sort();
-        let (mut count, mut bytes) = (idle.len(), 0usize);
-        for &(_, i) in &idle {
-            bytes += state.entries[i].buf.len();
-        }
-        let mut drop_now = Vec::new();
-        for &(handed_out, i) in &idle {
-            let expired = now.saturating_duration_since(handed_out) >= limits.idle_timeout;
-            if expired || count > limits.max_idle_buffers || bytes > limits.max_idle_bytes {
-                count -= 1;
-                bytes -= state.entries[i].buf.len();
-                drop_now.push(i);
+        let mut going = Vec::new();
+        let (mut unused, mut unused_bytes) = (0, 0);
+        for (index, entry) in state.entries.iter().enumerate() {
+            if entry.expired(now, limits.idle_timeout) {
+                going.push(index);
+            } else if entry.unused_here() {
+                unused += 1;
+                unused_bytes += entry.buf.len();
             }
         }
-        drop_now.sort_unstable_by(|a, b| b.cmp(a));
-        let given_back = drop_now.len();
-        for i in drop_now {
-            let entry = state.entries.swap_remove(i);
-            entry.buf.release()?;
+        if unused > limits.max_idle_buffers || unused_bytes > limits.max_idle_bytes {
+            // Each buffer's slots read once, here: a consumer letting go meanwhile
+            // cannot make the counts below disagree with the list.
+            let idle: Vec<usize> = state
+                .entries
+                .iter()
+                .enumerate()
+                .filter(|(_, e)| !e.expired(now, limits.idle_timeout))
+                .filter(|(_, e)| e.standing() == Standing::Idle)
+                .map(|(index, _)| index)
+                .collect();
+            let mut count = idle.len();
+            let mut bytes: usize = idle.iter().map(|&i| state.entries[i].buf.len()).sum();
+            for index in idle {
+                if count <= limits.max_idle_buffers && bytes <= limits.max_idle_bytes {
+                    break;
+                }
+                count -= 1;
+                bytes -= state.entries[index].buf.len();
+                going.push(index);
+            }
         }
-        state.stats.given_back += given_back as u64;
-        Ok(given_back)
+        Self::give_back(state, going)
+    }
+
+    /// Gives back the entries at `indices` and keeps the others in their order. Every
+    /// one goes even if giving back one fails (the pool drops its reference either
+    /// way); returns how many, or the first failure.
+    fn give_back(state: &mut State<O>, mut indices: Vec<usize>) -> Result<usize> {
+        if indices.is_empty() {
+            return Ok(0);
+        }
+        indices.sort_unstable();
+        let mut first_error = None;
+        let entries = std::mem::take(&mut state.entries);
+        for (index, entry) in entries.into_iter().enumerate() {
+            if indices.binary_search(&index).is_err() {
+                state.entries.push(entry);
+            } else if let Err(e) = entry.buf.release() {
+                first_error.get_or_insert(e);
+            }
+        }
+        state.stats.given_back += indices.len() as u64;
+        first_error.map_or(Ok(indices.len()), Err)
     }
 }
 

@@ -1,13 +1,29 @@
 //! `ShmPool` on the real kernel: a released buffer's segment is reused with a new
 //! generation, a handle of an earlier use fails with `Error::Stale` and reads nothing,
-//! a segment still held (here by a handle in flight) is not reused, the limits and the
-//! idle timeout give memory back, and a file_descriptor pool is refused.
+//! a segment still held (by a handle in flight, or by a consumer process: lent) is not
+//! reused, and lent buffers do not count against the idle limits, the one handed out
+//! longest ago is reused first, the limits and the idle timeout give memory back, and
+//! a file_descriptor pool is refused. The consumer is a copy of this test binary
+//! ([`consumer_role`]), spawned (not forked: other tests run on threads beside it),
+//! run under a time limit and killed by its pid past it.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc;
 use std::time::Duration;
 
 use shmrc::{CreateOptions, Error, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy};
+use shmrc_testkit::data::{hex, unhex};
 use shmrc_testkit::names::TestNamespace;
+use shmrc_testkit::process::wait_within;
+
+/// How long a consumer may take to answer, and to exit once told to.
+const CONSUMER_LIMIT: Duration = Duration::from_secs(30);
+
+/// The environment variable that makes [`consumer_role`] a consumer: the handles it
+/// attaches, as hex, separated by commas.
+const CONSUMER_HANDLES: &str = "SHMRC_POOL_TEST_CONSUMER_HANDLES";
 
 fn pool(t: &TestNamespace, limits: PoolLimits) -> ShmPool {
     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -119,6 +135,211 @@ fn an_idle_timeout_gives_everything_back() {
     drop(pool.get(64).unwrap());
     assert_eq!(pool.trim().unwrap(), 1);
     assert!(t.names().is_empty());
+}
+
+/// A consumer process further down a pipeline: it attaches buffers shared with it, then
+/// lets go of them one at a time when told to (each line on its stdin), and of the rest
+/// when its stdin closes. Killed by its pid if the test ends first.
+struct Consumer {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    said: mpsc::Receiver<String>,
+}
+
+impl Consumer {
+    /// Starts one that attaches `handles` (in their order) and waits until it has.
+    fn start(handles: Vec<ShareHandle>) -> Consumer {
+        let handles: Vec<String> = handles
+            .into_iter()
+            .map(|h| hex(&h.into_bytes().unwrap()))
+            .collect();
+        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
+            .args([
+                "--exact",
+                "consumer_role",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env(CONSUMER_HANDLES, handles.join(","))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start a consumer");
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (tx, said) = mpsc::channel();
+        // Ends when the consumer does (its stdout closes).
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        let consumer = Consumer { child, stdin, said };
+        consumer.expect("attached");
+        consumer
+    }
+
+    /// Waits (at most [`CONSUMER_LIMIT`]) for a line of its output containing `what`.
+    fn expect(&self, what: &str) {
+        loop {
+            match self.said.recv_timeout(CONSUMER_LIMIT) {
+                // The harness may have begun the line ("test consumer_role ... attached").
+                Ok(line) if line.contains(what) => return,
+                Ok(_) => {}
+                Err(e) => panic!("the consumer did not say {what:?} ({e})"),
+            }
+        }
+    }
+
+    /// Lets go of the first buffer it still holds, and waits until it has.
+    fn let_go_of_one(&mut self) {
+        let stdin = self.stdin.as_mut().expect("still running");
+        writeln!(stdin, "let go").expect("tell the consumer");
+        self.expect("let go");
+    }
+
+    /// Lets go of every buffer it still holds and exits (reaped, within the limit).
+    fn let_go_of_all(mut self) {
+        drop(self.stdin.take());
+        let status = wait_within(&mut self.child, CONSUMER_LIMIT);
+        assert!(status.success(), "the consumer failed: {status}");
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        // Ours, by its pid; after `let_go_of_all` it has been reaped already.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The role a copy of this binary plays for [`Consumer`]. Not a test of its own:
+/// without [`CONSUMER_HANDLES`] it returns at once.
+#[test]
+fn consumer_role() {
+    let Ok(handles) = std::env::var(CONSUMER_HANDLES) else {
+        return;
+    };
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let mut held: Vec<ShmBuf> = handles
+        .split(',')
+        .map(|h| ShmBuf::attach(ShareHandle::from_bytes(&unhex(h)).unwrap()).unwrap())
+        .collect();
+    println!("attached");
+    let mut line = String::new();
+    while !held.is_empty() && std::io::stdin().read_line(&mut line).unwrap_or(0) > 0 {
+        drop(held.remove(0));
+        println!("let go");
+    }
+}
+
+#[test]
+fn a_buffer_another_process_holds_is_lent_not_counted_as_idle_nor_reused_until_it_lets_go() {
+    let t = TestNamespace::new("pool-lent");
+    let limits = PoolLimits {
+        max_idle_buffers: 1,
+        max_idle_bytes: 1 << 30,
+        idle_timeout: Duration::from_secs(3600),
+    };
+    let pool = pool(&t, limits);
+    let (a, b) = (pool.get(4096).unwrap(), pool.get(4096).unwrap());
+    let (name_a, name_b) = (a.name().unwrap().to_owned(), b.name().unwrap().to_owned());
+    let mut consumer = Consumer::start(vec![a.share().unwrap(), b.share().unwrap()]);
+    let census = a.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (2, 0),
+        "the consumer holds it"
+    );
+    drop((a, b));
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.lent, stats.idle, stats.in_use),
+        (2, 0, 0),
+        "{stats:?}"
+    );
+    assert_eq!(
+        pool.trim().unwrap(),
+        0,
+        "two lent, a limit of one idle: the limits bound idle buffers only"
+    );
+    let c = pool.get(4096).unwrap();
+    assert!(
+        c.name() != Some(name_a.as_str()) && c.name() != Some(name_b.as_str()),
+        "both are lent: a new segment"
+    );
+    assert_eq!((pool.stats().created, pool.stats().recycled), (3, 0));
+
+    // The consumer lets go of `a`: idle, and reused by the next get.
+    consumer.let_go_of_one();
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.lent, stats.idle, stats.in_use),
+        (1, 1, 1),
+        "{stats:?}"
+    );
+    let again = pool.get(4096).unwrap();
+    assert_eq!(again.name(), Some(name_a.as_str()));
+    assert_eq!(again.generation(), 1);
+
+    // And of `b`: three idle, one kept (the one handed out last: `a`, reused).
+    consumer.let_go_of_all();
+    drop((c, again));
+    let stats = pool.stats();
+    assert_eq!((stats.lent, stats.idle, stats.idle_bytes), (0, 3, 3 * 4096));
+    assert_eq!(pool.trim().unwrap(), 2);
+    assert_eq!(t.names(), vec![name_a]);
+    drop(pool);
+    assert!(t.names().is_empty(), "the pool's drop unlinks what it kept");
+}
+
+#[test]
+fn a_lent_buffer_past_the_idle_timeout_is_given_back_and_its_holder_keeps_it() {
+    let t = TestNamespace::new("pool-lent-timeout");
+    let limits = PoolLimits {
+        idle_timeout: Duration::ZERO,
+        ..PoolLimits::default()
+    };
+    let pool = pool(&t, limits);
+    let buf = pool.get(64).unwrap();
+    buf.write_at(0, b"kept").unwrap();
+    let name = buf.name().unwrap().to_owned();
+    let in_flight = buf.share().unwrap();
+    drop(buf);
+    assert_eq!(pool.stats().lent, 1);
+    assert_eq!(pool.trim().unwrap(), 1, "lent past the timeout: given back");
+    assert_eq!(t.names(), vec![name], "the handle still holds the segment");
+    let attached = ShmBuf::attach(in_flight).unwrap();
+    let mut out = [0u8; 4];
+    attached.read_at(0, &mut out).unwrap();
+    assert_eq!(&out, b"kept");
+    drop(attached);
+    assert!(t.names().is_empty(), "its last holder unlinked it");
+}
+
+#[test]
+fn the_buffer_handed_out_longest_ago_is_reused_first() {
+    let t = TestNamespace::new("pool-order");
+    let pool = pool(&t, PoolLimits::default());
+    let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
+    let (name_a, name_b) = (a.name().unwrap().to_owned(), b.name().unwrap().to_owned());
+    drop(b);
+    drop(a); // let go of last, handed out first
+    let first = pool.get(64).unwrap();
+    assert_eq!(first.name(), Some(name_a.as_str()), "handed out first");
+    drop(first);
+    let second = pool.get(64).unwrap();
+    assert_eq!(
+        second.name(),
+        Some(name_b.as_str()),
+        "`a` was handed out again since: `b` has waited longest"
+    );
+    drop(second);
+    assert_eq!(pool.get(64).unwrap().name(), Some(name_a.as_str()));
 }
 
 #[test]

@@ -143,9 +143,9 @@ impl Shmrc {
 
     /// Buffers from a pool of file_system buffers in namespace `ns` that keeps up to
     /// `window` idle buffers (the default limits otherwise): as many as the workload
-    /// has in flight, as a user sizes a pool for a pipeline. With fewer (the default
-    /// keeps 16), a stream whose window of 64 drains at the end of each batch gives
-    /// most segments back and creates them again in the next batch.
+    /// has in flight, as a user sizes a pool for a pipeline. With fewer, a stream whose
+    /// window drains at the end of each batch gives most segments back and creates
+    /// them again in the next batch (the default keeps 64).
     pub fn pooled(ns: Namespace, window: usize) -> Result<Shmrc> {
         let options = CreateOptions::new()
             .strategy(Strategy::FileSystem)

@@ -297,20 +297,23 @@ class ShmBuf:
 class ShmPool:
     """Recycled file_system buffers, the way data loaders reuse shared memory.
 
-    ``ShmPool(namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30,
+    ``ShmPool(namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30,
     idle_timeout=10.0)``: :meth:`get` hands out a :class:`ShmBuf` whose segment was used
     before and that no process holds any more (no new segment, no page reservation),
     else a new one. A buffer goes back to the pool when its last Python reference (and
     every view of it) goes here *and* every process it was shared with has let go;
     a handle of an earlier use then raises :class:`StaleError` instead of reading the
     new use's bytes. A recycled buffer keeps its previous bytes (``get(nbytes,
-    zero=True)`` clears them). At most ``max_idle_buffers`` buffers and
-    ``max_idle_bytes`` bytes are kept idle, none longer than ``idle_timeout`` seconds.
+    zero=True)`` clears them). A buffer this process let go of but another process
+    still holds is *lent*: it is not reused, and does not count as idle, until that
+    process lets go. At most ``max_idle_buffers`` buffers and ``max_idle_bytes`` bytes
+    are kept idle; none, idle or lent, longer than ``idle_timeout`` seconds (giving
+    back a lent one leaves it to the process that holds it).
     Only the process that made a pool recycles its buffers (a forked child gets new
     ones: make a pool per process).
     """
 
-    def __init__(self, namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30, idle_timeout=10.0):
+    def __init__(self, namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30, idle_timeout=10.0):
         self._pool = _shmrc.Pool("file_system", namespace, max_idle_buffers, max_idle_bytes, idle_timeout)
 
     def get(self, nbytes, zero=False):
@@ -325,8 +328,10 @@ class ShmPool:
         return self._pool.trim()
 
     def stats(self):
-        """``{"created", "recycled", "given_back", "idle", "idle_bytes", "in_use"}``."""
-        keys = ("created", "recycled", "given_back", "idle", "idle_bytes", "in_use")
+        """``{"created", "recycled", "given_back", "idle", "idle_bytes", "lent", "in_use"}``:
+        ``idle`` (and its bytes) nobody holds any more, ``lent`` another process still
+        holds, ``in_use`` this process uses."""
+        keys = ("created", "recycled", "given_back", "idle", "idle_bytes", "lent", "in_use")
         return dict(zip(keys, self._pool.stats()))
 
     def __repr__(self):

@@ -233,11 +233,12 @@ struct Pool {
 #[pymethods]
 impl Pool {
     /// A pool of file_system buffers in `namespace` (`None`: `shmrc`), keeping at most
-    /// `max_idle_buffers` idle buffers and `max_idle_bytes` idle bytes, each for at
-    /// most `idle_timeout` seconds. `strategy` must be `file_system` (or `None` with
-    /// that strategy process-wide).
+    /// `max_idle_buffers` idle buffers and `max_idle_bytes` idle bytes (lent ones, that
+    /// another process still holds, do not count), idle or lent for at most
+    /// `idle_timeout` seconds. `strategy` must be `file_system` (or `None` with that
+    /// strategy process-wide).
     #[new]
-    #[pyo3(signature = (strategy=None, namespace=None, max_idle_buffers=16, max_idle_bytes=1 << 30, idle_timeout=10.0))]
+    #[pyo3(signature = (strategy=None, namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30, idle_timeout=10.0))]
     fn new(
         strategy: Option<&str>,
         namespace: Option<&str>,
@@ -277,8 +278,9 @@ impl Pool {
         py.detach(|| self.pool.trim()).py()
     }
 
-    /// (created, recycled, given_back, idle, idle_bytes, in_use).
-    fn stats(&self) -> (u64, u64, u64, usize, usize, usize) {
+    /// (created, recycled, given_back, idle, idle_bytes, lent, in_use): the fields of
+    /// `shmrc::PoolStats`, in their order.
+    fn stats(&self) -> (u64, u64, u64, usize, usize, usize, usize) {
         let s = self.pool.stats();
         (
             s.created,
@@ -286,6 +288,7 @@ impl Pool {
             s.given_back,
             s.idle,
             s.idle_bytes,
+            s.lent,
             s.in_use,
         )
     }

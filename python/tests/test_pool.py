@@ -1,6 +1,6 @@
 """shmrc.ShmPool with real processes: a segment is reused once nobody holds it, never
-while another process does, and a handle of its earlier use is stale; shmrc.torch's
-pool=True recycles DataLoader batches."""
+while another process does (it is lent meanwhile, then idle), and a handle of its
+earlier use is stale; shmrc.torch's pool=True recycles DataLoader batches."""
 import multiprocessing as mp
 
 import pytest
@@ -32,17 +32,20 @@ def test_a_buffer_let_go_is_reused_and_a_held_one_is_not(ns):
 
 
 def _hold_then_release(queue, replies, release):
-    buf = queue.get().attach()
+    # Every wait is bounded: a parent that fails early leaves no child waiting forever.
+    buf = queue.get(timeout=30).attach()
     replies.put(bytes(buf.view()[:3]))
     release.wait(30)
     del buf
     replies.put("released")
 
 
-def test_a_buffer_another_process_holds_is_not_reused_and_its_old_handle_is_stale(ns):
+def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is_stale(ns):
     ctx = mp.get_context("fork")
     queue, replies, release = ctx.Queue(), ctx.Queue(), ctx.Event()
-    child = ctx.Process(target=_hold_then_release, args=(queue, replies, release))
+    # daemon: killed (by pid) when the test's process exits, should an assertion fail
+    # before the child is released.
+    child = ctx.Process(target=_hold_then_release, args=(queue, replies, release), daemon=True)
     child.start()
     pool = shmrc.ShmPool(ns)
     buf = pool.get(4096)
@@ -53,17 +56,32 @@ def test_a_buffer_another_process_holds_is_not_reused_and_its_old_handle_is_stal
     queue.put(handle)
     assert replies.get(timeout=30) == b"one"
     del buf, handle
+    stats = pool.stats()
+    assert (stats["lent"], stats["idle"], stats["in_use"]) == (1, 0, 0), stats
     held_elsewhere = pool.get(4096)
     assert held_elsewhere.name != name, "the child still holds it: a new segment"
     release.set()
     assert replies.get(timeout=30) == "released"
     child.join(30)
     assert child.exitcode == 0
+    stats = pool.stats()
+    assert (stats["lent"], stats["idle"], stats["in_use"]) == (0, 1, 1), stats
     reused = pool.get(4096)
     assert reused.name == name
     with pytest.raises(shmrc.StaleError):
         shmrc.ShareHandle("file_system", 4096, replayed).attach()
     del reused, held_elsewhere, pool
+
+
+def test_the_default_limits_keep_64_idle_buffers(ns):
+    pool = shmrc.ShmPool(ns)
+    bufs = [pool.get(4096) for _ in range(65)]
+    del bufs
+    assert pool.trim() == 1, "65 idle: the one handed out first goes"
+    stats = pool.stats()
+    assert (stats["idle"], stats["given_back"]) == (64, 1), stats
+    del pool
+    assert shm_names(ns) == []
 
 
 def test_a_pool_is_file_system_only_and_limits_are_checked(ns):
