@@ -8,7 +8,7 @@
 
 use shmrc::holders::Outcome;
 use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs};
+use shmrc::os::sim::{SimKernel, SimOs, UnlinkRace};
 use shmrc::segment::HEADER_BYTES;
 use shmrc::sweep::{Action, inspect, sweep_after_deaths, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
@@ -640,5 +640,64 @@ fn a_dry_run_leaves_a_dead_creators_half_created_segment() {
         Action::RemovedHalfCreated
     ));
     drop(file);
+    sweep_and_assert_clean(&kernel, vec![]);
+}
+
+/// A dead creator's half-created segment: the sweep's unlink may find the name already
+/// gone (another sweeper removed it first: `Vanished`, nothing counted) or be refused
+/// by the kernel (`Skipped` with the kernel's error, the name left for a later sweep).
+#[test]
+fn a_half_created_segments_unlink_that_races_or_is_refused_is_reported_as_such() {
+    for race in [UnlinkRace::UnlinkedFirst, UnlinkRace::Refused] {
+        let kernel = SimKernel::new(17);
+        let creator = kernel.spawn(UID);
+        let name = ns().segment_name(UID, creator.pid_namespace(), creator.token(), 1);
+        drop(creator.shm_create(&name).unwrap());
+        kernel.kill(creator.pid());
+        kernel.race_next_unlink(&name, race);
+        let sweeper = kernel.spawn(UID);
+        let report = sweep_with(&sweeper, &ns(), false).unwrap();
+        assert_eq!(report.unlinked, 0, "{race:?}: {report:?}");
+        let action = &report.segments[0].action;
+        match race {
+            UnlinkRace::UnlinkedFirst => {
+                assert!(matches!(action, Action::Vanished), "{action:?}");
+                assert!(kernel.names().is_empty());
+            }
+            UnlinkRace::Refused => {
+                assert!(
+                    matches!(
+                        action,
+                        Action::Skipped(Error::Os {
+                            call: "shm_unlink",
+                            ..
+                        })
+                    ),
+                    "{action:?}"
+                );
+                assert_eq!(kernel.names(), vec![name.clone()]);
+                let again = sweep_with(&sweeper, &ns(), false).unwrap();
+                assert_eq!(again.unlinked, 1, "{again:?}");
+            }
+        }
+        sweep_and_assert_clean(&kernel, vec![]);
+    }
+}
+
+/// The last step of a finalize finds the name already unlinked (a finalizer that died
+/// right after its unlink, taken over): reported `Vanished`, not counted as unlinked.
+#[test]
+fn a_finalize_whose_unlink_finds_the_name_gone_reports_it_vanished() {
+    let kernel = SimKernel::new(18);
+    let creator = kernel.spawn(UID);
+    let held = create(&creator, 2).unwrap();
+    let name = held.name().unwrap().to_owned();
+    kernel.kill(creator.pid());
+    kernel.race_next_unlink(&name, UnlinkRace::UnlinkedFirst);
+    let sweeper = kernel.spawn(UID);
+    let report = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!((report.reclaimed, report.unlinked), (1, 0), "{report:?}");
+    assert!(matches!(report.segments[0].action, Action::Vanished));
+    drop(held);
     sweep_and_assert_clean(&kernel, vec![]);
 }

@@ -1,7 +1,7 @@
 //! What a test does to the kernel: kill a process now or at its `n`-th crash point
-//! (and the crash points themselves), lower the fd and space limits, and damage an
-//! object as a hostile peer would (write or read its bytes, truncate it, change its
-//! owner).
+//! (and the crash points themselves), lower the fd and space limits, make an unlink
+//! race another process or be refused, and damage an object as a hostile peer would
+//! (write or read its bytes, truncate it, change its owner).
 
 use super::kernel::SimKernel;
 use super::map::{Storage, read_words, write_words};
@@ -110,6 +110,14 @@ impl SimKernel {
         self.same(&file.kernel).is_ok() && self.resize(file.object, len).is_ok()
     }
 
+    /// Makes the next [`Os::shm_unlink`](crate::os::Os::shm_unlink) of `name`, by any
+    /// process, run into `race` (the window between a sweep's last look at a name and
+    /// its unlink holds only kernel calls, which no interleaving of the checkers
+    /// splits).
+    pub fn race_next_unlink(&self, name: &str, race: UnlinkRace) {
+        self.with(|st, _| st.unlink_races.insert(name.to_owned(), race));
+    }
+
     /// Changes the owner of the named object `name` (`fchown`); `false` if missing.
     pub fn set_owner(&self, name: &str, uid: u32) -> bool {
         self.with(|st, _| {
@@ -119,6 +127,17 @@ impl SimKernel {
             st.objects.get_mut(&id).map(|o| o.uid = uid).is_some()
         })
     }
+}
+
+/// What an unlink runs into ([`SimKernel::race_next_unlink`]).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum UnlinkRace {
+    /// Another process unlinked the name just before: the call finds it gone
+    /// ([`Error::Gone`]), and the name is gone (its object freed once unused).
+    UnlinkedFirst,
+    /// The kernel refuses it (`EPERM`, as `/dev/shm`'s sticky bit refuses a name
+    /// another user made there): [`Error::Os`], and the name stays.
+    Refused,
 }
 
 /// [`Os::crash_point`](crate::os::Os::crash_point): one step further, or killed here.

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::faults::UnlinkRace;
 use super::map::Storage;
 use super::objects::Object;
 use super::process::Proc;
@@ -40,6 +41,9 @@ pub(super) struct State {
     pub(super) streams: BTreeMap<u64, Pair>,
     pub(super) space_limit: Option<u64>,
     pub(super) reserved: u64,
+    /// What the next `shm_unlink` of a name runs into (see
+    /// [`SimKernel::race_next_unlink`]).
+    pub(super) unlink_races: BTreeMap<String, UnlinkRace>,
     /// What each process that died left behind, taken at its death (see
     /// [`SimKernel::effects_after_death`]).
     pub(super) at_death: BTreeMap<u32, Footprint>,
@@ -235,6 +239,7 @@ impl SimKernel {
                 streams: BTreeMap::new(),
                 space_limit: None,
                 reserved: 0,
+                unlink_races: BTreeMap::new(),
                 at_death: BTreeMap::new(),
             }),
             memory: AtomicU64::new(0),

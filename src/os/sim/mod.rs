@@ -63,6 +63,7 @@ mod stream;
 #[cfg(test)]
 mod tests;
 
+pub use faults::UnlinkRace;
 pub use kernel::SimKernel;
 pub use map::SimMap;
 pub use objects::SimFile;

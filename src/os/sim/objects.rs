@@ -7,6 +7,7 @@ use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
 
+use super::faults::UnlinkRace;
 use super::kernel::{Ref, SimKernel};
 use super::map::Storage;
 use super::process::SimOs;
@@ -180,14 +181,25 @@ pub(super) fn shm_unlink(os: &SimOs, name: &str) -> Result<()> {
     check_name(name, "shm_unlink")?;
     os.with(|st, garbage| {
         st.caller(os.pid)?;
-        let object = st.names.remove(name).ok_or_else(|| Error::Gone {
-            segment: name.to_owned(),
-        })?;
-        if let Some(o) = st.objects.get_mut(&object) {
-            o.named = false;
+        let race = st.unlink_races.remove(name);
+        if race == Some(UnlinkRace::Refused) {
+            return Err(os_error("shm_unlink", libc::EPERM));
         }
-        st.collect(object, garbage);
-        Ok(())
+        // Another process's unlink, just before ours: the same removal, then ours
+        // finds the name gone.
+        let removed = st.names.remove(name);
+        if let Some(object) = removed {
+            if let Some(o) = st.objects.get_mut(&object) {
+                o.named = false;
+            }
+            st.collect(object, garbage);
+        }
+        match (removed, race) {
+            (Some(_), None) => Ok(()),
+            _ => Err(Error::Gone {
+                segment: name.to_owned(),
+            }),
+        }
     })
 }
 
