@@ -1481,4 +1481,125 @@ mod tests {
         ];
         assert_round_trips(&positions, Flat::from, |f: Flat<_>| f.get());
     }
+
+    /// Steps `f` to its end, calling `before` with its position before each step.
+    fn finalize_with(
+        f: &mut Finalize,
+        os: &Fixed,
+        h: &Holders<'_>,
+        mut before: impl FnMut(FinalizeAt),
+    ) -> Finalized {
+        for _ in 0..100_000 {
+            before(f.at.get());
+            if let Poll::Ready(done) = f.step(os, h, "segment") {
+                return done.unwrap();
+            }
+        }
+        panic!("a finalize that does not end");
+    }
+
+    #[test]
+    fn a_finalize_asked_to_run_again_goes_round_until_its_last_round_then_defers() {
+        let (me, other) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![other],
+        };
+        let slots = words(&[FREE, FREE]);
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        let mut rounds = 0;
+        let done = finalize_with(
+            &mut Finalize::new(Reclaim::All, &h),
+            &os,
+            &h,
+            |at| match at {
+                // A claim lands behind the tombstone pass: blocked, it rolls back.
+                FinalizeAt::TombLoad { index: 1 } => slots[1].store(held_word(other), SeqCst),
+                // A rival asked for one more round meanwhile, and the claimer let go.
+                FinalizeAt::CheckPending => {
+                    rounds += 1;
+                    pending.store(1, SeqCst);
+                    slots[1].store(FREE, SeqCst);
+                }
+                _ => {}
+            },
+        );
+        assert_eq!(
+            (done.outcome, rounds),
+            (Outcome::Deferred, Finalize::ROUNDS)
+        );
+        // Not asked again: a blocked finalize ends InUse after its one round.
+        let mut rounds = 0;
+        let done = finalize_with(
+            &mut Finalize::new(Reclaim::All, &h),
+            &os,
+            &h,
+            |at| match at {
+                FinalizeAt::TombLoad { index: 1 } => slots[1].store(held_word(other), SeqCst),
+                FinalizeAt::CheckPending => rounds += 1,
+                _ => {}
+            },
+        );
+        assert_eq!((done.outcome, rounds), (Outcome::InUse, 1));
+        assert_eq!(slots[0].load(SeqCst), FREE, "its tombstone rolled back");
+        assert_eq!(finalizer.load(SeqCst), FREE);
+    }
+
+    #[test]
+    fn a_finalize_that_finds_a_live_finalizer_at_work_asks_it_to_run_again_and_defers() {
+        let (me, other) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![other],
+        };
+        let slots = words(&[FREE, FREE]);
+        let (finalizer, pending) = (AtomicU64::new(held_word(other)), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        let mut f = Finalize::new(Reclaim::All, &h);
+        let done = finalize_with(&mut f, &os, &h, |_| {});
+        assert_eq!((done.outcome, f.round), (Outcome::Deferred, 0));
+        assert_eq!(pending.load(SeqCst), 1, "asked to run again");
+        // The other finalizer lets go before the check: another round, which destroys.
+        let done = finalize_with(&mut Finalize::new(Reclaim::All, &h), &os, &h, |at| {
+            if let FinalizeAt::CheckFinalizer { .. } = at {
+                finalizer.store(FREE, SeqCst);
+            }
+        });
+        assert_eq!(done.outcome, Outcome::Unlinked);
+        assert!(slots.iter().all(|s| s.load(SeqCst) == TOMB));
+    }
+
+    #[test]
+    fn a_recycle_counts_the_dead_holders_it_reclaims_and_bumps_the_generation() {
+        let (me, dead, also_dead) = (token(10), token(12), token(13));
+        let os = Fixed { me, live: vec![] };
+        // A tombstone a dead finalizer left is not a holder; free slots are not either.
+        let slots = words(&[
+            held_word(me),
+            TOMB,
+            held_word(dead),
+            FREE,
+            in_flight_word(also_dead),
+        ]);
+        let (finalizer, pending, generation) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(5));
+        let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
+        let mut recycle = Recycle::new(0);
+        let done = loop {
+            if let Poll::Ready(done) = recycle.step(&os, &h) {
+                break done;
+            }
+        };
+        assert_eq!(
+            done,
+            Recycled::Reused {
+                generation: 6,
+                reclaimed: 2
+            }
+        );
+        let left: Vec<u64> = slots.iter().map(|s| s.load(SeqCst)).collect();
+        assert_eq!(left, [held_word(me), FREE, FREE, FREE, FREE]);
+        assert_eq!(finalizer.load(SeqCst), FREE);
+    }
 }

@@ -701,3 +701,36 @@ fn a_finalize_whose_unlink_finds_the_name_gone_reports_it_vanished() {
     drop(held);
     sweep_and_assert_clean(&kernel, vec![]);
 }
+
+/// The last step of a finalize is refused by the kernel: the sweep reports the
+/// kernel's error for that segment (not `Vanished`), and the name stays, every slot a
+/// tombstone and the finalizer word the sweeper's, until that sweeper (or any other,
+/// once it is dead) finalizes it again.
+#[test]
+fn a_finalize_whose_unlink_is_refused_reports_the_kernels_error() {
+    let kernel = SimKernel::new(19);
+    let creator = kernel.spawn(UID);
+    let held = create(&creator, 2).unwrap();
+    let name = held.name().unwrap().to_owned();
+    kernel.kill(creator.pid());
+    kernel.race_next_unlink(&name, UnlinkRace::Refused);
+    let sweeper = kernel.spawn(UID);
+    let report = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!(report.unlinked, 0, "{report:?}");
+    let action = &report.segments[0].action;
+    assert!(
+        matches!(
+            action,
+            Action::Skipped(Error::Os {
+                call: "shm_unlink",
+                ..
+            })
+        ),
+        "{action:?}"
+    );
+    assert_eq!(kernel.names(), vec![name]);
+    let again = sweep_with(&sweeper, &ns(), false).unwrap();
+    assert_eq!(again.unlinked, 1, "{again:?}");
+    drop(held);
+    sweep_and_assert_clean(&kernel, vec![]);
+}
