@@ -703,9 +703,8 @@ fn a_finalize_whose_unlink_finds_the_name_gone_reports_it_vanished() {
 }
 
 /// The last step of a finalize is refused by the kernel: the sweep reports the
-/// kernel's error for that segment (not `Vanished`), and the name stays, every slot a
-/// tombstone and the finalizer word the sweeper's, until that sweeper (or any other,
-/// once it is dead) finalizes it again.
+/// kernel's error for that segment (not `Vanished`), the name stays, and the same
+/// sweeper's next sweep unlinks it.
 #[test]
 fn a_finalize_whose_unlink_is_refused_reports_the_kernels_error() {
     let kernel = SimKernel::new(19);
