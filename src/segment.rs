@@ -543,3 +543,235 @@ pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<
     let fields = validate(os, &map, &info, segment)?;
     Ok(Opened { map, fields })
 }
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    //! `validate` at each bound's edge, with the checksum recomputed (a scribbled header
+    //! fails the checksum first, so a hostile-header test that leaves the checksum stale
+    //! never reaches the bounds behind it); `create`'s and `open_file`'s refusals.
+
+    use std::os::fd::OwnedFd;
+
+    use super::*;
+    use crate::os::posix::{PosixFile, PosixOs};
+    use crate::os::sim::{SimKernel, SimOs};
+
+    const UID: u32 = 1000;
+    const STRANGER: u32 = 1001;
+
+    /// A mapping that says it is `len` bytes long but holds only a header (all that
+    /// `validate` reads), so that bounds near `MAX_DATA_LEN` need no memory.
+    struct HeaderOnly {
+        words: Vec<AtomicU64>,
+        len: usize,
+    }
+
+    impl Mapping for HeaderOnly {
+        fn len(&self) -> usize {
+            self.len
+        }
+
+        fn words(&self, n: usize) -> Option<&[AtomicU64]> {
+            self.words.get(..n)
+        }
+
+        fn read(&self, _: usize, _: &mut [u8]) -> bool {
+            false
+        }
+
+        fn write(&self, _: usize, _: &[u8]) -> bool {
+            false
+        }
+    }
+
+    /// The field words (as `Fields::words` lays them out) of a header `os` wrote for
+    /// `data_len` bytes and `capacity` slots.
+    fn fields(os: &SimOs, data_len: u64, capacity: u64) -> [u64; 10] {
+        [
+            LAYOUT_VERSION,
+            data_offset_for(capacity as usize) as u64,
+            data_len,
+            capacity,
+            os.current().word(),
+            u64::from(UID),
+            os.pid_namespace(),
+            1_700_000_000_000_000_000,
+            0x0123_4567_89ab_cdef,
+            0xfedc_ba98_7654_3210,
+        ]
+    }
+
+    /// `os` validates a published header holding `values` under their true checksum,
+    /// in a file of `file_len` bytes owned by `file_uid`, mapped `map_len` bytes long.
+    fn validate_header(
+        os: &SimOs,
+        values: [u64; 10],
+        file_len: u64,
+        file_uid: u32,
+        map_len: u64,
+    ) -> Result<Fields> {
+        let words: Vec<AtomicU64> = (0..HEADER_WORDS).map(|_| AtomicU64::new(0)).collect();
+        for (i, value) in values.iter().enumerate() {
+            words[W_VERSION + i].store(*value, Ordering::Relaxed);
+        }
+        words[W_CHECKSUM].store(checksum(&values), Ordering::Relaxed);
+        words[W_MAGIC].store(MAGIC, Ordering::Release);
+        let map = HeaderOnly {
+            words,
+            len: usize::try_from(map_len).unwrap(),
+        };
+        let info = FileInfo {
+            len: file_len,
+            uid: file_uid,
+            mode: 0o600,
+        };
+        validate(os, &map, &info, "edge")
+    }
+
+    /// The bytes a header of `values` says its segment needs.
+    fn need(values: &[u64; 10]) -> u64 {
+        values[W_DATA_OFFSET - W_VERSION] + values[W_DATA_LEN - W_VERSION]
+    }
+
+    /// `validate_header` of a file and a mapping of exactly the length needed.
+    fn validate_exact(os: &SimOs, values: [u64; 10]) -> Result<Fields> {
+        let need = need(&values);
+        validate_header(os, values, need, UID, need)
+    }
+
+    fn process() -> SimOs {
+        SimKernel::new(15).spawn(UID)
+    }
+
+    fn assert_corrupted(result: Result<Fields>, about: &str) {
+        match result {
+            Err(Error::Corrupted { what, .. }) => assert!(what.contains(about), "{what}"),
+            other => panic!("expected a corrupted {about}, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_header_at_each_bound_is_valid() {
+        let os = process();
+        let most_slots = validate_exact(&os, fields(&os, 1, MAX_CAPACITY as u64)).unwrap();
+        assert_eq!(most_slots.layout.capacity, MAX_CAPACITY);
+        let largest = validate_exact(&os, fields(&os, MAX_DATA_LEN, 1)).unwrap();
+        assert_eq!(largest.layout.data_len as u64, MAX_DATA_LEN);
+        let smallest = validate_exact(&os, fields(&os, 1, 1)).unwrap();
+        assert_eq!(smallest.layout.data_len, 1);
+        assert_eq!(smallest.nonce, 0xfedc_ba98_7654_3210_0123_4567_89ab_cdef);
+        // A file, or a mapping, longer than the header needs is fine (the file may have
+        // been grown; the mapping is page-rounded).
+        let values = fields(&os, 64, 4);
+        let longer = need(&values) + 4096;
+        validate_header(&os, values, longer, UID, need(&values)).unwrap();
+        validate_header(&os, values, need(&values), UID, longer).unwrap();
+        // A segment without slots (file_descriptor) is not judged by pid namespace.
+        let mut foreign = fields(&os, 64, 0);
+        foreign[W_PIDNS - W_VERSION] = os.pid_namespace() + 1;
+        validate_exact(&os, foreign).unwrap();
+    }
+
+    #[test]
+    fn a_header_one_past_each_bound_is_refused() {
+        let os = process();
+        let too_many = fields(&os, 1, MAX_CAPACITY as u64 + 1);
+        assert_corrupted(validate_exact(&os, too_many), "slot capacity");
+        assert_corrupted(validate_exact(&os, fields(&os, 0, 1)), "data length");
+        let mut too_long = fields(&os, MAX_DATA_LEN, 1);
+        too_long[W_DATA_LEN - W_VERSION] += 1;
+        assert_corrupted(validate_exact(&os, too_long), "data length");
+        let mut foreign = fields(&os, 64, 1);
+        foreign[W_PIDNS - W_VERSION] = os.pid_namespace() + 1;
+        assert!(matches!(
+            validate_exact(&os, foreign),
+            Err(Error::OtherPidNamespace { .. })
+        ));
+    }
+
+    #[test]
+    fn a_file_or_mapping_one_byte_short_is_truncated() {
+        let os = process();
+        let values = fields(&os, 64, 4);
+        let need = need(&values);
+        let short = |file_len: u64, map_len: u64| match validate_header(
+            &os, values, file_len, UID, map_len,
+        ) {
+            Err(Error::Truncated {
+                need: said, have, ..
+            }) => (said, have),
+            other => panic!("expected truncated, got {other:?}"),
+        };
+        assert_eq!(short(need - 1, need + 4096), (need, need - 1));
+        assert_eq!(short(need + 4096, need - 1), (need, need - 1));
+        // A file that holds the whole header but no data: what it lacks is the data.
+        assert_eq!(
+            short(HEADER_BYTES as u64, HEADER_BYTES as u64),
+            (need, HEADER_BYTES as u64)
+        );
+        // One shorter than the header: the header itself is what is missing.
+        assert_eq!(
+            short(HEADER_BYTES as u64 - 1, need),
+            (HEADER_BYTES as u64, HEADER_BYTES as u64 - 1)
+        );
+    }
+
+    #[test]
+    fn another_users_segment_names_that_user_as_its_owner() {
+        let os = process();
+        let values = fields(&os, 64, 4);
+        let need = need(&values);
+        let owner = |result: Result<Fields>| match result {
+            Err(Error::OtherUser { owner, me, .. }) => {
+                assert_eq!(me, UID);
+                owner
+            }
+            other => panic!("expected another user's segment, got {other:?}"),
+        };
+        // The file is theirs (whatever the header says)...
+        assert_eq!(
+            owner(validate_header(&os, values, need, STRANGER, need)),
+            STRANGER
+        );
+        // ...or the header says so in a file of ours.
+        let mut theirs = values;
+        theirs[W_UID - W_VERSION] = u64::from(STRANGER);
+        assert_eq!(
+            owner(validate_header(&os, theirs, need, UID, need)),
+            STRANGER
+        );
+    }
+
+    #[test]
+    fn a_file_system_segment_without_slots_is_refused_and_leaves_nothing() {
+        let kernel = SimKernel::new(16);
+        let os = kernel.spawn(UID);
+        let ns = Namespace::new("shmrc-test-segment").unwrap();
+        let err = create(&os, Strategy::FileSystem, &ns, 64, 0).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        assert!(kernel.names().is_empty());
+        assert_eq!(kernel.objects_alive(), 0);
+    }
+
+    /// A memfd of this process, `len` bytes long and sparse (nothing allocated).
+    fn sparse_memfd(os: &PosixOs, len: u64) -> PosixFile {
+        let file = std::fs::File::from(os.memfd_create("shmrc-test").unwrap().into_inner());
+        file.set_len(len).unwrap();
+        PosixFile::from(OwnedFd::from(file))
+    }
+
+    #[test]
+    fn a_file_longer_than_any_layout_is_refused_before_it_is_mapped() {
+        let os = PosixOs::new();
+        let limit = MAX_DATA_LEN + data_offset_for(MAX_CAPACITY) as u64;
+        let err = open_file(&os, &sparse_memfd(&os, limit + 1), "huge").unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupted { what, .. } if what.contains("beyond any layout")),
+            "{err}"
+        );
+        // At the limit it is mapped (sparse, so nothing is touched but its header) and
+        // judged by its header, all zeros here.
+        let err = open_file(&os, &sparse_memfd(&os, limit), "huge").unwrap_err();
+        assert!(matches!(err, Error::HalfCreated { .. }), "{err}");
+    }
+}

@@ -150,7 +150,11 @@ pub fn send_with<O: Os>(
             payload.len()
         )));
     }
-    let frames = split_into_frames(&handles);
+    let frames = split_into_frames(
+        handles
+            .iter()
+            .map(|h| h.strategy() == Strategy::FileDescriptor),
+    );
     let last = frames.len() - 1;
     for (index, range) in frames.iter().enumerate() {
         let batch = &handles[range.clone()];
@@ -184,20 +188,21 @@ pub fn send_with<O: Os>(
     Ok(())
 }
 
-/// Groups handles so that no frame carries more than [`MAX_FDS_PER_SEND`] descriptors
-/// or [`MAX_HANDLES_PER_FRAME`] handles; always at least one (possibly empty) frame.
-fn split_into_frames<O: Os>(handles: &[ShareHandle<O>]) -> Vec<std::ops::Range<usize>> {
+/// Groups handles (given as whether each carries a descriptor) so that no frame
+/// carries more than [`MAX_FDS_PER_SEND`] descriptors or [`MAX_HANDLES_PER_FRAME`]
+/// handles; always at least one (possibly empty) frame.
+fn split_into_frames(carries_fd: impl IntoIterator<Item = bool>) -> Vec<std::ops::Range<usize>> {
     let mut frames = Vec::new();
-    let (mut start, mut fds) = (0, 0);
-    for (i, h) in handles.iter().enumerate() {
-        let is_fd = h.strategy() == Strategy::FileDescriptor;
+    let (mut start, mut fds, mut count) = (0, 0, 0);
+    for (i, is_fd) in carries_fd.into_iter().enumerate() {
         if (is_fd && fds == MAX_FDS_PER_SEND) || i - start == MAX_HANDLES_PER_FRAME {
             frames.push(start..i);
             (start, fds) = (i, 0);
         }
         fds += usize::from(is_fd);
+        count = i + 1;
     }
-    frames.push(start..handles.len());
+    frames.push(start..count);
     frames
 }
 
@@ -369,7 +374,10 @@ mod tests {
             })
             .collect();
         let handles: Vec<_> = bufs.iter().map(|b| b.share().unwrap()).collect();
-        assert_eq!(split_into_frames(&handles).len(), 3, "253 + 253 + 94");
+        let carries_fd = handles
+            .iter()
+            .map(|h| h.strategy() == Strategy::FileDescriptor);
+        assert_eq!(split_into_frames(carries_fd).len(), 3, "253 + 253 + 94");
         send_with(&a, &to_b, b"six hundred", handles).unwrap();
         let msg = recv_with(&b, &at_b).unwrap();
         assert_eq!(msg.payload, b"six hundred");
@@ -465,5 +473,139 @@ mod tests {
                 ..
             })
         ));
+    }
+
+    // Each bound of the framing at its edge: frames as `send` cuts them, and frame
+    // headers written by hand (a well-behaved sender never writes the ones past a bound).
+
+    #[test]
+    fn frames_are_cut_at_the_handle_limit_and_at_the_descriptor_limit() {
+        assert_eq!(
+            split_into_frames([]),
+            vec![std::ops::Range { start: 0, end: 0 }]
+        );
+        let handles = MAX_HANDLES_PER_FRAME;
+        assert_eq!(
+            split_into_frames(vec![false; 2 * handles + 1]),
+            [
+                0..handles,
+                handles..2 * handles,
+                2 * handles..2 * handles + 1
+            ]
+        );
+        let fds = MAX_FDS_PER_SEND;
+        assert_eq!(
+            split_into_frames(vec![true; fds + 1]),
+            [0..fds, fds..fds + 1]
+        );
+        // After a frame cut for its descriptors, the next one counts its handles afresh.
+        let mixed = std::iter::repeat_n(true, fds + 1).chain(std::iter::repeat_n(false, handles));
+        assert_eq!(
+            split_into_frames(mixed),
+            [0..fds, fds..fds + handles, fds + handles..fds + handles + 1]
+        );
+    }
+
+    #[test]
+    fn a_message_sent_on_a_real_socket_arrives() {
+        let (a, b) = UnixStream::pair().unwrap();
+        send(&a, b"over the kernel", vec![]).unwrap();
+        let message = recv(&b).unwrap();
+        assert_eq!(message.payload, b"over the kernel");
+        assert!(message.handles.is_empty());
+    }
+
+    #[test]
+    fn the_largest_payload_travels_and_one_byte_more_is_refused_unsent() {
+        let (_k, a, b, to_b, at_b) = pair();
+        let largest = vec![7u8; MAX_PAYLOAD];
+        send_with(&a, &to_b, &largest, vec![]).unwrap();
+        assert_eq!(recv_with(&b, &at_b).unwrap().payload, largest);
+        let err = send_with(&a, &to_b, &vec![7u8; MAX_PAYLOAD + 1], vec![]).unwrap_err();
+        assert!(matches!(err, Error::InvalidArgument(_)), "{err}");
+        drop(to_b);
+        assert!(matches!(recv_with(&b, &at_b), Err(Error::Disconnected)));
+    }
+
+    /// A frame header with these fields (payload length, handle count, descriptor
+    /// count, handle bytes), then `body`, sent raw by a process that then closes its
+    /// end; what the receiver gets of it.
+    fn receive_crafted(fields: [u32; 4], body: &[u8]) -> Result<Message<SimOs>> {
+        let (_k, a, b, to_b, at_b) = pair();
+        let [payload, count, fds, handle_bytes] = fields;
+        let frame = [header(0, payload, count, fds, handle_bytes), body.to_vec()].concat();
+        a.send(&to_b, &frame, &[]).unwrap();
+        drop(to_b);
+        recv_with(&b, &at_b)
+    }
+
+    /// The reason of a `Malformed` error.
+    fn why(result: Result<Message<SimOs>>) -> String {
+        match result {
+            Err(Error::Malformed { why, .. }) => why,
+            other => panic!("expected a malformed frame, got {other:?}"),
+        }
+    }
+
+    const OUT_OF_RANGE: &str = "frame header out of range";
+
+    #[test]
+    fn a_frame_header_one_past_each_bound_is_refused() {
+        let u = |n: usize| u32::try_from(n).unwrap();
+        // [payload length, handle count, descriptor count, handle bytes]
+        for fields in [
+            [u(MAX_PAYLOAD) + 1, 0, 0, 0],
+            [0, u(MAX_HANDLES_PER_FRAME) + 1, 0, 0],
+            [0, 0, 1, 0],
+            [0, 1, 0, u(2 + handle::MAX_ENCODED_LEN) + 1],
+        ] {
+            let why = why(receive_crafted(fields, &[]));
+            assert!(why.starts_with(OUT_OF_RANGE), "{fields:?}: {why}");
+        }
+    }
+
+    #[test]
+    fn a_frame_header_at_each_bound_is_read_on() {
+        let u = |n: usize| u32::try_from(n).unwrap();
+        // The most handles a frame may carry: past the header, the first is missing.
+        let why_most = why(receive_crafted([0, u(MAX_HANDLES_PER_FRAME), 0, 0], &[]));
+        assert_eq!(why_most, "handle length cut short");
+        // The most handle bytes for one handle: a handle of zeros, refused by its decoder.
+        let most = 2 + handle::MAX_ENCODED_LEN;
+        let mut body = u16::try_from(handle::MAX_ENCODED_LEN)
+            .unwrap()
+            .to_le_bytes()
+            .to_vec();
+        body.resize(most, 0);
+        match receive_crafted([0, 1, 0, u(most)], &body) {
+            Err(Error::Malformed { what, .. }) => assert_ne!(what, "transport frame"),
+            other => panic!("expected the handle's decoder to refuse it, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn bytes_after_the_handles_are_refused() {
+        let (_k, a, b, to_b, at_b) = pair();
+        let buf = ShmBuf::create_with(&a, 8, &CreateOptions::new().strategy(Strategy::FileSystem))
+            .unwrap();
+        let handle = buf.share().unwrap().encoded();
+        let len = u16::try_from(handle.len()).unwrap();
+        let body = [&len.to_le_bytes()[..], &handle, b"!"].concat();
+        let frame = [header(0, 0, 1, 0, u32::from(len) + 3), body].concat();
+        a.send(&to_b, &frame, &[]).unwrap();
+        let why = why(recv_with(&b, &at_b));
+        assert!(why.starts_with("trailing bytes"), "{why}");
+    }
+
+    #[test]
+    fn a_connection_cut_inside_a_frame_header_is_malformed_not_a_clean_end() {
+        let (_k, a, b, to_b, at_b) = pair();
+        a.send(&to_b, &MAGIC, &[]).unwrap();
+        drop(to_b);
+        let why = why(recv_with(&b, &at_b));
+        assert_eq!(
+            why,
+            format!("connection closed after 4 of {FRAME_HEADER} bytes")
+        );
     }
 }
