@@ -55,7 +55,9 @@ pub struct SegmentReport {
     /// The holder slots, when the header validated: as they were (dry run) or as the
     /// sweep left them.
     pub census: Option<Census>,
-    /// Dead holders' slots reclaimed (dry run: that would be reclaimed).
+    /// Dead holders' slots reclaimed (dry run: that would be reclaimed). 0 when the
+    /// finalize failed ([`Action::Skipped`]): slots it reclaimed before failing are not
+    /// counted.
     pub reclaimed: u32,
     /// What was done (or, in a dry run, would be).
     pub action: Action,
@@ -127,7 +129,9 @@ pub enum Action {
 pub struct SweepReport {
     /// Every segment seen, in name order.
     pub segments: Vec<SegmentReport>,
-    /// Dead holders' slots reclaimed (dry run: that would be reclaimed).
+    /// Dead holders' slots reclaimed (dry run: that would be reclaimed). 0 when the
+    /// finalize failed ([`Action::Skipped`]): slots it reclaimed before failing are not
+    /// counted.
     pub reclaimed: u32,
     /// Segments unlinked, half-created ones included (dry run: that would be).
     pub unlinked: u32,
@@ -195,11 +199,9 @@ fn sweep_pass<O: Os>(
     ours.sort_by_key(|(_, parts)| !creators_first.contains(&parts.creator));
     for (name, parts) in ours {
         // One segment that cannot be swept (a name planted by another user that cannot
-        // be removed, an unlink the kernel refuses) is reported, and the pass goes on.
-        let seg = match sweep_one(os, ns, name.clone(), parts, &pass) {
-            Ok(seg) => seg,
-            Err(e) => SegmentReport::skipped(name, parts, e),
-        };
+        // be removed, an unlink the kernel refuses) is reported `Skipped` by
+        // `sweep_one`, and the pass goes on.
+        let seg = sweep_one(os, ns, name, parts, &pass);
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
             report.unlinked += 1;
@@ -315,13 +317,16 @@ pub fn decide_again(found: Found) -> Decision {
     }
 }
 
+/// Sweeps (or, in a dry run, inspects) one listed segment of this pid namespace. A
+/// failure is the segment's [`Action::Skipped`], reported with what was read before it
+/// (the creator's liveness, the header, the slots).
 fn sweep_one<O: Os>(
     os: &O,
     ns: &Namespace,
     name: String,
     parts: NameParts,
     pass: &Pass,
-) -> Result<SegmentReport> {
+) -> SegmentReport {
     let (me, ours, dry_run) = (pass.me, pass.pid_namespace, pass.dry_run);
     if parts.pid_namespace != ours {
         // Its creator's (and holders') pids mean other processes here: nothing about
@@ -332,7 +337,7 @@ fn sweep_one<O: Os>(
             theirs: parts.pid_namespace,
             ours,
         };
-        return Ok(SegmentReport::skipped(name, parts, why));
+        return SegmentReport::skipped(name, parts, why);
     }
     let creator_alive = parts.creator == me || os.is_alive(parts.creator);
     let mut seg = SegmentReport {
@@ -351,16 +356,17 @@ fn sweep_one<O: Os>(
     let opened = match (decision, opened) {
         (Decision::Finalize, Ok(opened)) => opened,
         (Decision::OpenAgain, _) => {
-            seg.action = remove_half_created(os, ns, &seg.name, dry_run)?;
-            return Ok(seg);
+            seg.action =
+                remove_half_created(os, ns, &seg.name, dry_run).unwrap_or_else(Action::Skipped);
+            return seg;
         }
         (Decision::Skip, Err(e)) => {
             seg.action = Action::Skipped(e);
-            return Ok(seg);
+            return seg;
         }
         (decision, _) => {
             seg.action = decision.report();
-            return Ok(seg);
+            return seg;
         }
     };
     seg.fields = Some(opened.fields);
@@ -369,7 +375,7 @@ fn sweep_one<O: Os>(
             segment: seg.name.clone(),
             what: "holder slots lie outside the mapping".into(),
         });
-        return Ok(seg);
+        return seg;
     };
     let h = header.holders();
     if dry_run {
@@ -381,17 +387,26 @@ fn sweep_one<O: Os>(
         } else {
             Action::Kept
         };
-        return Ok(seg);
+        return seg;
     }
-    let finalized = holders::finalize(os, &h, &seg.name, holders::Reclaim::All)?;
+    let finalized = holders::finalize(os, &h, &seg.name, holders::Reclaim::All);
     seg.census = Some(holders::census(os, &h));
+    // A finalize that fails (an unlink the kernel refuses) is reported with what was
+    // read before it: the header, the creator's liveness, the slots as they are now.
+    let finalized = match finalized {
+        Ok(finalized) => finalized,
+        Err(e) => {
+            seg.action = Action::Skipped(e);
+            return seg;
+        }
+    };
     seg.reclaimed = finalized.reclaimed;
     seg.action = match finalized.outcome {
         Outcome::Unlinked => Action::Unlinked,
         Outcome::AlreadyGone => Action::Vanished,
         Outcome::InUse | Outcome::Deferred => Action::Kept,
     };
-    Ok(seg)
+    seg
 }
 
 /// A segment whose header was unpublished and whose creator was found dead: opened

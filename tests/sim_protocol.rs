@@ -10,7 +10,7 @@ use shmrc::holders::Outcome;
 use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs, UnlinkRace};
 use shmrc::segment::HEADER_BYTES;
-use shmrc::sweep::{Action, inspect, sweep_after_deaths, sweep_with};
+use shmrc::sweep::{Action, SweepReport, inspect, sweep_after_deaths, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 const UID: u32 = 1000;
@@ -643,9 +643,45 @@ fn a_dry_run_leaves_a_dead_creators_half_created_segment() {
     sweep_and_assert_clean(&kernel, vec![]);
 }
 
-/// A dead creator's half-created segment: the sweep's unlink may find the name already
-/// gone (another sweeper removed it first: `Vanished`, nothing counted) or be refused
-/// by the kernel (`Skipped` with the kernel's error, the name left for a later sweep).
+/// What a sweep whose unlink of `name` (its creator dead) ran into `race` must report: for
+/// `UnlinkedFirst`, `Vanished` (another sweeper removed the name first), nothing
+/// counted; for `Refused`, the kernel's error as `Skipped`, the name left, and the same
+/// sweeper's next sweep unlinks it.
+fn assert_unlink_race_reported(
+    kernel: &SimKernel,
+    sweeper: &SimOs,
+    name: &str,
+    race: UnlinkRace,
+    report: &SweepReport,
+) {
+    assert_eq!(report.unlinked, 0, "{race:?}: {report:?}");
+    // The dead creator is reported dead, also when the unlink failed.
+    assert!(!report.segments[0].creator_alive, "{race:?}: {report:?}");
+    let action = &report.segments[0].action;
+    match race {
+        UnlinkRace::UnlinkedFirst => {
+            assert!(matches!(action, Action::Vanished), "{action:?}");
+            assert!(kernel.names().is_empty());
+        }
+        UnlinkRace::Refused => {
+            assert!(
+                matches!(
+                    action,
+                    Action::Skipped(Error::Os {
+                        call: "shm_unlink",
+                        ..
+                    })
+                ),
+                "{action:?}"
+            );
+            assert_eq!(kernel.names(), vec![name.to_owned()]);
+            let again = sweep_with(sweeper, &ns(), false).unwrap();
+            assert_eq!(again.unlinked, 1, "{again:?}");
+        }
+    }
+}
+
+/// A dead creator's half-created segment whose unlink races or is refused.
 #[test]
 fn a_half_created_segments_unlink_that_races_or_is_refused_is_reported_as_such() {
     for race in [UnlinkRace::UnlinkedFirst, UnlinkRace::Refused] {
@@ -657,79 +693,36 @@ fn a_half_created_segments_unlink_that_races_or_is_refused_is_reported_as_such()
         kernel.race_next_unlink(&name, race);
         let sweeper = kernel.spawn(UID);
         let report = sweep_with(&sweeper, &ns(), false).unwrap();
-        assert_eq!(report.unlinked, 0, "{race:?}: {report:?}");
-        let action = &report.segments[0].action;
-        match race {
-            UnlinkRace::UnlinkedFirst => {
-                assert!(matches!(action, Action::Vanished), "{action:?}");
-                assert!(kernel.names().is_empty());
-            }
-            UnlinkRace::Refused => {
-                assert!(
-                    matches!(
-                        action,
-                        Action::Skipped(Error::Os {
-                            call: "shm_unlink",
-                            ..
-                        })
-                    ),
-                    "{action:?}"
-                );
-                assert_eq!(kernel.names(), vec![name.clone()]);
-                let again = sweep_with(&sweeper, &ns(), false).unwrap();
-                assert_eq!(again.unlinked, 1, "{again:?}");
-            }
-        }
+        assert_unlink_race_reported(&kernel, &sweeper, &name, race, &report);
         sweep_and_assert_clean(&kernel, vec![]);
     }
 }
 
-/// The last step of a finalize finds the name already unlinked (a finalizer that died
-/// right after its unlink, taken over): reported `Vanished`, not counted as unlinked.
+/// The last step of a finalize (a dead creator's segment, its slot reclaimed) finds
+/// the name already unlinked (a finalizer that died right after its unlink, taken
+/// over), or is refused by the kernel.
 #[test]
-fn a_finalize_whose_unlink_finds_the_name_gone_reports_it_vanished() {
-    let kernel = SimKernel::new(18);
-    let creator = kernel.spawn(UID);
-    let held = create(&creator, 2).unwrap();
-    let name = held.name().unwrap().to_owned();
-    kernel.kill(creator.pid());
-    kernel.race_next_unlink(&name, UnlinkRace::UnlinkedFirst);
-    let sweeper = kernel.spawn(UID);
-    let report = sweep_with(&sweeper, &ns(), false).unwrap();
-    assert_eq!((report.reclaimed, report.unlinked), (1, 0), "{report:?}");
-    assert!(matches!(report.segments[0].action, Action::Vanished));
-    drop(held);
-    sweep_and_assert_clean(&kernel, vec![]);
-}
-
-/// The last step of a finalize is refused by the kernel: the sweep reports the
-/// kernel's error for that segment (not `Vanished`), the name stays, and the same
-/// sweeper's next sweep unlinks it.
-#[test]
-fn a_finalize_whose_unlink_is_refused_reports_the_kernels_error() {
-    let kernel = SimKernel::new(19);
-    let creator = kernel.spawn(UID);
-    let held = create(&creator, 2).unwrap();
-    let name = held.name().unwrap().to_owned();
-    kernel.kill(creator.pid());
-    kernel.race_next_unlink(&name, UnlinkRace::Refused);
-    let sweeper = kernel.spawn(UID);
-    let report = sweep_with(&sweeper, &ns(), false).unwrap();
-    assert_eq!(report.unlinked, 0, "{report:?}");
-    let action = &report.segments[0].action;
-    assert!(
-        matches!(
-            action,
-            Action::Skipped(Error::Os {
-                call: "shm_unlink",
-                ..
-            })
-        ),
-        "{action:?}"
-    );
-    assert_eq!(kernel.names(), vec![name]);
-    let again = sweep_with(&sweeper, &ns(), false).unwrap();
-    assert_eq!(again.unlinked, 1, "{again:?}");
-    drop(held);
-    sweep_and_assert_clean(&kernel, vec![]);
+fn a_finalize_whose_unlink_races_or_is_refused_is_reported_as_such() {
+    for race in [UnlinkRace::UnlinkedFirst, UnlinkRace::Refused] {
+        let kernel = SimKernel::new(18);
+        let creator = kernel.spawn(UID);
+        let held = create(&creator, 2).unwrap();
+        let name = held.name().unwrap().to_owned();
+        kernel.kill(creator.pid());
+        kernel.race_next_unlink(&name, race);
+        let sweeper = kernel.spawn(UID);
+        let report = sweep_with(&sweeper, &ns(), false).unwrap();
+        // The header and slots read before the unlink are reported whatever became of it.
+        let seg = &report.segments[0];
+        assert!(
+            seg.fields.is_some() && seg.census.is_some(),
+            "{race:?}: {seg:?}"
+        );
+        if race == UnlinkRace::UnlinkedFirst {
+            assert_eq!(report.reclaimed, 1, "{report:?}");
+        }
+        assert_unlink_race_reported(&kernel, &sweeper, &name, race, &report);
+        drop(held);
+        sweep_and_assert_clean(&kernel, vec![]);
+    }
 }
