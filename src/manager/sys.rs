@@ -1,18 +1,18 @@
-//! The system calls of the manager (server and client) and nothing else: process
-//! descriptors (`pidfd_open`), `poll`, the credentials of a Unix socket's peer
-//! (`SO_PEERCRED`), the single-instance lock (`flock`), starting a process in a
-//! session of its own (`setsid`), and whether this program runs with privileges its
-//! caller lacks (`getauxval(AT_SECURE)`).
+//! The system calls of the manager (server and client) and nothing else: `poll` (over
+//! connections and process descriptors, [`PidFd`], which the posix backend opens), the
+//! credentials of a Unix socket's peer (`SO_PEERCRED`), the single-instance lock
+//! (`flock`), starting a process in a session of its own (`setsid`), and whether this
+//! program runs with privileges its caller lacks (`getauxval(AT_SECURE)`).
 //!
 //! # Safety
-//! Three `unsafe` blocks, each with its reason beside it: the raw `pidfd_open` system
-//! call (no safe wrapper in std or nix), the `pre_exec` hook that calls `setsid` and
-//! `close_range` between `fork` and `exec` (async-signal-safe, touches no memory of the
-//! parent), and `getauxval` (reads the auxiliary vector, no precondition).
+//! Two `unsafe` blocks, each with its reason beside it: the `pre_exec` hook that calls
+//! `setsid` and `close_range` between `fork` and `exec` (async-signal-safe, touches no
+//! memory of the parent), and `getauxval` (reads the auxiliary vector, no
+//! precondition).
 #![allow(unsafe_code)]
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd};
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
@@ -24,38 +24,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::socket::{MsgFlags, getsockopt, send, sockopt::PeerCredentials};
 
 use crate::error::{Error, Result};
-
-/// A process descriptor: readable (`POLLIN`) once the process has exited.
-#[derive(Debug)]
-pub struct PidFd(OwnedFd);
-
-impl AsFd for PidFd {
-    fn as_fd(&self) -> BorrowedFd<'_> {
-        self.0.as_fd()
-    }
-}
-
-/// Opens a process descriptor for `pid` (close-on-exec). It refers to whichever process
-/// has that pid *now*: check the process's identity (its token) after opening.
-pub fn pidfd_open(pid: u32) -> Result<PidFd> {
-    let raw_pid = libc::pid_t::try_from(pid)
-        .map_err(|_| Error::InvalidArgument(format!("pid {pid} is out of range")))?;
-    // SAFETY: pidfd_open takes a pid and a flags word (0) and returns a new descriptor
-    // or -1; it reads and writes no memory of this process.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0 as libc::c_uint) };
-    if ret < 0 {
-        return Err(Error::os("pidfd_open", Errno::last()));
-    }
-    let fd = libc::c_int::try_from(ret).map_err(|_| {
-        Error::os(
-            "pidfd_open",
-            std::io::Error::other("descriptor out of range"),
-        )
-    })?;
-    // SAFETY: the kernel just installed `fd` in this process's table and nothing else
-    // owns it.
-    Ok(PidFd(unsafe { OwnedFd::from_raw_fd(fd) }))
-}
+pub(crate) use crate::os::posix::{PidFd, pidfd_open};
 
 /// What `SO_PEERCRED` says of the process at the other end of a Unix socket (as it was
 /// when it connected).

@@ -17,7 +17,9 @@
 //!   [`DataRegion`] (`unsafe`);
 //! - `socket`: bytes and descriptors over a stream socket (`SCM_RIGHTS`, `unsafe`);
 //! - `process`: this process's token, liveness through `/proc`, uid, pid namespace,
-//!   clock and random numbers.
+//!   clock and random numbers;
+//! - `pidfd`: process descriptors (`unsafe`), and the table of those kept on processes
+//!   found alive, so that liveness asked again is one `poll`.
 //!
 //! [`AtomicU64`]: crate::sync::AtomicU64
 //! [`Mapping`]: crate::os::Mapping
@@ -34,12 +36,14 @@ use crate::token::Token;
 
 mod limits;
 mod map;
+mod pidfd;
 mod process;
 mod shm;
 mod socket;
 
 pub use limits::raise_fd_limit;
 pub use map::{DataRegion, PosixMap, SealedMap};
+pub(crate) use pidfd::{PidFd, pidfd_open};
 
 /// The real kernel, seen from this process. Every value stands for the calling
 /// process; it holds no state of its own (the process-wide state is in statics).

@@ -1,16 +1,18 @@
 //! This process and the others: its token (pid and start time, from `/proc`), whether
-//! another token's process still runs (`/proc/<pid>/stat`, `kill(pid, 0)`), its uid and
-//! pid namespace, the clock, random numbers, and its process-local protocol state.
+//! another token's process still runs (`/proc/<pid>/stat`, `kill(pid, 0)`, then a
+//! process descriptor kept on it), its uid and pid namespace, the clock, random
+//! numbers, and its process-local protocol state.
 
 use std::fs;
 use std::io;
 use std::os::unix::fs::MetadataExt;
-use std::sync::LazyLock;
+use std::sync::{LazyLock, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use nix::errno::Errno;
 use nix::unistd::geteuid;
 
+use super::pidfd::{Watched, pidfd_open};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
 use crate::token::Token;
@@ -97,30 +99,82 @@ pub(super) fn current() -> Token {
     token
 }
 
-/// [`Os::is_alive`](crate::os::Os::is_alive), from `/proc/<pid>/stat`: the start time
-/// and the state.
+/// [`Os::is_alive`](crate::os::Os::is_alive). A process found alive before is asked
+/// with one `poll` of the process descriptor kept on it ([`Watched`]); any other, from
+/// `/proc/<pid>/stat` (its start time and state), and a descriptor opened just before
+/// that read is kept when the read finds the token's process running.
 pub(super) fn is_alive(token: Token) -> bool {
+    // `try_lock`: never wait for the table (nor for a lock a thread of the parent held
+    // at `fork`, which no thread of this child will release): `/proc` answers instead.
+    if let Ok(mut watched) = WATCHED.try_lock() {
+        if let Some(alive) = watched.ask(token) {
+            return alive;
+        }
+    }
+    // Opened first, checked second: if the stat read below names the token's start
+    // time, the pid was not reused in between and the descriptor is on that process.
+    let pidfd = pidfd_open(token.pid()).ok();
+    match liveness(token) {
+        Liveness::Running => {
+            if let (Some(pidfd), Ok(mut watched)) = (pidfd, WATCHED.try_lock()) {
+                watched.keep(token, pidfd);
+            }
+            true
+        }
+        Liveness::Presumed => true,
+        Liveness::Dead => false,
+    }
+}
+
+/// The processes [`is_alive`] watches by descriptor: at most this many (each holds a
+/// descriptor, close-on-exec; one per distinct peer is all a pipeline needs).
+const WATCHED_PROCESSES: usize = 64;
+
+static WATCHED: LazyLock<Mutex<Watched>> =
+    LazyLock::new(|| Mutex::new(Watched::new(WATCHED_PROCESSES)));
+
+/// What `/proc` says of a token.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Liveness {
+    /// Its stat names the token's start time, and the process is not a zombie.
+    Running,
+    /// Counted alive without having been seen: `/proc` hides or cannot show it (a
+    /// possible leak, never a premature unlink), or a zombie leader's threads still run.
+    Presumed,
+    /// Gone, reused by another process, or a zombie that takes no further step.
+    Dead,
+}
+
+/// [`Liveness`] of `token`, from `/proc/<pid>/stat`.
+fn liveness(token: Token) -> Liveness {
     let pid = token.pid();
     let mut stack = [0u8; STAT_BUF];
+    let presumed_if = |alive: bool| {
+        if alive {
+            Liveness::Presumed
+        } else {
+            Liveness::Dead
+        }
+    };
     match read_stat(pid, &mut stack) {
         // No entry: dead, unless `/proc` hides it (`hidepid`, a non-dumpable
         // process): ask the kernel whether the pid exists at all.
-        Err(e) if entry_gone(&e) => pid_exists(pid),
+        Err(e) if entry_gone(&e) => presumed_if(pid_exists(pid)),
         // Unreadable: assume alive (a possible leak, never a premature unlink).
-        Err(_) => true,
+        Err(_) => Liveness::Presumed,
         Ok(content) => match parse_proc_stat(content.as_ref()) {
             Some(st) if st.pid == pid => {
                 if !token.matches_start(st.start_ticks) || st.state == b'X' {
-                    false
+                    Liveness::Dead
                 } else if st.state == b'Z' {
                     // A zombie takes no further step, except a thread-group leader
                     // whose main thread exited while other threads still run.
-                    other_threads_run(pid)
+                    presumed_if(other_threads_run(pid))
                 } else {
-                    true
+                    Liveness::Running
                 }
             }
-            _ => true,
+            _ => Liveness::Presumed,
         },
     }
 }
@@ -313,6 +367,10 @@ mod tests {
         assert!(os.is_alive(me));
         let other = Token::new(me.pid(), me.start_ticks() + 1).unwrap();
         assert!(!os.is_alive(other));
+        assert!(
+            !watches(other),
+            "a token whose start time differs is not watched"
+        );
         // pid_max is at most 2^22: this pid never exists.
         let never = Token::new((1 << 22) - 1, 1).unwrap();
         assert!(!os.is_alive(never) || fs::metadata("/proc/4194303").is_ok());
@@ -352,5 +410,45 @@ mod tests {
             "reaped since its stat was read: no thread runs"
         );
         assert!(!PosixOs::new().is_alive(token));
+    }
+
+    /// Whether [`is_alive`] watches `token` (the table is shared by the tests running
+    /// beside this one: wait for it).
+    fn watches(token: Token) -> bool {
+        WATCHED.lock().unwrap().watches(token)
+    }
+
+    /// A live peer is watched by descriptor once found running, and its death is then
+    /// seen through that descriptor (a zombie has exited), which is closed.
+    #[test]
+    fn a_peer_found_running_is_watched_until_it_dies() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .expect("spawn sleep");
+        let pid = child.id();
+        let start = parse_proc_stat(&fs::read(format!("/proc/{pid}/stat")).unwrap())
+            .unwrap()
+            .start_ticks;
+        let token = Token::new(pid, start).unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let within_deadline = |what: &str| {
+            assert!(std::time::Instant::now() < deadline, "{what} within 10 s");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        };
+        // A test beside this one may hold the table for a moment: `is_alive` then
+        // answers from /proc without keeping a descriptor.
+        while !watches(token) {
+            assert!(is_alive(token));
+            within_deadline("watched");
+        }
+        assert!(is_alive(token), "asked through its descriptor");
+        child.kill().unwrap();
+        while is_alive(token) {
+            within_deadline("the kill seen");
+        }
+        assert!(!watches(token), "forgotten once dead");
+        assert!(!is_alive(token));
+        child.wait().unwrap();
     }
 }
