@@ -19,7 +19,9 @@
 //! - `process`: this process's token, liveness through `/proc`, uid, pid namespace,
 //!   clock and random numbers;
 //! - `pidfd`: process descriptors (`unsafe`), and the table of those kept on processes
-//!   found alive, so that liveness asked again is one `poll`.
+//!   found alive, so that liveness asked again is one `poll`;
+//! - `fork_guard`: this process's pid without a `getpid` per question, from a page the
+//!   kernel wipes in a forked child (`unsafe`).
 //!
 //! [`AtomicU64`]: crate::sync::AtomicU64
 //! [`Mapping`]: crate::os::Mapping
@@ -34,6 +36,7 @@ use crate::local::ProcessLocal;
 use crate::os::{FileInfo, Os};
 use crate::token::Token;
 
+mod fork_guard;
 mod limits;
 mod map;
 mod pidfd;

@@ -12,6 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::errno::Errno;
 use nix::unistd::geteuid;
 
+use super::fork_guard::this_pid;
 use super::pidfd::{Watched, pidfd_open};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
@@ -88,7 +89,7 @@ static LOCAL: LazyLock<ProcessLocal> = LazyLock::new(ProcessLocal::new);
 /// [`Os::current`](crate::os::Os::current): read from `/proc/self/stat` once, and
 /// again after a `fork`.
 pub(super) fn current() -> Token {
-    let pid = std::process::id();
+    let pid = this_pid();
     if let Some(token) = Token::from_word(CURRENT.load(crate::sync::process::Ordering::Relaxed)) {
         if token.pid() == pid {
             return token;
@@ -207,7 +208,7 @@ pub(super) fn pid_namespace() -> u64 {
     // A process's own pid namespace never changes (`unshare`/`setns` of a pid
     // namespace apply to its children): cached with the pid it was read in, so a forked
     // child (maybe in another one) reads its own. Namespace inodes are 32-bit.
-    let pid = u64::from(std::process::id());
+    let pid = u64::from(this_pid());
     let cached = PID_NAMESPACE.load(crate::sync::process::Ordering::Relaxed);
     if cached != 0 && cached >> 32 == pid {
         return cached & u64::from(u32::MAX);

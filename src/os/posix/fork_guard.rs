@@ -1,0 +1,108 @@
+//! Telling a forked child from its parent without a system call: [`this_pid`] keeps the
+//! pid in a word of a page marked `MADV_WIPEONFORK`, which the kernel hands to the
+//! child of any `fork` zero-filled (libc's `fork`, `_Fork`, a raw `clone` without
+//! `CLONE_VM` alike: no `pthread_atfork` handler to be skipped). A word that reads 0 was
+//! never set in this process, so `getpid` is asked and the answer kept.
+//!
+//! # Safety
+//! Four `unsafe` blocks: in `wipe_on_fork_word`, mapping one private anonymous page and
+//! advising it `MADV_WIPEONFORK` (or unmapping it again when the kernel refuses), and
+//! viewing its first eight bytes as an `AtomicU64` that lives as long as the process;
+//! in the unit test, a `fork` whose child only reads that word, and its `_exit`.
+#![allow(unsafe_code)]
+
+use std::num::NonZeroUsize;
+use std::sync::LazyLock;
+
+use crate::sync::process::{AtomicU64, Ordering};
+
+use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
+
+/// The word, or `None` when the kernel cannot wipe a page on fork (before Linux 4.14):
+/// then every call asks `getpid`.
+static WORD: LazyLock<Option<&'static AtomicU64>> = LazyLock::new(wipe_on_fork_word);
+
+/// This process's pid: `getpid` the first time, and again only in a forked child.
+pub(super) fn this_pid() -> u32 {
+    let Some(word) = *WORD else {
+        return std::process::id();
+    };
+    // Relaxed: only this process writes the word (a child starts from 0), and every
+    // thread that sets it sets the same pid.
+    match u32::try_from(word.load(Ordering::Relaxed)) {
+        Ok(pid) if pid != 0 => pid,
+        _ => {
+            let pid = std::process::id();
+            word.store(u64::from(pid), Ordering::Relaxed);
+            pid
+        }
+    }
+}
+
+/// A zeroed word the kernel zeroes again in every forked child, valid for the rest of
+/// the process's life (its page is never unmapped).
+fn wipe_on_fork_word() -> Option<&'static AtomicU64> {
+    let len = NonZeroUsize::new(4096)?;
+    // SAFETY: a fresh private anonymous mapping overlaps nothing of this process; the
+    // advice changes only what a child sees of it. Refused, the page is unmapped again
+    // before anyone saw it.
+    let page = unsafe {
+        let page = mmap_anonymous(
+            None,
+            len,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE,
+        )
+        .ok()?;
+        if madvise(page, len.get(), MmapAdvise::MADV_WIPEONFORK).is_err() {
+            let _ = munmap(page, len.get());
+            return None;
+        }
+        page
+    };
+    // SAFETY: the page is readable and writable, zero-filled, page-aligned (so aligned
+    // for the facade's AtomicU64, a transparent wrapper of std's), never unmapped (so
+    // the reference is valid for 'static), and accessed only through this atomic.
+    Some(unsafe { &*page.as_ptr().cast::<AtomicU64>() })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pid_is_this_processs_and_a_forked_child_sees_its_own() {
+        assert!(
+            WORD.is_some(),
+            "this kernel wipes pages on fork (Linux 4.14+)"
+        );
+        assert_eq!(this_pid(), std::process::id());
+        assert_eq!(this_pid(), std::process::id(), "asked again");
+        // The child does only async-signal-safe work: a load, `getpid`, `_exit`.
+        match fork_here() {
+            None => {
+                let right = this_pid() == std::process::id();
+                // SAFETY: `_exit` ends the child at once: no destructor, no atexit
+                // handler, nothing of the parent's test harness runs in it.
+                unsafe { libc::_exit(if right { 0 } else { 1 }) }
+            }
+            Some(child) => {
+                let status = nix::sys::wait::waitpid(child, None).expect("reap the child");
+                assert_eq!(
+                    status,
+                    nix::sys::wait::WaitStatus::Exited(child, 0),
+                    "the child read its parent's pid"
+                );
+            }
+        }
+    }
+
+    /// `fork`: `None` in the child, the child's pid in the parent.
+    fn fork_here() -> Option<nix::unistd::Pid> {
+        // SAFETY: the child only loads a word, calls getpid and exits (see the test).
+        match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => None,
+            nix::unistd::ForkResult::Parent { child } => Some(child),
+        }
+    }
+}
