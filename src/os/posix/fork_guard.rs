@@ -5,26 +5,31 @@
 //! never set in this process, so `getpid` is asked and the answer kept.
 //!
 //! # Safety
-//! Four `unsafe` blocks: in `wipe_on_fork_word`, mapping one private anonymous page and
-//! advising it `MADV_WIPEONFORK` (or unmapping it again when the kernel refuses), and
-//! viewing its first eight bytes as an `AtomicU64` that lives as long as the process;
-//! in the unit test, a `fork` whose child only reads that word, and its `_exit`.
+//! Five `unsafe` blocks: mapping one private anonymous page and advising it
+//! `MADV_WIPEONFORK` (or unmapping it again when the kernel refuses); unmapping a page
+//! that lost the race to be published; viewing the published page's first eight bytes
+//! as an `AtomicU64` that lives as long as the process; in the unit test, a `fork` whose
+//! child only reads that word, and its `_exit`.
 #![allow(unsafe_code)]
 
 use std::num::NonZeroUsize;
-use std::sync::LazyLock;
-
-use crate::sync::process::{AtomicU64, Ordering};
+use std::ptr::NonNull;
 
 use nix::sys::mman::{MapFlags, MmapAdvise, ProtFlags, madvise, mmap_anonymous, munmap};
 
-/// The word, or `None` when the kernel cannot wipe a page on fork (before Linux 4.14):
-/// then every call asks `getpid`.
-static WORD: LazyLock<Option<&'static AtomicU64>> = LazyLock::new(wipe_on_fork_word);
+use crate::sync::process::{AtomicU64, Ordering};
+
+/// The address of the word's page: 0 until the first call maps it, [`UNSUPPORTED`] when
+/// the kernel cannot wipe a page on fork (before Linux 4.14; every call then asks
+/// `getpid`). An atomic rather than a `LazyLock`: a child forked while a thread of its
+/// parent was setting the page up must not wait for a thread it does not have.
+static PAGE: AtomicU64 = AtomicU64::new(0);
+const UNSUPPORTED: u64 = 1;
+const PAGE_LEN: usize = 4096;
 
 /// This process's pid: `getpid` the first time, and again only in a forked child.
 pub(super) fn this_pid() -> u32 {
-    let Some(word) = *WORD else {
+    let Some(word) = word() else {
         return std::process::id();
     };
     // Relaxed: only this process writes the word (a child starts from 0), and every
@@ -39,14 +44,44 @@ pub(super) fn this_pid() -> u32 {
     }
 }
 
-/// A zeroed word the kernel zeroes again in every forked child, valid for the rest of
-/// the process's life (its page is never unmapped).
-fn wipe_on_fork_word() -> Option<&'static AtomicU64> {
-    let len = NonZeroUsize::new(4096)?;
+/// The word, mapped by the first call (two threads racing to map it keep the first
+/// page published and unmap the other).
+fn word() -> Option<&'static AtomicU64> {
+    // Acquire: pairs with the AcqRel publish below, so the page is mapped and advised
+    // before its address is used.
+    let mut page = PAGE.load(Ordering::Acquire);
+    if page == 0 {
+        let mine = wipe_on_fork_page();
+        let address = mine.map_or(UNSUPPORTED, |p| p.as_ptr() as u64);
+        page = match PAGE.compare_exchange(0, address, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) => address,
+            Err(theirs) => {
+                if let Some(mine) = mine {
+                    // SAFETY: this page was mapped just above and its address was never
+                    // published: nothing else refers to it.
+                    let _ = unsafe { munmap(mine, PAGE_LEN) };
+                }
+                theirs
+            }
+        };
+    }
+    if page == UNSUPPORTED {
+        return None;
+    }
+    // SAFETY: `page` is a published page: readable and writable, zero-filled when
+    // mapped (and in every forked child), page-aligned (so aligned for the facade's
+    // AtomicU64, a transparent wrapper of std's), never unmapped (so valid for
+    // 'static), and accessed only through this atomic.
+    Some(unsafe { &*(page as usize as *const AtomicU64) })
+}
+
+/// A fresh page the kernel zeroes in every forked child; `None` when it cannot.
+fn wipe_on_fork_page() -> Option<NonNull<std::ffi::c_void>> {
+    let len = NonZeroUsize::new(PAGE_LEN)?;
     // SAFETY: a fresh private anonymous mapping overlaps nothing of this process; the
     // advice changes only what a child sees of it. Refused, the page is unmapped again
     // before anyone saw it.
-    let page = unsafe {
+    unsafe {
         let page = mmap_anonymous(
             None,
             len,
@@ -54,16 +89,12 @@ fn wipe_on_fork_word() -> Option<&'static AtomicU64> {
             MapFlags::MAP_PRIVATE,
         )
         .ok()?;
-        if madvise(page, len.get(), MmapAdvise::MADV_WIPEONFORK).is_err() {
-            let _ = munmap(page, len.get());
+        if madvise(page, PAGE_LEN, MmapAdvise::MADV_WIPEONFORK).is_err() {
+            let _ = munmap(page, PAGE_LEN);
             return None;
         }
-        page
-    };
-    // SAFETY: the page is readable and writable, zero-filled, page-aligned (so aligned
-    // for the facade's AtomicU64, a transparent wrapper of std's), never unmapped (so
-    // the reference is valid for 'static), and accessed only through this atomic.
-    Some(unsafe { &*page.as_ptr().cast::<AtomicU64>() })
+        Some(page)
+    }
 }
 
 #[cfg(test)]
@@ -73,7 +104,7 @@ mod tests {
     #[test]
     fn the_pid_is_this_processs_and_a_forked_child_sees_its_own() {
         assert!(
-            WORD.is_some(),
+            word().is_some(),
             "this kernel wipes pages on fork (Linux 4.14+)"
         );
         assert_eq!(this_pid(), std::process::id());

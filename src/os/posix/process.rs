@@ -108,7 +108,7 @@ pub(super) fn is_alive(token: Token) -> bool {
     // `try_lock`: never wait for the table (nor for a lock a thread of the parent held
     // at `fork`, which no thread of this child will release): `/proc` answers instead.
     if let Ok(mut watched) = WATCHED.try_lock() {
-        if let Some(alive) = watched.ask(token) {
+        if let Some(alive) = watched.as_mut().and_then(|w| w.ask(token)) {
             return alive;
         }
     }
@@ -118,7 +118,9 @@ pub(super) fn is_alive(token: Token) -> bool {
     match liveness(token) {
         Liveness::Running => {
             if let (Some(pidfd), Ok(mut watched)) = (pidfd, WATCHED.try_lock()) {
-                watched.keep(token, pidfd);
+                watched
+                    .get_or_insert_with(|| Watched::new(WATCHED_PROCESSES))
+                    .keep(token, pidfd);
             }
             true
         }
@@ -131,8 +133,9 @@ pub(super) fn is_alive(token: Token) -> bool {
 /// descriptor, close-on-exec; one per distinct peer is all a pipeline needs).
 const WATCHED_PROCESSES: usize = 64;
 
-static WATCHED: LazyLock<Mutex<Watched>> =
-    LazyLock::new(|| Mutex::new(Watched::new(WATCHED_PROCESSES)));
+/// Made on first need (a `const` empty lock, not a `LazyLock`: a child forked while a
+/// thread of its parent was making it must not wait for a thread it does not have).
+static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
 
 /// What `/proc` says of a token.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -416,7 +419,11 @@ mod tests {
     /// Whether [`is_alive`] watches `token` (the table is shared by the tests running
     /// beside this one: wait for it).
     fn watches(token: Token) -> bool {
-        WATCHED.lock().unwrap().watches(token)
+        WATCHED
+            .lock()
+            .unwrap()
+            .as_ref()
+            .is_some_and(|w| w.watches(token))
     }
 
     /// A live peer is watched by descriptor once found running, and its death is then
