@@ -1,15 +1,17 @@
 //! Telling a forked child from its parent without a system call: [`this_pid`] keeps the
 //! pid in a word of a page marked `MADV_WIPEONFORK`, which the kernel hands to the
 //! child of any `fork` zero-filled (libc's `fork`, `_Fork`, a raw `clone` without
-//! `CLONE_VM` alike: no `pthread_atfork` handler to be skipped). A word that reads 0 was
+//! `CLONE_VM` alike); a `pthread_atfork` child handler clears it as well, for a kernel
+//! or emulator that accepts the advice without acting on it. A word that reads 0 was
 //! never set in this process, so `getpid` is asked and the answer kept.
 //!
 //! # Safety
-//! Five `unsafe` blocks: mapping one private anonymous page and advising it
+//! `unsafe` blocks for: mapping one private anonymous page and advising it
 //! `MADV_WIPEONFORK` (or unmapping it again when the kernel refuses); unmapping a page
-//! that lost the race to be published; viewing the published page's first eight bytes
-//! as an `AtomicU64` that lives as long as the process; in the unit test, a `fork` whose
-//! child only reads that word, and its `_exit`.
+//! that lost the race to be published; registering the `pthread_atfork` child handler;
+//! viewing the published page's first eight bytes as an `AtomicU64` that lives as long
+//! as the process; in the unit tests, a `fork` and a raw `clone` whose children only
+//! read that word, and their `_exit`.
 #![allow(unsafe_code)]
 
 use std::num::NonZeroUsize;
@@ -45,27 +47,39 @@ pub(super) fn this_pid() -> u32 {
 }
 
 /// The word, mapped by the first call (two threads racing to map it keep the first
-/// page published and unmap the other).
+/// page published and unmap the other). The thread that publishes it also registers
+/// [`forget_in_child`] to run in the child of every libc `fork`: a second line, for a
+/// kernel (or an emulator) that accepts the advice without acting on it.
 fn word() -> Option<&'static AtomicU64> {
     // Acquire: pairs with the AcqRel publish below, so the page is mapped and advised
     // before its address is used.
-    let mut page = PAGE.load(Ordering::Acquire);
-    if page == 0 {
+    if PAGE.load(Ordering::Acquire) == 0 {
         let mine = wipe_on_fork_page();
         let address = mine.map_or(UNSUPPORTED, |p| p.as_ptr() as u64);
-        page = match PAGE.compare_exchange(0, address, Ordering::AcqRel, Ordering::Acquire) {
-            Ok(_) => address,
-            Err(theirs) => {
+        match PAGE.compare_exchange(0, address, Ordering::AcqRel, Ordering::Acquire) {
+            Ok(_) if mine.is_some() => {
+                // SAFETY: registers a handler that only stores to an atomic (async-
+                // signal-safe, as a child handler must be); a failure (ENOMEM) leaves
+                // the page's wiping alone.
+                let _ = unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+            }
+            Ok(_) => {}
+            Err(_) => {
                 if let Some(mine) = mine {
                     // SAFETY: this page was mapped just above and its address was never
                     // published: nothing else refers to it.
                     let _ = unsafe { munmap(mine, PAGE_LEN) };
                 }
-                theirs
             }
-        };
+        }
     }
-    if page == UNSUPPORTED {
+    published()
+}
+
+/// The published word, if a page is published.
+fn published() -> Option<&'static AtomicU64> {
+    let page = PAGE.load(Ordering::Acquire);
+    if page == 0 || page == UNSUPPORTED {
         return None;
     }
     // SAFETY: `page` is a published page: readable and writable, zero-filled when
@@ -73,6 +87,13 @@ fn word() -> Option<&'static AtomicU64> {
     // AtomicU64, a transparent wrapper of std's), never unmapped (so valid for
     // 'static), and accessed only through this atomic.
     Some(unsafe { &*(page as usize as *const AtomicU64) })
+}
+
+/// Run by libc in the child of a `fork`: the pid kept is the parent's.
+extern "C" fn forget_in_child() {
+    if let Some(word) = published() {
+        word.store(0, Ordering::Relaxed);
+    }
 }
 
 /// A fresh page the kernel zeroes in every forked child; `None` when it cannot.
@@ -126,6 +147,38 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A raw `clone` (no `CLONE_VM`), which runs no `pthread_atfork` handler: only the
+    /// page's wiping tells the child it is not its parent.
+    #[test]
+    fn a_child_of_a_raw_clone_sees_its_own_pid_too() {
+        assert_eq!(this_pid(), std::process::id());
+        // SAFETY: `clone` with SIGCHLD alone is a `fork` that bypasses libc's handlers;
+        // the child only loads a word, calls getpid and `_exit`s.
+        let ret =
+            unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) };
+        if ret == 0 {
+            let right = this_pid() == std::process::id();
+            // SAFETY: as in the test above.
+            unsafe { libc::_exit(if right { 0 } else { 1 }) }
+        }
+        let child = nix::unistd::Pid::from_raw(i32::try_from(ret).expect("clone failed"));
+        let status = nix::sys::wait::waitpid(child, None).expect("reap the child");
+        assert_eq!(
+            status,
+            nix::sys::wait::WaitStatus::Exited(child, 0),
+            "the child read its parent's pid"
+        );
+    }
+
+    /// The libc child handler clears the word: the next question asks `getpid` again.
+    #[test]
+    fn the_child_handler_forgets_the_pid() {
+        assert_eq!(this_pid(), std::process::id());
+        forget_in_child();
+        assert_eq!(published().unwrap().load(Ordering::Relaxed), 0);
+        assert_eq!(this_pid(), std::process::id());
     }
 
     /// `fork`: `None` in the child, the child's pid in the parent.

@@ -100,16 +100,19 @@ pub(super) fn current() -> Token {
     token
 }
 
-/// [`Os::is_alive`](crate::os::Os::is_alive). A process found alive before is asked
-/// with one `poll` of the process descriptor kept on it ([`Watched`]); any other, from
-/// `/proc/<pid>/stat` (its start time and state), and a descriptor opened just before
-/// that read is kept when the read finds the token's process running.
+/// [`Os::is_alive`](crate::os::Os::is_alive). A process found running before is asked
+/// with one `poll` of the process descriptor kept on it ([`Watched`]), which can only
+/// say "runs"; anything else is answered from `/proc/<pid>/stat` (its start time and
+/// state), and a descriptor opened just before that read is kept when the read finds
+/// the token's process running. "Dead" is only ever `/proc`'s word, as before
+/// descriptors were kept.
 pub(super) fn is_alive(token: Token) -> bool {
     // `try_lock`: never wait for the table (nor for a lock a thread of the parent held
     // at `fork`, which no thread of this child will release): `/proc` answers instead.
+    let me = this_pid();
     if let Ok(mut watched) = WATCHED.try_lock() {
-        if let Some(alive) = watched.as_mut().and_then(|w| w.ask(token)) {
-            return alive;
+        if watched_by(&mut watched, me).runs(token) {
+            return true;
         }
     }
     // Opened first, checked second: if the stat read below names the token's start
@@ -118,9 +121,7 @@ pub(super) fn is_alive(token: Token) -> bool {
     match liveness(token) {
         Liveness::Running => {
             if let (Some(pidfd), Ok(mut watched)) = (pidfd, WATCHED.try_lock()) {
-                watched
-                    .get_or_insert_with(|| Watched::new(WATCHED_PROCESSES))
-                    .keep(token, pidfd);
+                watched_by(&mut watched, me).keep(token, pidfd);
             }
             true
         }
@@ -136,6 +137,13 @@ const WATCHED_PROCESSES: usize = 64;
 /// Made on first need (a `const` empty lock, not a `LazyLock`: a child forked while a
 /// thread of its parent was making it must not wait for a thread it does not have).
 static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
+
+/// The table of process `me`: made on first need, made afresh in a forked child.
+fn watched_by(table: &mut Option<Watched>, me: u32) -> &mut Watched {
+    table
+        .get_or_insert_with(|| Watched::new(WATCHED_PROCESSES, me))
+        .for_process(me)
+}
 
 /// What `/proc` says of a token.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
