@@ -130,23 +130,12 @@ mod tests {
         );
         assert_eq!(this_pid(), std::process::id());
         assert_eq!(this_pid(), std::process::id(), "asked again");
-        // The child does only async-signal-safe work: a load, `getpid`, `_exit`.
-        match fork_here() {
-            None => {
-                let right = this_pid() == std::process::id();
-                // SAFETY: `_exit` ends the child at once: no destructor, no atexit
-                // handler, nothing of the parent's test harness runs in it.
-                unsafe { libc::_exit(if right { 0 } else { 1 }) }
-            }
-            Some(child) => {
-                let status = nix::sys::wait::waitpid(child, None).expect("reap the child");
-                assert_eq!(
-                    status,
-                    nix::sys::wait::WaitStatus::Exited(child, 0),
-                    "the child read its parent's pid"
-                );
-            }
-        }
+        // SAFETY: the child only loads a word, calls getpid and `_exit`s.
+        let forked = match unsafe { nix::unistd::fork() }.expect("fork") {
+            nix::unistd::ForkResult::Child => None,
+            nix::unistd::ForkResult::Parent { child } => Some(child),
+        };
+        assert_the_child_sees_its_own_pid(forked);
     }
 
     /// A raw `clone` (no `CLONE_VM`), which runs no `pthread_atfork` handler: only the
@@ -158,12 +147,21 @@ mod tests {
         // the child only loads a word, calls getpid and `_exit`s.
         let ret =
             unsafe { libc::syscall(libc::SYS_clone, libc::SIGCHLD as libc::c_long, 0, 0, 0, 0) };
-        if ret == 0 {
+        let forked = (ret != 0)
+            .then(|| nix::unistd::Pid::from_raw(i32::try_from(ret).expect("clone failed")));
+        assert_the_child_sees_its_own_pid(forked);
+    }
+
+    /// In the child of a fork (`forked` is `None`): exits 0 when [`this_pid`] is the
+    /// child's own pid, 1 if not, doing only async-signal-safe work (a load, `getpid`,
+    /// `_exit`). In the parent: reaps the child and asserts it exited 0.
+    fn assert_the_child_sees_its_own_pid(forked: Option<nix::unistd::Pid>) {
+        let Some(child) = forked else {
             let right = this_pid() == std::process::id();
-            // SAFETY: as in the test above.
+            // SAFETY: `_exit` ends the child at once: no destructor, no atexit handler,
+            // nothing of the parent's test harness runs in it.
             unsafe { libc::_exit(if right { 0 } else { 1 }) }
-        }
-        let child = nix::unistd::Pid::from_raw(i32::try_from(ret).expect("clone failed"));
+        };
         let status = nix::sys::wait::waitpid(child, None).expect("reap the child");
         assert_eq!(
             status,
@@ -179,14 +177,5 @@ mod tests {
         forget_in_child();
         assert_eq!(published().unwrap().load(Ordering::Relaxed), 0);
         assert_eq!(this_pid(), std::process::id());
-    }
-
-    /// `fork`: `None` in the child, the child's pid in the parent.
-    fn fork_here() -> Option<nix::unistd::Pid> {
-        // SAFETY: the child only loads a word, calls getpid and exits (see the test).
-        match unsafe { nix::unistd::fork() }.expect("fork") {
-            nix::unistd::ForkResult::Child => None,
-            nix::unistd::ForkResult::Parent { child } => Some(child),
-        }
     }
 }
