@@ -130,12 +130,18 @@ impl Watched {
     /// their numbers: closing them could close its files).
     pub fn for_process(&mut self, pid: u32) -> &mut Watched {
         if self.owner != pid {
-            let inherited = std::mem::replace(self, Watched::new(self.capacity, pid));
-            for (_, kept) in inherited.pidfds {
-                std::mem::forget(kept.pidfd);
-            }
+            self.start_afresh(pid);
         }
         self
+    }
+
+    /// Empties the table for process `pid`, leaving every descriptor it held open (they
+    /// are a parent's, inherited across `fork`).
+    pub fn start_afresh(&mut self, pid: u32) {
+        let inherited = std::mem::replace(self, Watched::new(self.capacity, pid));
+        for (_, kept) in inherited.pidfds {
+            std::mem::forget(kept.pidfd);
+        }
     }
 
     /// Whether `token`'s process is watched and its descriptor says it runs. A

@@ -12,7 +12,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use nix::errno::Errno;
 use nix::unistd::geteuid;
 
-use super::fork_guard::this_pid;
+use super::fork_guard::{Slot, keep, kept, this_pid, wiped_on_fork};
 use super::pidfd::{Watched, pidfd_open};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
@@ -89,14 +89,22 @@ static LOCAL: LazyLock<ProcessLocal> = LazyLock::new(ProcessLocal::new);
 /// [`Os::current`](crate::os::Os::current): read from `/proc/self/stat` once, and
 /// again after a `fork`.
 pub(super) fn current() -> Token {
+    if let Some(token) = kept(Slot::Token).and_then(Token::from_word) {
+        return token;
+    }
     let pid = this_pid();
-    if let Some(token) = Token::from_word(CURRENT.load(crate::sync::process::Ordering::Relaxed)) {
-        if token.pid() == pid {
+    // Without the wipe-on-fork page, the token is kept with its pid, and a forked child
+    // tells its own from its parent's by the pid (fooled only by a recycled pid).
+    if !wiped_on_fork() {
+        let cached = Token::from_word(CURRENT.load(crate::sync::process::Ordering::Relaxed));
+        if let Some(token) = cached.filter(|token| token.pid() == pid) {
             return token;
         }
     }
     let token = read_own_token(pid);
-    CURRENT.store(token.word(), crate::sync::process::Ordering::Relaxed);
+    if !keep(Slot::Token, token.word()) {
+        CURRENT.store(token.word(), crate::sync::process::Ordering::Relaxed);
+    }
     token
 }
 
@@ -138,11 +146,18 @@ const WATCHED_PROCESSES: usize = 64;
 /// thread of its parent was making it must not wait for a thread it does not have).
 static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
 
-/// The table of process `me`: made on first need, made afresh in a forked child.
+/// The table of process `me`: made on first need, made afresh in a forked child (told
+/// by the wipe-on-fork page, or without it by the owner's pid).
 fn watched_by(table: &mut Option<Watched>, me: u32) -> &mut Watched {
-    table
-        .get_or_insert_with(|| Watched::new(WATCHED_PROCESSES, me))
-        .for_process(me)
+    let watched = table.get_or_insert_with(|| Watched::new(WATCHED_PROCESSES, me));
+    if !wiped_on_fork() {
+        return watched.for_process(me);
+    }
+    if kept(Slot::WatchedTable).is_none() {
+        watched.start_afresh(me);
+        keep(Slot::WatchedTable, 1);
+    }
+    watched
 }
 
 /// What `/proc` says of a token.
@@ -217,14 +232,21 @@ pub(super) fn uid() -> u32 {
 /// `/proc/self/ns/pid` (0 if unreadable).
 pub(super) fn pid_namespace() -> u64 {
     // A process's own pid namespace never changes (`unshare`/`setns` of a pid
-    // namespace apply to its children): cached with the pid it was read in, so a forked
-    // child (maybe in another one) reads its own. Namespace inodes are 32-bit.
+    // namespace apply to its children): kept until the next fork, so a forked child
+    // (maybe in another one) reads its own. Without the wipe-on-fork page, kept with
+    // the pid it was read in (namespace inodes are 32-bit).
+    if let Some(ns) = kept(Slot::PidNamespace) {
+        return ns;
+    }
     let pid = u64::from(this_pid());
     let cached = PID_NAMESPACE.load(crate::sync::process::Ordering::Relaxed);
-    if cached != 0 && cached >> 32 == pid {
+    if !wiped_on_fork() && cached != 0 && cached >> 32 == pid {
         return cached & u64::from(u32::MAX);
     }
     let ns = fs::metadata("/proc/self/ns/pid").map_or(0, |m| m.ino());
+    if ns != 0 && keep(Slot::PidNamespace, ns) {
+        return ns;
+    }
     if let Ok(small) = u32::try_from(ns) {
         PID_NAMESPACE.store(
             pid << 32 | u64::from(small),
@@ -463,7 +485,12 @@ mod tests {
         while is_alive(token) {
             within_deadline("the kill seen");
         }
-        assert!(!watches(token), "forgotten once dead");
+        // Dropped by the first question that gets the table (a test beside this one
+        // may hold it for a moment).
+        while watches(token) {
+            assert!(!is_alive(token));
+            within_deadline("dropped once dead");
+        }
         assert!(!is_alive(token));
         child.wait().unwrap();
     }
