@@ -401,6 +401,26 @@ fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             ],
         ));
     }
+    // A recycle killed right after taking the finalizer word (no tombstone yet), a
+    // handle of the segment attached, then a sweep killed inside its takeover: it tombs
+    // the free slot before the live holder's and dies there, a tombstone under a dead
+    // finalizer beside a live holder (found by the `refcount` fuzzer; the oracle had
+    // taken a crashed finalize of a held segment to leave none).
+    out.push((
+        "sweep_killed_taking_over_a_dead_recycle",
+        vec![
+            fs(0),
+            create(0, 2),
+            share(0, 0, 3, true),
+            Op::Recycle {
+                p: 0,
+                buf: 0,
+                crash_at: Some(1),
+            },
+            attach(0),
+            Op::Sweep { crash_at: Some(10) },
+        ],
+    ));
     // Both strategies, a socket and a switch at run time, a receiver killed mid-attach.
     out.push((
         "mixed_strategies",

@@ -424,6 +424,11 @@ pub struct Seg {
     pub phantom: bool,
     /// Its generation (a crashed recycle may or may not have bumped it).
     pub generation: Count,
+    /// A dead process may hold the finalizer word: a finalize or recycle was killed
+    /// inside since the last one that completed. The next finalize then takes the word
+    /// over even while the segment is held, and a crash of that one may leave
+    /// tombstones under it beside a live holder.
+    pub abandoned: bool,
 }
 
 /// A handle in flight.
@@ -869,6 +874,7 @@ impl Oracle {
                     tombs: Count::Known(0),
                     phantom: crashed,
                     generation: Count::Known(0),
+                    abandoned: false,
                 });
                 if !crashed {
                     self.procs[p].bufs.push(id);
@@ -980,12 +986,19 @@ impl Oracle {
                     (Outcome::Recycled, Count::Known(g)) => {
                         s.generation = Count::Known(g + 1);
                         s.tombs = Count::Known(0);
+                        s.abandoned = false;
                     }
                     // Killed inside: it may have bumped the generation, and left
-                    // tombstones (observed next).
-                    (Outcome::Killed, _) | (Outcome::Recycled, Count::Unknown) => {
+                    // tombstones (observed next) and the finalizer word held.
+                    (Outcome::Killed, _) => {
                         s.generation = Count::Unknown;
                         s.tombs = Count::Unknown;
+                        s.abandoned = true;
+                    }
+                    (Outcome::Recycled, Count::Unknown) => {
+                        s.generation = Count::Unknown;
+                        s.tombs = Count::Unknown;
+                        s.abandoned = false;
                     }
                     _ => {}
                 }
@@ -1030,11 +1043,17 @@ impl Oracle {
             if lo == 0 && s.name == Name::Named {
                 s.name = Name::Unknown;
             }
-            if s.tombs != Count::Known(0) || lo == 0 {
+            // A finalize beside a live holder stops before the slots (`InUse`) unless
+            // a dead finalizer's word makes it take over: then it tombs slots up to
+            // the live holder before rolling back, and a crash may leave some.
+            if s.tombs != Count::Known(0) || lo == 0 || s.abandoned {
                 s.tombs = Count::Unknown;
             }
+            // It may have taken the finalizer word (and died holding it).
+            s.abandoned = true;
             return;
         }
+        s.abandoned = false;
         let unlinked = match outcome {
             Some(o) => o == Outcome::Unlinked,
             None if hi == 0 => true,
