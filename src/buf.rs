@@ -392,7 +392,7 @@ impl<O: Os> ShmBuf<O> {
                 }
             }
             Target::Anonymous { file } => {
-                let opened = segment::open_file(&os, &file, "received memfd")?;
+                let opened = segment::open_file(&os, &file, "received memfd", os.uid())?;
                 check_matches(&handle.meta, &opened.fields, "received memfd")?;
                 Held::anonymous(opened, file)
             }
@@ -457,7 +457,7 @@ impl<O: Os> ShmBuf<O> {
             }
             Backing::Anonymous { file } => {
                 let file = os.dup(file)?;
-                let opened = segment::open_file(os, &file, "inherited memfd")?;
+                let opened = segment::open_file(os, &file, "inherited memfd", os.uid())?;
                 Held::anonymous(opened, file)
             }
         };
@@ -797,7 +797,7 @@ impl<O: Os> ShmBuf<O> {
     /// (maps and validates it): what attaching a received memfd does.
     #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
     pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
-        let opened = segment::open_file(os, &file, what)?;
+        let opened = segment::open_file(os, &file, what, os.uid())?;
         Ok(ShmBuf {
             inner: register(os.clone(), Held::anonymous(opened, file)),
         })
@@ -887,9 +887,11 @@ fn hold_named<O: Os>(
     in_flight: Option<InFlight>,
     expect: Option<Expect<'_>>,
 ) -> Result<Held<O>> {
-    let (ns, _) = Namespace::of_segment(name, os.uid())?;
+    // Asked once for the name and the file (`geteuid` is a system call).
+    let me = os.uid();
+    let (ns, _) = Namespace::of_segment(name, me)?;
     os.before_named_use(ns.prefix(), Some(name))?;
-    let opened = segment::open_named(os, &ns, name)?;
+    let opened = segment::open_named(os, &ns, name, me)?;
     if let Some(Expect::Handle(meta)) = expect {
         check_matches(meta, &opened.fields, name)?;
     }

@@ -252,11 +252,12 @@ impl ShmBuf {
 fn map_frozen(os: &DefaultOs, file: &PosixFile, total: usize) -> Result<(SealedMap, Fields)> {
     let segment = "frozen memfd";
     let info = os.stat(file)?;
-    if info.uid != os.uid() {
+    let me = os.uid();
+    if info.uid != me {
         return Err(Error::OtherUser {
             segment: segment.into(),
             owner: info.uid,
-            me: os.uid(),
+            me,
         });
     }
     let len = usize::try_from(info.len).unwrap_or(usize::MAX).min(total);
@@ -271,7 +272,7 @@ fn map_frozen(os: &DefaultOs, file: &PosixFile, total: usize) -> Result<(SealedM
             segment: segment.into(),
             why: "the memfd is not sealed against writes",
         })?;
-    let fields = segment::validate(os, &map, &info, segment)?;
+    let fields = segment::validate(os, &map, &info, segment, me)?;
     if fields.layout.capacity != 0 || fields.layout.total_len() > map.bytes().len() {
         return Err(Error::Corrupted {
             segment: segment.into(),

@@ -426,8 +426,9 @@ impl<O: Os> ShareHandle<O> {
         let Some(f) = in_flight.take() else {
             return Ok(());
         };
-        let (ns, _) = Namespace::of_segment(name, self.os.uid())?;
-        let opened = segment::open_named(&self.os, &ns, name)?;
+        let me = self.os.uid();
+        let (ns, _) = Namespace::of_segment(name, me)?;
+        let opened = segment::open_named(&self.os, &ns, name, me)?;
         if opened.fields.key() != self.meta.key {
             return Ok(());
         }

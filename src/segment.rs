@@ -263,13 +263,15 @@ pub fn initialize(map: &impl Mapping, fields: &Fields, first_holder: Option<Toke
 }
 
 /// Validates the header of `map` (a mapping of the whole file described by `info`) and
-/// returns its fields. `segment` names the segment in errors; `os` supplies this
-/// process's uid and pid namespace.
+/// returns its fields. `segment` names the segment in errors; `me` is this process's
+/// effective uid (asked by the caller once per open: `geteuid` is a system call), `os`
+/// supplies its pid namespace.
 pub fn validate<O: Os, M: Mapping>(
     os: &O,
     map: &M,
     info: &FileInfo,
     segment: &str,
+    me: u32,
 ) -> Result<Fields> {
     let seg = || segment.to_owned();
     if info.len == 0 {
@@ -349,7 +351,6 @@ pub fn validate<O: Os, M: Mapping>(
     let creator = Token::from_word(load(W_CREATOR))
         .ok_or_else(|| corrupted(segment, "creator token is not a valid token"))?;
     let uid = load(W_UID);
-    let me = os.uid();
     if info.uid != me || uid != u64::from(me) {
         let owner = if info.uid != me {
             info.uid
@@ -506,23 +507,26 @@ pub struct Opened<O: Os> {
     pub fields: Fields,
 }
 
-/// Opens the named segment `name` of namespace `ns` and validates it.
-pub fn open_named<O: Os>(os: &O, ns: &Namespace, name: &str) -> Result<Opened<O>> {
-    ns.parse(name, os.uid())?;
+/// Opens the named segment `name` of namespace `ns` and validates it, for user `me`
+/// (this process's effective uid, `os.uid()`: a caller that opens many segments, or
+/// has already asked, passes its answer and saves the system call).
+pub fn open_named<O: Os>(os: &O, ns: &Namespace, name: &str, me: u32) -> Result<Opened<O>> {
+    ns.parse(name, me)?;
     let file = os.shm_open(name)?;
-    open_file(os, &file, name)
+    open_file(os, &file, name, me)
 }
 
-/// Maps and validates an open segment file (named or anonymous).
-pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<O>> {
+/// Maps and validates an open segment file (named or anonymous), for user `me` (as
+/// [`open_named`]).
+pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str, me: u32) -> Result<Opened<O>> {
     let info = os.stat(file)?;
     // Another user's file is theirs whatever it holds: an empty one is not "half-created"
     // by us (a sweep would try to remove it), it is planted.
-    if info.uid != os.uid() {
+    if info.uid != me {
         return Err(Error::OtherUser {
             segment: segment.to_owned(),
             owner: info.uid,
-            me: os.uid(),
+            me,
         });
     }
     if info.len == 0 {
@@ -540,7 +544,7 @@ pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str) -> Result<Opened<
             )
         })?;
     let map = os.map_stated(file, len, info.len)?;
-    let fields = validate(os, &map, &info, segment)?;
+    let fields = validate(os, &map, &info, segment, me)?;
     Ok(Opened { map, fields })
 }
 
@@ -625,7 +629,7 @@ mod tests {
             uid: file_uid,
             mode: 0o600,
         };
-        validate(os, &map, &info, "edge")
+        validate(os, &map, &info, "edge", os.uid())
     }
 
     /// The bytes a header of `values` says its segment needs.
@@ -764,14 +768,14 @@ mod tests {
     fn a_file_longer_than_any_layout_is_refused_before_it_is_mapped() {
         let os = PosixOs::new();
         let limit = MAX_DATA_LEN + data_offset_for(MAX_CAPACITY) as u64;
-        let err = open_file(&os, &sparse_memfd(&os, limit + 1), "huge").unwrap_err();
+        let err = open_file(&os, &sparse_memfd(&os, limit + 1), "huge", os.uid()).unwrap_err();
         assert!(
             matches!(&err, Error::Corrupted { what, .. } if what.contains("beyond any layout")),
             "{err}"
         );
         // At the limit it is mapped (sparse, so nothing is touched but its header) and
         // judged by its header, all zeros here.
-        let err = open_file(&os, &sparse_memfd(&os, limit), "huge").unwrap_err();
+        let err = open_file(&os, &sparse_memfd(&os, limit), "huge", os.uid()).unwrap_err();
         assert!(matches!(err, Error::HalfCreated { .. }), "{err}");
     }
 }

@@ -178,6 +178,7 @@ fn sweep_pass<O: Os>(
     let uid = os.uid();
     let pass = Pass {
         me: os.current(),
+        uid,
         pid_namespace: os.pid_namespace(),
         dry_run,
     };
@@ -231,6 +232,8 @@ impl SegmentReport {
 /// What stays the same for every segment of one sweep.
 struct Pass {
     me: Token,
+    /// The user whose segments are swept: asked once per pass, not per segment.
+    uid: u32,
     pid_namespace: u64,
     dry_run: bool,
 }
@@ -349,7 +352,7 @@ fn sweep_one<O: Os>(
         reclaimed: 0,
         action: Action::Kept,
     };
-    let opened = segment::open_named(os, ns, &seg.name);
+    let opened = segment::open_named(os, ns, &seg.name, pass.uid);
     let decision = decide(Found::of(&opened), || {
         parts.creator == me || os.is_alive(parts.creator)
     });
@@ -357,7 +360,7 @@ fn sweep_one<O: Os>(
         (Decision::Finalize, Ok(opened)) => opened,
         (Decision::OpenAgain, _) => {
             seg.action =
-                remove_half_created(os, ns, &seg.name, dry_run).unwrap_or_else(Action::Skipped);
+                remove_half_created(os, ns, &seg.name, pass).unwrap_or_else(Action::Skipped);
             return seg;
         }
         (Decision::Skip, Err(e)) => {
@@ -411,11 +414,11 @@ fn sweep_one<O: Os>(
 
 /// A segment whose header was unpublished and whose creator was found dead: opened
 /// again, and removed only if [`decide_again`] says so.
-fn remove_half_created<O: Os>(os: &O, ns: &Namespace, name: &str, dry_run: bool) -> Result<Action> {
+fn remove_half_created<O: Os>(os: &O, ns: &Namespace, name: &str, pass: &Pass) -> Result<Action> {
     os.crash_point()?;
-    let reopened = segment::open_named(os, ns, name);
+    let reopened = segment::open_named(os, ns, name, pass.uid);
     match (decide_again(Found::of(&reopened)), reopened) {
-        (Decision::Unlink, _) if dry_run => Ok(Action::RemovedHalfCreated),
+        (Decision::Unlink, _) if pass.dry_run => Ok(Action::RemovedHalfCreated),
         (Decision::Unlink, _) => match os.shm_unlink(name) {
             Ok(()) => Ok(Action::RemovedHalfCreated),
             Err(e) if e.is_gone() => Ok(Action::Vanished),

@@ -37,7 +37,7 @@ fn scribble(name: &str, offset: u64, bytes: &[u8]) {
 
 /// Opens `name` as an attacher would.
 fn open(t: &TestNamespace, name: &str) -> shmrc::Result<segment::Opened<PosixOs>> {
-    segment::open_named(&PosixOs, &t.ns, name)
+    segment::open_named(&PosixOs, &t.ns, name, PosixOs.uid())
 }
 
 #[test]

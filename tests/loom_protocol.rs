@@ -26,6 +26,7 @@ use concurrency::{Buf, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
+use shmrc::os::Os;
 use shmrc::os::sim::SimOs;
 use shmrc::segment;
 use shmrc::sync::process::{AtomicU64, Ordering::Relaxed};
@@ -368,7 +369,7 @@ fn an_opener_racing_a_creator_never_sees_a_torn_header() {
         for _ in 0..OPEN_ATTEMPTS {
             thread::yield_now();
             for name in w.segments() {
-                match segment::open_named(&o, &w.ns, &name) {
+                match segment::open_named(&o, &w.ns, &name, o.uid()) {
                     Ok(_) => {
                         s.fetch_add(1, Relaxed);
                     }

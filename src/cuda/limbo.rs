@@ -115,8 +115,9 @@ pub fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport
 
 /// Whether the keep-alive segment `name` may still be held by some process.
 fn still_held<O: Os>(os: &O, name: &str, how: Drain) -> Result<bool> {
-    let (ns, _) = Namespace::of_segment(name, os.uid())?;
-    let opened = match segment::open_named(os, &ns, name) {
+    let me = os.uid();
+    let (ns, _) = Namespace::of_segment(name, me)?;
+    let opened = match segment::open_named(os, &ns, name, me) {
         Ok(opened) => opened,
         Err(Error::Gone { .. }) => return Ok(false),
         Err(e) => return Err(e),

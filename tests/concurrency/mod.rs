@@ -305,7 +305,7 @@ impl World {
     /// The slot words, finalizer word and census of segment `name`, read by the checker;
     /// `None` if it is half-created (its creator must then be dead) or gone.
     fn read_segment(&self, name: &str) -> Option<(Vec<u64>, u64, holders::Census)> {
-        let opened = match segment::open_named(&self.checker, &self.ns, name) {
+        let opened = match segment::open_named(&self.checker, &self.ns, name, self.checker.uid()) {
             Ok(opened) => opened,
             Err(Error::HalfCreated { .. }) => {
                 let creator = self.ns.parse(name, UID).expect("our name").creator;

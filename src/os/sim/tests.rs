@@ -659,7 +659,7 @@ mod plain {
         let layout = created.fields.layout;
         assert!(created.map.write(layout.data_offset, b"payload"));
 
-        let opened = segment::open_named(&b, &ns(), &name).unwrap();
+        let opened = segment::open_named(&b, &ns(), &name, b.uid()).unwrap();
         assert_eq!(opened.fields, created.fields);
         let mut out = [0; 7];
         assert!(opened.map.read(layout.data_offset, &mut out));
@@ -685,7 +685,11 @@ mod plain {
         let again = holders::finalize(&b, &h, &name, holders::Reclaim::All).unwrap();
         assert_eq!(again.outcome, Outcome::AlreadyGone);
         assert_eq!(holders::claim(&b, &h, word).unwrap(), Err(ClaimError::Gone));
-        assert!(segment::open_named(&b, &ns(), &name).unwrap_err().is_gone());
+        assert!(
+            segment::open_named(&b, &ns(), &name, b.uid())
+                .unwrap_err()
+                .is_gone()
+        );
 
         assert_eq!(k.objects_alive(), 1, "B still maps it");
         drop(opened);
@@ -705,7 +709,7 @@ mod plain {
                 unreachable!()
             };
             let name = name.clone();
-            let opened = segment::open_named(&b, &ns(), &name).unwrap();
+            let opened = segment::open_named(&b, &ns(), &name, b.uid()).unwrap();
             let cap = opened.fields.layout.capacity;
             let h = Header::of(&opened.map, cap).unwrap().holders();
             let word = holders::held_word(b.current());
@@ -722,7 +726,7 @@ mod plain {
             let c = k.spawn(UID);
             if kill_at.is_some() {
                 assert!(matches!(result, Err(Error::Killed)), "{result:?}");
-                let opened = segment::open_named(&c, &ns(), &name).unwrap();
+                let opened = segment::open_named(&c, &ns(), &name, c.uid()).unwrap();
                 let h = Header::of(&opened.map, cap).unwrap().holders();
                 let fin = holders::finalize(&c, &h, &name, holders::Reclaim::All).unwrap();
                 assert_eq!(fin.outcome, Outcome::Unlinked, "killed at {kill_at:?}");
@@ -752,7 +756,7 @@ mod plain {
         };
         assert!(k.set_len(name, 64));
         assert!(matches!(
-            segment::open_named(&b, &ns(), name),
+            segment::open_named(&b, &ns(), name, b.uid()),
             Err(Error::Truncated { .. })
         ));
         // Grown back, the segment has its length but not its contents: as on Linux,
@@ -760,7 +764,7 @@ mod plain {
         // header words 8..=10 (creation time and nonce, covered by the checksum),
         // 12..=15 and the holder slots. The checksum no longer matches.
         assert!(k.set_len(name, created.map.len() as u64));
-        let err = segment::open_named(&b, &ns(), name).unwrap_err();
+        let err = segment::open_named(&b, &ns(), name, b.uid()).unwrap_err();
         assert!(
             matches!(&err, Error::Corrupted { what, .. } if what.contains("checksum")),
             "{err:?}"
@@ -771,16 +775,16 @@ mod plain {
         let Backing::Named { name, .. } = &created.backing else {
             unreachable!()
         };
-        assert!(segment::open_named(&b, &ns(), name).is_ok());
+        assert!(segment::open_named(&b, &ns(), name, b.uid()).is_ok());
         assert!(k.poke(name, 0, b"NOTSHMRC"));
         assert!(matches!(
-            segment::open_named(&b, &ns(), name),
+            segment::open_named(&b, &ns(), name, b.uid()),
             Err(Error::BadMagic { .. })
         ));
         let stranger = k.spawn_in_namespace(UID, 2);
         assert!(k.poke(name, 0, &crate::segment::MAGIC.to_ne_bytes()));
         assert!(matches!(
-            segment::open_named(&stranger, &ns(), name),
+            segment::open_named(&stranger, &ns(), name, stranger.uid()),
             Err(Error::OtherPidNamespace { .. })
         ));
     }
@@ -841,7 +845,7 @@ fn sim_processes_claim_distinct_slots_under_loom() {
                 let os = k.spawn(1000);
                 let (ns, name) = (ns.clone(), name.clone());
                 loom::thread::spawn(move || {
-                    let opened = segment::open_named(&os, &ns, &name).unwrap();
+                    let opened = segment::open_named(&os, &ns, &name, os.uid()).unwrap();
                     let cap = opened.fields.layout.capacity;
                     let h = Header::of(&opened.map, cap).unwrap().holders();
                     let word = holders::held_word(os.current());
@@ -888,7 +892,7 @@ fn sim_release_and_claim_race_under_shuttle() {
             let b = k.spawn(1000);
             let (ns_b, name_b) = (ns.clone(), name.clone());
             let claimer = shuttle::thread::spawn(move || {
-                let opened = segment::open_named(&b, &ns_b, &name_b)?;
+                let opened = segment::open_named(&b, &ns_b, &name_b, b.uid())?;
                 let cap = opened.fields.layout.capacity;
                 let h = Header::of(&opened.map, cap).unwrap().holders();
                 let claimed = holders::claim(&b, &h, holders::held_word(b.current()))?;
