@@ -128,15 +128,19 @@ fn parse_namespace(given: Option<&str>) -> Result<Option<Namespace>> {
     Ok(given.map(Namespace::new).transpose()?)
 }
 
-/// Prints `value` as one JSON document on stdout: indented, or on one line.
+/// Prints `value` as one JSON document on stdout: indented, or on one line. Buffered:
+/// stdout flushes at each newline, which made the indented report of a 10,000-segment
+/// sweep some 150,000 `write`s.
 pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
-    let mut out = std::io::stdout().lock();
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if pretty {
         serde_json::to_writer_pretty(&mut out, value)?;
     } else {
         serde_json::to_writer(&mut out, value)?;
     }
-    writeln!(out).map_err(|e| CliError::Json(serde_json::Error::io(e)))?;
+    writeln!(out)
+        .and_then(|()| out.flush())
+        .map_err(|e| CliError::Json(serde_json::Error::io(e)))?;
     Ok(())
 }
 
