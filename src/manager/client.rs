@@ -60,7 +60,13 @@ type State = Mutex<Option<Connection>>;
 
 /// This process's connection state (see [`CONNECTIONS`]).
 fn connection() -> &'static State {
-    connection_for(std::process::id())
+    connection_for(this_pid())
+}
+
+/// This process's pid, without a system call once known (the backend keeps it in a page
+/// a forked child does not inherit: `src/os/posix/fork_guard.rs`).
+fn this_pid() -> u32 {
+    PosixOs.current().pid()
 }
 
 fn connection_for(pid: u32) -> &'static State {
@@ -250,7 +256,7 @@ pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
     if mode == ManagerMode::Off {
         return Ok(());
     }
-    let pid = std::process::id();
+    let pid = this_pid();
     let mut guard = lock(connection());
     let conn = match &mut *guard {
         Some(c) if c.pid == pid => c,
@@ -331,9 +337,10 @@ fn is_healthy(stream: &UnixStream) -> bool {
 /// Connects (starting a manager in `Auto` mode) and says Hello for `namespaces`.
 fn join(mode: ManagerMode, namespaces: &BTreeSet<Namespace>) -> Result<UnixStream> {
     let os = PosixOs;
+    let token = os.current();
     let hello = Request::Hello {
-        token: os.current(),
-        pid: std::process::id(),
+        token,
+        pid: token.pid(),
         namespaces: namespaces.iter().cloned().collect(),
     };
     let runtime = RuntimeDir::for_user(os.uid());
