@@ -125,7 +125,17 @@ pub(super) fn is_alive(token: Token) -> bool {
     }
     // Opened first, checked second: if the stat read below names the token's start
     // time, the pid was not reused in between and the descriptor is on that process.
-    let pidfd = pidfd_open(token.pid()).ok();
+    let pidfd = match pidfd_open(token.pid()) {
+        Ok(pidfd) => Some(pidfd),
+        // No process has the pid, zombies included (the answer `kill(pid, 0)` gives
+        // below when `/proc` has no entry): the token's is gone, two calls sooner.
+        Err(Error::Os { source, .. }) if source.raw_os_error() == Some(libc::ESRCH) => {
+            return false;
+        }
+        // Refused (no such call, out of descriptors, a pid that is a thread's and not a
+        // process's): `/proc` decides, as without descriptors.
+        Err(_) => None,
+    };
     match liveness(token) {
         Liveness::Running => {
             if let (Some(pidfd), Ok(mut watched)) = (pidfd, WATCHED.try_lock()) {
@@ -408,6 +418,34 @@ mod tests {
         // pid_max is at most 2^22: this pid never exists.
         let never = Token::new((1 << 22) - 1, 1).unwrap();
         assert!(!os.is_alive(never) || fs::metadata("/proc/4194303").is_ok());
+    }
+
+    /// `pidfd_open`'s "no such process" is a death, its other refusals are not: a
+    /// running thread's id (not a process's, so `pidfd_open` refuses it: `EINVAL`, or
+    /// `ENOENT` on recent kernels) with the thread's start time is judged by `/proc`,
+    /// running.
+    #[test]
+    fn only_no_such_process_from_pidfd_open_counts_as_dead() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (stop, stopped) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            tx.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = stopped.recv();
+        });
+        let tid = u32::try_from(rx.recv().unwrap()).unwrap();
+        let stat = fs::read(format!("/proc/self/task/{tid}/stat")).unwrap();
+        let start = parse_proc_stat(&stat).unwrap().start_ticks;
+        let err = pidfd_open(tid).unwrap_err();
+        assert!(
+            matches!(&err, Error::Os { source, .. } if source.raw_os_error() != Some(libc::ESRCH)),
+            "{err}"
+        );
+        assert!(PosixOs::new().is_alive(Token::new(tid, start).unwrap()));
+        stop.send(()).unwrap();
+        thread.join().unwrap();
+        // Gone, the thread's id names no process: dead (or a process that took it since,
+        // whose start time differs).
+        assert!(!PosixOs::new().is_alive(Token::new(tid, start).unwrap()));
     }
 
     /// Issue 13: a parent reaps its dead child the moment it dies (a DataLoader joins
