@@ -892,7 +892,9 @@ mod tests {
     // socket pair whose reads time out (the tests' time limit), in a namespace of its
     // own; nothing is left in /dev/shm.
 
-    use super::{Contender, FloorFd, FloorNamed, FloorReused, Payload, Shmrc, nanos, stream};
+    use super::{
+        Contender, FloorFd, FloorMap, FloorNamed, FloorReused, Payload, Shmrc, nanos, stream,
+    };
     use shmrc::Strategy;
     use shmrc_testkit::names::TestNamespace;
     use std::os::unix::net::UnixStream;
@@ -942,6 +944,21 @@ mod tests {
         (seed, read)
     }
 
+    /// Spoils the byte at `offset` with its complement: a fixed value (0) would leave
+    /// the buffer right whenever the pattern has that value there (1 time in 256: seeds
+    /// differ by pid, so some runs spoiled nothing and saw the check pass).
+    fn flip(buf: &shmrc::ShmBuf, offset: usize) {
+        let mut byte = [0u8];
+        buf.read_at(offset, &mut byte).unwrap();
+        buf.write_at(offset, &[!byte[0]]).unwrap();
+    }
+
+    /// [`flip`] for a floor mapping.
+    fn flip_floor(map: &FloorMap, offset: usize) {
+        let byte = map.read_byte(offset).unwrap();
+        map.write_byte(offset, !byte).unwrap();
+    }
+
     fn assert_caught(read: shmrc::Result<u64>, offset: usize) {
         let err = read.expect_err("a wrong byte passed the check").to_string();
         assert!(err.contains(&format!("byte {offset} is")), "{err}");
@@ -958,7 +975,7 @@ mod tests {
             let (seed, read) = one_filled(&mut c, &mut d, len, |_, _| {});
             assert_eq!(read.unwrap(), seed, "{strategy}: a right buffer passes");
             let (_, read) = one_filled(&mut c, &mut d, len, |_, buf| {
-                buf.write_at(last, &[0]).unwrap();
+                flip(buf, last);
             });
             assert_caught(read, last);
         }
@@ -966,7 +983,7 @@ mod tests {
         let (seed, read) = one_filled(&mut floor, &mut FloorFd { reserve: true }, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
         let (_, read) = one_filled(&mut floor, &mut FloorFd { reserve: true }, len, |_, buf| {
-            buf.1.write_byte(4096, 0).unwrap();
+            flip_floor(&buf.1, 4096);
         });
         assert_caught(read, 4096);
         let prefix = format!("{}-floor", t.ns.prefix());
@@ -975,14 +992,14 @@ mod tests {
         let (seed, read) = one_filled(&mut named, &mut reader, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
         let (_, read) = one_filled(&mut named, &mut reader, len, |_, buf| {
-            buf.map.write_byte(9, 0).unwrap();
+            flip_floor(&buf.map, 9);
         });
         assert_caught(read, 9);
         let mut bare = FloorReused::new(&format!("{prefix}-bare"), len, 2).unwrap();
         let (seed, read) = one_filled(&mut bare, &mut reader, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
         let (_, read) = one_filled(&mut bare, &mut reader, len, |c, buf| {
-            c.slots[buf.index].1.write_byte(100, 0).unwrap();
+            flip_floor(&c.slots[buf.index].1, 100);
         });
         assert_caught(read, 100);
         drop(bare);
@@ -991,7 +1008,7 @@ mod tests {
         let (seed, read) = one_filled(&mut pool, &mut d, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
         let (_, read) = one_filled(&mut pool, &mut d, len, |_, buf| {
-            buf.write_at(12345, &[0]).unwrap();
+            flip(buf, 12345);
         });
         assert_caught(read, 12345);
         assert_eq!(
