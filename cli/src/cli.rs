@@ -130,7 +130,7 @@ fn parse_namespace(given: Option<&str>) -> Result<Option<Namespace>> {
 
 /// Prints `value` as one JSON document on stdout: indented, or on one line. Buffered:
 /// stdout flushes at each newline, which made the indented report of a 10,000-segment
-/// sweep some 150,000 `write`s.
+/// sweep 200,015 `write`s (1,320 through the buffer; `strace -c`, 2026-11-23).
 pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     if pretty {
