@@ -212,6 +212,9 @@ fn split_into_frames(carries_fd: impl IntoIterator<Item = bool>) -> Vec<std::ops
 pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
     let mut handles = Vec::new();
     let mut first = true;
+    // Asked once per message (a message of 253 handles made 253 `geteuid`s), and only
+    // when a handle arrives.
+    let mut uid = None;
     loop {
         let mut files = Vec::new();
         let mut header = [0u8; FRAME_HEADER];
@@ -269,7 +272,7 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
             }
             let (bytes, tail) = tail.split_at(len);
             rest = tail;
-            let decoded = handle::decode(bytes, os.uid())?;
+            let decoded = handle::decode(bytes, *uid.get_or_insert_with(|| os.uid()))?;
             let target = match decoded.name {
                 Some(name) => Target::Named {
                     name,
