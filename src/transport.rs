@@ -212,8 +212,8 @@ fn split_into_frames(carries_fd: impl IntoIterator<Item = bool>) -> Vec<std::ops
 pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
     let mut handles = Vec::new();
     let mut first = true;
-    // Asked once per message (a message of 253 handles made 253 `geteuid`s), and only
-    // when a handle arrives.
+    // Asked once per message (a message of N handles made N `geteuid`s), and only when a
+    // handle arrives.
     let mut uid = None;
     loop {
         let mut files = Vec::new();
