@@ -2,10 +2,11 @@
 //! pid namespace, whether its table of watched processes is its own: [`Slot`]), kept
 //! without a system call to check it: in words of a page marked `MADV_WIPEONFORK`,
 //! which the kernel hands to the child of any `fork` zero-filled (libc's `fork`,
-//! `_Fork`, a raw `clone` without `CLONE_VM` alike); a `pthread_atfork` child handler clears it as well, for a kernel
-//! or emulator that accepts the advice without acting on it. A word that reads 0 was
-//! not set in this process, whose pid may even be one its parent's parent had: the
-//! value is computed again and kept. [`this_pid`] is `getpid` asked once per process.
+//! `_Fork`, a raw `clone` without `CLONE_VM` alike); a `pthread_atfork` child handler
+//! clears it as well, for a kernel or emulator that accepts the advice without acting
+//! on it. A word that reads 0 was not set in this process, whose pid may even be one
+//! its parent's parent had: the value is computed again and kept. [`this_pid`] is
+//! `getpid` asked once per process.
 //!
 //! # Safety
 //! `unsafe` blocks for: mapping one private anonymous page and advising it
