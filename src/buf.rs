@@ -1,5 +1,11 @@
 //! [`ShmBuf`]: the user's handle to a shared buffer, and [`CreateOptions`]. The user
 //! docs are on the types (this module is re-exported at the crate root).
+//!
+//! # Planted bugs
+//! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'` (`docs/VERIFICATION.md`,
+//! `.ci/planted-bugs`):
+//! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
+//!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.
 
 use std::fmt;
 use std::sync::Arc;
@@ -86,8 +92,9 @@ impl CreateOptions {
         self
     }
 
-    /// Holder slots of a file_system buffer (1 to 4096): how many processes may hold it
-    /// at once, in-flight handles included. A share beyond that is
+    /// Holder slots of a file_system buffer, or of a file_descriptor buffer from a
+    /// [`crate::ShmPool`] (1 to 4096; a plain file_descriptor buffer has none): how many
+    /// processes may hold it at once, in-flight handles included. A share beyond that is
     /// [`Error::HoldersFull`] while every slot's holder lives; a capacity out of range
     /// is [`Error::InvalidArgument`] at creation.
     ///
@@ -141,6 +148,11 @@ impl CreateOptions {
         self
     }
 
+    /// The holder slots these options ask for.
+    pub(crate) fn slots(&self) -> usize {
+        self.capacity
+    }
+
     /// The strategy a create with these options uses now.
     pub(crate) fn resolved_strategy(&self) -> Strategy {
         self.strategy.unwrap_or_else(sharing_strategy)
@@ -175,13 +187,16 @@ impl<O: Os> Inner<O> {
         if self.released.swap(true, Ordering::AcqRel) || self.os.current() != self.holder {
             return Ok(None);
         }
-        let Backing::Named { name, slot } = &self.backing else {
+        let (Some(slot), Some(h)) = (own_slot(&self.backing), self.holders()) else {
             return Ok(None);
         };
-        let Some(h) = self.holders() else {
-            return Ok(None);
-        };
-        holders::release(&self.os, &h, *slot, holders::held_word(self.holder), name)
+        let_go(
+            &self.os,
+            &h,
+            slot,
+            holders::held_word(self.holder),
+            name_of(&self.backing),
+        )
     }
 }
 
@@ -197,7 +212,42 @@ impl<O: Os> Drop for Inner<O> {
 fn describe<O: Os>(backing: &Backing<O>) -> String {
     match backing {
         Backing::Named { name, .. } => name.clone(),
-        Backing::Anonymous { file } => format!("memfd {file:?}"),
+        Backing::Anonymous { file, .. } => format!("memfd {file:?}"),
+    }
+}
+
+/// The holder slot this reference holds: always for a named segment, for a memfd only
+/// if it has slots (a pool's).
+fn own_slot<O: Os>(backing: &Backing<O>) -> Option<usize> {
+    match backing {
+        Backing::Named { slot, .. } => Some(*slot),
+        Backing::Anonymous { slot, .. } => *slot,
+    }
+}
+
+fn name_of<O: Os>(backing: &Backing<O>) -> Option<&str> {
+    match backing {
+        Backing::Named { name, .. } => Some(name),
+        Backing::Anonymous { .. } => None,
+    }
+}
+
+/// Gives back the reference `word` in slot `index`. A named segment is then finalized
+/// (unlinked if nobody else holds it: [`holders::release`]); a memfd's slot is only
+/// vacated, since the kernel frees a memfd once its last descriptor and mapping close
+/// (`Ok(None)` either way).
+fn let_go<O: Os>(
+    os: &O,
+    h: &Holders<'_>,
+    index: usize,
+    word: u64,
+    name: Option<&str>,
+) -> Result<Option<Finalized>> {
+    match name {
+        Some(name) => holders::release(os, h, index, word, name),
+        // Planted bug (`docs/VERIFICATION.md`): the memfd's slot stays taken.
+        None if cfg!(shmrc_plant = "memfd_release_keeps_slot") => Ok(None),
+        None => holders::vacate(os, h, index, word).map(|_| None),
     }
 }
 
@@ -248,11 +298,39 @@ impl<O: Os> ShmBuf<O> {
     /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
     #[doc(hidden)]
     pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
+        Self::create_slotted(os, len, options, false)
+    }
+
+    /// [`ShmBuf::create_with`] for a [`crate::ShmPool`]: a file_descriptor buffer gets
+    /// the options' holder slots too, so that the pool can tell when no other process
+    /// holds it and recycle it ([`ShmBuf::recycle`]).
+    #[doc(hidden)]
+    pub fn create_recyclable(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
+        Self::create_slotted(os, len, options, true)
+    }
+
+    fn create_slotted(
+        os: &O,
+        len: usize,
+        options: &CreateOptions,
+        recyclable: bool,
+    ) -> Result<ShmBuf<O>> {
         let strategy = options.strategy.unwrap_or_else(sharing_strategy);
-        if strategy == Strategy::FileSystem {
-            os.before_named_use(options.namespace.prefix(), None)?;
-        }
-        let created = segment::create(os, strategy, &options.namespace, len, options.capacity)?;
+        let capacity = match strategy {
+            Strategy::FileSystem => {
+                os.before_named_use(options.namespace.prefix(), None)?;
+                options.capacity
+            }
+            // A plain memfd has no slots: the kernel counts its references.
+            Strategy::FileDescriptor if !recyclable => 0,
+            Strategy::FileDescriptor if options.capacity == 0 => {
+                return Err(Error::InvalidArgument(
+                    "a recycled file_descriptor buffer needs at least one holder slot".into(),
+                ));
+            }
+            Strategy::FileDescriptor => options.capacity,
+        };
+        let created = segment::create(os, strategy, &options.namespace, len, capacity)?;
         Ok(ShmBuf {
             inner: register(
                 os.clone(),
@@ -305,18 +383,25 @@ impl<O: Os> ShmBuf<O> {
             capacity: inner.fields.layout.capacity,
             generation: self.generation(),
         };
+        let in_flight = |segment: &str| -> Result<InFlight> {
+            let word = holders::in_flight_word(inner.holder);
+            let slot = claim(os, inner.holders(), word, segment, meta.capacity)?;
+            Ok(InFlight { slot, word })
+        };
         let target = match &inner.backing {
-            Backing::Named { name, .. } => {
-                let word = holders::in_flight_word(inner.holder);
-                let slot = claim(os, inner.holders(), word, name, meta.capacity)?;
-                Target::Named {
-                    name: name.clone(),
-                    in_flight: Some(InFlight { slot, word }),
-                }
-            }
-            Backing::Anonymous { file } => Target::Anonymous {
-                file: os.dup(file)?,
+            Backing::Named { name, .. } => Target::Named {
+                name: name.clone(),
+                in_flight: Some(in_flight(name)?),
             },
+            Backing::Anonymous { file, slot } => {
+                // The descriptor first: a claimed slot is then never left behind.
+                let file = os.dup(file)?;
+                let in_flight = match slot {
+                    Some(_) => Some(in_flight(&inner.segment())?),
+                    None => None,
+                };
+                Target::Anonymous { file, in_flight }
+            }
         };
         Ok(ShareHandle {
             os: os.clone(),
@@ -370,9 +455,7 @@ impl<O: Os> ShmBuf<O> {
                     segment_generation: generation,
                 });
             }
-            if let (Target::Named { in_flight, .. }, Some(h)) =
-                (&mut handle.target, inner.holders())
-            {
+            if let (Some(in_flight), Some(h)) = (handle.target.in_flight_mut(), inner.holders()) {
                 if let Some(f) = in_flight.take() {
                     holders::vacate(&os, &h, f.slot, f.word)?;
                 }
@@ -391,10 +474,16 @@ impl<O: Os> ShmBuf<O> {
                     }
                 }
             }
-            Target::Anonymous { file } => {
-                let opened = segment::open_file(&os, &file, "received memfd", os.uid())?;
-                check_matches(&handle.meta, &opened.fields, "received memfd")?;
-                Held::anonymous(opened, file)
+            Target::Anonymous { file, in_flight } => {
+                let expect = Some(Expect::Handle(&handle.meta));
+                match hold_file(&os, &file, "received memfd", in_flight, expect) {
+                    Ok(holding) => holding.anonymous(file),
+                    Err(e) => {
+                        // As above: dropping the handle gives its reference back.
+                        handle.target = Target::Anonymous { file, in_flight };
+                        return Err(e);
+                    }
+                }
             }
             Target::Taken => {
                 return Err(Error::InvalidArgument(
@@ -455,10 +544,11 @@ impl<O: Os> ShmBuf<O> {
                 let generation = inner.generation.load(Ordering::Acquire);
                 hold_named(os, name, None, Some(Expect::Generation(generation)))?
             }
-            Backing::Anonymous { file } => {
+            Backing::Anonymous { file, .. } => {
                 let file = os.dup(file)?;
-                let opened = segment::open_file(os, &file, "inherited memfd", os.uid())?;
-                Held::anonymous(opened, file)
+                let generation = inner.generation.load(Ordering::Acquire);
+                let expect = Some(Expect::Generation(generation));
+                hold_file(os, &file, "inherited memfd", None, expect)?.anonymous(file)
             }
         };
         Ok(ShmBuf {
@@ -603,13 +693,13 @@ impl<O: Os> ShmBuf<O> {
     #[doc(hidden)]
     pub fn recycle(&self) -> Result<bool> {
         let inner = &self.inner;
-        let (Backing::Named { slot, .. }, Some(h)) = (&inner.backing, inner.holders()) else {
+        let (Some(slot), Some(h)) = (own_slot(&inner.backing), inner.holders()) else {
             return Ok(false);
         };
         if inner.os.current() != inner.holder {
             return Ok(false);
         }
-        match holders::recycle(&inner.os, &h, *slot)? {
+        match holders::recycle(&inner.os, &h, slot)? {
             holders::Recycled::Reused { generation, .. } => {
                 inner.generation.store(generation, Ordering::Release);
                 Ok(true)
@@ -629,8 +719,8 @@ impl<O: Os> ShmBuf<O> {
     /// for a file_descriptor buffer (it has no slots).
     pub(crate) fn others_hold(&self) -> bool {
         let inner = &self.inner;
-        match (&inner.backing, inner.holders()) {
-            (Backing::Named { slot, .. }, Some(h)) => holders::others_hold(&h, *slot),
+        match (own_slot(&inner.backing), inner.holders()) {
+            (Some(slot), Some(h)) => holders::others_hold(&h, slot),
             _ => false,
         }
     }
@@ -769,10 +859,10 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// The memfd of a file_descriptor buffer (`None` for file_system ones).
-    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
-    pub(crate) fn anonymous_file(&self) -> Option<&O::File> {
+    #[doc(hidden)]
+    pub fn anonymous_file(&self) -> Option<&O::File> {
         match &self.inner.backing {
-            Backing::Anonymous { file } => Some(file),
+            Backing::Anonymous { file, .. } => Some(file),
             Backing::Named { .. } => None,
         }
     }
@@ -797,9 +887,9 @@ impl<O: Os> ShmBuf<O> {
     /// (maps and validates it): what attaching a received memfd does.
     #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
     pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
-        let opened = segment::open_file(os, &file, what, os.uid())?;
+        let held = hold_file(os, &file, what, None, None)?.anonymous(file);
         Ok(ShmBuf {
-            inner: register(os.clone(), Held::anonymous(opened, file)),
+            inner: register(os.clone(), held),
         })
     }
 }
@@ -848,13 +938,25 @@ struct Held<O: Os> {
     generation: u64,
 }
 
-impl<O: Os> Held<O> {
-    fn anonymous(opened: segment::Opened<O>, file: O::File) -> Held<O> {
+/// A segment this process opened and now holds (its slot taken, if it has slots),
+/// before its backing is known to the reference.
+struct Holding<O: Os> {
+    opened: segment::Opened<O>,
+    slot: Option<usize>,
+    generation: u64,
+}
+
+impl<O: Os> Holding<O> {
+    /// The reference to a memfd kept open by `file`.
+    fn anonymous(self, file: O::File) -> Held<O> {
         Held {
-            map: opened.map,
-            fields: opened.fields,
-            backing: Backing::Anonymous { file },
-            generation: 0,
+            map: self.opened.map,
+            fields: self.opened.fields,
+            backing: Backing::Anonymous {
+                file,
+                slot: self.slot,
+            },
+            generation: self.generation,
         }
     }
 }
@@ -877,10 +979,7 @@ impl Expect<'_> {
     }
 }
 
-/// Opens the named segment `name` and holds it for this process: takes over the
-/// in-flight reference `in_flight` if its slot still has it, else claims a slot. With
-/// `expect`, the segment must be the one the handle describes, in the use (generation)
-/// it describes: a recycled segment is [`Error::Stale`] and keeps no slot of ours.
+/// Opens the named segment `name` and holds it for this process (see [`hold`]).
 fn hold_named<O: Os>(
     os: &O,
     name: &str,
@@ -892,13 +991,60 @@ fn hold_named<O: Os>(
     let (ns, _) = Namespace::of_segment(name, me)?;
     os.before_named_use(ns.prefix(), Some(name))?;
     let opened = segment::open_named(os, &ns, name, me)?;
+    let holding = hold(os, opened, name, Some(name), in_flight, expect)?;
+    Ok(Held {
+        map: holding.opened.map,
+        fields: holding.opened.fields,
+        backing: Backing::Named {
+            name: name.to_owned(),
+            // A named segment always has slots: `hold` claimed one or failed.
+            slot: holding.slot.unwrap_or_default(),
+        },
+        generation: holding.generation,
+    })
+}
+
+/// Maps and validates the memfd `file` (`what` names it in errors) and holds it for
+/// this process (see [`hold`]): a pool's memfd has slots, a plain one none.
+fn hold_file<O: Os>(
+    os: &O,
+    file: &O::File,
+    what: &str,
+    in_flight: Option<InFlight>,
+    expect: Option<Expect<'_>>,
+) -> Result<Holding<O>> {
+    let opened = segment::open_file(os, file, what, os.uid())?;
+    hold(os, opened, what, None, in_flight, expect)
+}
+
+/// Holds the opened segment (`segment` names it in errors; `name` is a named
+/// segment's name, `None` for a memfd) for this process: takes over the in-flight
+/// reference `in_flight` if its slot still has it, else claims a slot. With `expect`,
+/// the segment must be the one the handle describes, in the use (generation) it
+/// describes: a recycled segment is [`Error::Stale`] and keeps no slot of ours. A memfd
+/// without slots is held by its descriptor alone: nothing to take.
+fn hold<O: Os>(
+    os: &O,
+    opened: segment::Opened<O>,
+    segment: &str,
+    name: Option<&str>,
+    in_flight: Option<InFlight>,
+    expect: Option<Expect<'_>>,
+) -> Result<Holding<O>> {
     if let Some(Expect::Handle(meta)) = expect {
-        check_matches(meta, &opened.fields, name)?;
+        check_matches(meta, &opened.fields, segment)?;
     }
     let capacity = opened.fields.layout.capacity;
+    if name.is_none() && capacity == 0 {
+        return Ok(Holding {
+            opened,
+            slot: None,
+            generation: 0,
+        });
+    }
     let h = Header::of(&opened.map, capacity).map(|h| h.holders());
     let stale = |h: &Holders<'_>, expected: u64| Error::Stale {
-        segment: name.to_owned(),
+        segment: segment.to_owned(),
         handle: expected,
         segment_generation: h.generation(),
     };
@@ -915,7 +1061,7 @@ fn hold_named<O: Os>(
     };
     let slot = match taken_over {
         Some(slot) => slot,
-        None => claim(os, h, word, name, capacity)?,
+        None => claim(os, h, word, segment, capacity)?,
     };
     let generation = match (expect, &h) {
         (Some(expect), Some(h)) => {
@@ -924,7 +1070,7 @@ fn hold_named<O: Os>(
             os.crash_point()?;
             if !holders::generation_is(h, expect.generation()) {
                 let error = stale(h, expect.generation());
-                holders::release(os, h, slot, word, name)?;
+                let_go(os, h, slot, word, name)?;
                 return Err(error);
             }
             expect.generation()
@@ -932,13 +1078,9 @@ fn hold_named<O: Os>(
         (None, Some(h)) => h.generation(),
         (_, None) => 0,
     };
-    Ok(Held {
-        map: opened.map,
-        fields: opened.fields,
-        backing: Backing::Named {
-            name: name.to_owned(),
-            slot,
-        },
+    Ok(Holding {
+        opened,
+        slot: Some(slot),
         generation,
     })
 }

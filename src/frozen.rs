@@ -198,6 +198,12 @@ impl ShmBuf {
                 "it is a file_system buffer: named segments cannot be sealed (create it with Strategy::FileDescriptor)",
             ));
         }
+        if self.fields().layout.capacity > 0 {
+            return Err(cannot(
+                self,
+                "it is a pool's buffer: the pool recycles its memfd, so it cannot be sealed",
+            ));
+        }
         if !self.is_held() {
             return Err(cannot(
                 self,
@@ -307,7 +313,21 @@ impl FrozenBuf {
         let meta = handle.meta;
         let os = handle.os;
         match handle.take_target() {
-            Target::Anonymous { file } => {
+            Target::Anonymous {
+                file,
+                in_flight: in_flight @ Some(_),
+            } => {
+                // Give the in-flight reference back when the handle drops.
+                handle.target = Target::Anonymous { file, in_flight };
+                Err(Error::NotFrozen {
+                    segment: "pooled memfd".into(),
+                    why: "a pool's buffers are recycled, never frozen",
+                })
+            }
+            Target::Anonymous {
+                file,
+                in_flight: None,
+            } => {
                 let (map, fields) = map_frozen(&os, &file, usize::MAX)?;
                 check_matches(&meta, &fields, "frozen memfd")?;
                 Ok(FrozenBuf {
@@ -353,6 +373,7 @@ impl FrozenBuf {
             },
             target: Target::Anonymous {
                 file: os.dup(&self.inner.file)?,
+                in_flight: None,
             },
             os,
         })

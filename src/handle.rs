@@ -168,26 +168,29 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
         word: u64_at(24),
     });
     let key = SegmentKey { creator, nonce };
+    // A file_system segment has slots; a memfd has none unless a pool recycles it.
+    let least = match strategy {
+        Strategy::FileSystem => 1,
+        Strategy::FileDescriptor => 0,
+    };
+    if capacity < least || capacity > MAX_CAPACITY {
+        return Err(malformed(format!("slot capacity {capacity} out of range")));
+    }
+    if let Some(f) = in_flight {
+        if f.slot >= capacity || !matches!(Slot::decode(f.word), Slot::InFlight(_)) {
+            return Err(malformed(
+                "in-flight reference is not a valid slot word".into(),
+            ));
+        }
+    }
     let name = match strategy {
         Strategy::FileDescriptor => {
-            if capacity != 0 || name_len != 0 || in_flight.is_some() {
-                return Err(malformed(
-                    "a file_descriptor handle has no name, slots or in-flight reference".into(),
-                ));
+            if name_len != 0 {
+                return Err(malformed("a file_descriptor handle has no name".into()));
             }
             None
         }
         Strategy::FileSystem => {
-            if capacity == 0 || capacity > MAX_CAPACITY {
-                return Err(malformed(format!("slot capacity {capacity} out of range")));
-            }
-            if let Some(f) = in_flight {
-                if f.slot >= capacity || !matches!(Slot::decode(f.word), Slot::InFlight(_)) {
-                    return Err(malformed(
-                        "in-flight reference is not a valid slot word".into(),
-                    ));
-                }
-            }
             let name = std::str::from_utf8(&bytes[FIXED_LEN..])
                 .map_err(|_| malformed("name is not UTF-8".into()))?;
             let (_, parts) = Namespace::of_segment(name, uid)?;
@@ -219,8 +222,12 @@ pub(crate) enum Target<O: Os> {
         name: String,
         in_flight: Option<InFlight>,
     },
-    /// An open memfd.
-    Anonymous { file: O::File },
+    /// An open memfd, with the in-flight reference this handle owns if the memfd has
+    /// holder slots (a pool's).
+    Anonymous {
+        file: O::File,
+        in_flight: Option<InFlight>,
+    },
     /// Consumed by an attach.
     Taken,
 }
@@ -344,7 +351,8 @@ impl<O: Os> ShareHandle<O> {
     pub(crate) fn encoded(&self) -> Vec<u8> {
         let (name, in_flight) = match &self.target {
             Target::Named { name, in_flight } => (Some(name.clone()), *in_flight),
-            Target::Anonymous { .. } | Target::Taken => (None, None),
+            Target::Anonymous { in_flight, .. } => (None, *in_flight),
+            Target::Taken => (None, None),
         };
         encode(&Decoded {
             meta: self.meta,
@@ -356,7 +364,7 @@ impl<O: Os> ShareHandle<O> {
     /// Hands the in-flight reference to whoever receives the bytes: from now on it is
     /// released by the receiver's handle, or when this (sending) process exits.
     pub(crate) fn disarm(&mut self) {
-        if let Target::Named { in_flight, .. } = &mut self.target {
+        if let Some(in_flight) = self.target.in_flight_mut() {
             *in_flight = None;
         }
     }
@@ -418,17 +426,35 @@ impl<O: Os> ShareHandle<O> {
     }
 
     /// Gives the in-flight reference back (best effort; the sender's exit releases it
-    /// otherwise), finalizing the segment if that was its last reference.
+    /// otherwise): a named segment is finalized if that was its last reference; a
+    /// memfd's slot is only vacated (the kernel frees the memfd with its last
+    /// descriptor).
     fn cancel_in_flight(&mut self) -> Result<()> {
-        let Target::Named { name, in_flight } = &mut self.target else {
-            return Ok(());
+        // Asked only when there is a reference to give back (`geteuid` is a system call,
+        // and every attach drops its spent handle).
+        let (opened, name, f) = match &mut self.target {
+            Target::Named { name, in_flight } => {
+                let Some(f) = in_flight.take() else {
+                    return Ok(());
+                };
+                let me = self.os.uid();
+                let (ns, _) = Namespace::of_segment(name, me)?;
+                let opened = segment::open_named(&self.os, &ns, name, me)?;
+                (opened, Some(name.as_str()), f)
+            }
+            Target::Anonymous { file, in_flight } => {
+                let Some(f) = in_flight.take() else {
+                    return Ok(());
+                };
+                let me = self.os.uid();
+                (
+                    segment::open_file(&self.os, file, "received memfd", me)?,
+                    None,
+                    f,
+                )
+            }
+            Target::Taken => return Ok(()),
         };
-        let Some(f) = in_flight.take() else {
-            return Ok(());
-        };
-        let me = self.os.uid();
-        let (ns, _) = Namespace::of_segment(name, me)?;
-        let opened = segment::open_named(&self.os, &ns, name, me)?;
         if opened.fields.key() != self.meta.key {
             return Ok(());
         }
@@ -439,11 +465,24 @@ impl<O: Os> ShareHandle<O> {
                 // (the word in its slot, if any, is a later handle's).
                 return Ok(());
             }
-            if holders::vacate(&self.os, &h, f.slot, f.word)? {
+            let vacated = holders::vacate(&self.os, &h, f.slot, f.word)?;
+            if let (true, Some(name)) = (vacated, name) {
                 holders::finalize(&self.os, &h, name, holders::Reclaim::UntilLive)?;
             }
         }
         Ok(())
+    }
+}
+
+impl<O: Os> Target<O> {
+    /// The in-flight reference this target owns (`None` inside: none, or given up).
+    pub(crate) fn in_flight_mut(&mut self) -> Option<&mut Option<InFlight>> {
+        match self {
+            Target::Named { in_flight, .. } | Target::Anonymous { in_flight, .. } => {
+                Some(in_flight)
+            }
+            Target::Taken => None,
+        }
     }
 }
 
@@ -463,7 +502,9 @@ impl<O: Os> fmt::Debug for ShareHandle<O> {
             Target::Named { name, in_flight } => {
                 d.field("name", name).field("in_flight", in_flight)
             }
-            Target::Anonymous { file } => d.field("file", file),
+            Target::Anonymous { file, in_flight } => {
+                d.field("file", file).field("in_flight", in_flight)
+            }
             Target::Taken => d.field("taken", &true),
         };
         d.finish()
@@ -542,19 +583,25 @@ mod tests {
             &with_meta(&|d| d.meta.capacity = cap + 1),
             "slot capacity"
         ));
-        // A file_descriptor handle with any one of a capacity, a name, an in-flight
-        // reference.
+        // A file_descriptor handle: no name; slots (a pool's memfd) 0 to MAX; an
+        // in-flight reference only in a slot it has.
         let fd = |capacity: usize, name: Option<String>, in_flight: Option<InFlight>| {
             let mut d = sample();
             d.meta.strategy = Strategy::FileDescriptor;
             (d.meta.capacity, d.name, d.in_flight) = (capacity, name, in_flight);
             encode(&d)
         };
+        let in_slot = |slot: usize| sample().in_flight.map(|f| InFlight { slot, ..f });
         assert!(decode(&fd(0, None, None), 1000).is_ok());
-        let why = "file_descriptor handle has no name";
-        assert!(refused_as(&fd(1, None, None), why));
-        assert!(refused_as(&fd(0, sample().name, None), why));
-        assert!(refused_as(&fd(0, None, sample().in_flight), why));
+        assert!(decode(&fd(1, None, in_slot(0)), 1000).is_ok());
+        assert!(decode(&fd(cap, None, in_slot(cap - 1)), 1000).is_ok());
+        assert!(refused_as(&fd(cap + 1, None, None), "slot capacity"));
+        assert!(refused_as(&fd(1, None, in_slot(1)), "in-flight reference"));
+        assert!(refused_as(&fd(0, None, in_slot(0)), "in-flight reference"));
+        assert!(refused_as(
+            &fd(0, sample().name, None),
+            "file_descriptor handle has no name"
+        ));
         // The name's length: longer than MAX_NAME_LEN, though the bytes agree, is
         // refused for its length; MAX_NAME_LEN itself gets as far as the name's parse.
         let named = |len: usize| {

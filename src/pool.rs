@@ -1,4 +1,5 @@
-//! [`ShmPool`]: recycled file_system buffers, the way data loaders reuse shared memory.
+//! [`ShmPool`]: recycled buffers, the way data loaders reuse shared memory, for both
+//! strategies.
 //! A buffer handed out by the pool goes back to it when the last `ShmBuf` of this
 //! process is dropped. Each segment the pool keeps is then, for this process:
 //! - **in use**: a `ShmBuf` of this process (besides the pool's own) still uses it;
@@ -10,11 +11,24 @@
 //!   holder protocol ([`crate::holders::recycle`]), which bumps the segment's
 //!   generation so that a handle of the earlier use fails with [`Error::Stale`].
 //!
+//! # file_descriptor pools
+//! A plain memfd has no holder slots (the kernel counts its descriptors, and tells
+//! nobody when the last consumer lets go). A pool's memfds get the same holder slots
+//! as a file_system segment ([`ShmBuf::create_recyclable`]): a handle carries an
+//! in-flight reference, an attach takes it over (or claims a slot) and checks the
+//! generation, a release vacates its slot. No one ever finalizes or unlinks a memfd:
+//! the kernel frees it with its last descriptor and mapping. A consumer killed while
+//! it holds one leaves its slot to the pool's next recycle, which reclaims a dead
+//! holder's slot (so no sweep or manager is involved). The handles still travel only
+//! over a Unix socket ([`crate::transport`]).
+//!
 //! Lent is told from idle by a look at the holder slots
-//! ([`crate::holders::others_hold`]), without a syscall: `get` makes no recycle
-//! attempt (and no liveness read) on a lent buffer. A holder that died without letting
-//! go keeps its buffer lent until a sweep (or the manager) reclaims its slot, or until
-//! the idle timeout gives the buffer back.
+//! ([`crate::holders::others_hold`]), without a syscall. A holder that died without
+//! letting go keeps its buffer lent until a sweep (or the manager) reclaims its slot,
+//! until the idle timeout gives the buffer back, or until a `get` that finds no idle
+//! buffer of its length makes its one recycle attempt on a lent one (the one handed
+//! out longest ago): the recycle reclaims dead holders' slots, and rolls back at the
+//! first live one.
 //!
 //! # Limits
 //! [`PoolLimits::max_idle_buffers`] and [`PoolLimits::max_idle_bytes`] bound idle
@@ -39,7 +53,6 @@ use std::time::{Duration, Instant};
 use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::{Error, Result};
 use crate::os::Os;
-use crate::strategy::Strategy;
 
 /// How much an [`ShmPool`] keeps of what this process does not use (see the module
 /// docs of `shmrc::pool` for idle and lent buffers).
@@ -163,7 +176,8 @@ struct State<O: Os> {
     stats: PoolStats,
 }
 
-/// A pool of recycled file_system buffers (see the module docs of `shmrc::pool`).
+/// A pool of recycled buffers of either strategy (see the module docs of
+/// `shmrc::pool`).
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -196,20 +210,21 @@ pub struct ShmPool<O: Os = crate::DefaultOs> {
 }
 
 impl<O: Os> ShmPool<O> {
-    /// A pool of buffers created as process `os` with `options` (which must ask for the
-    /// file_system strategy, explicitly or as the process-wide one).
+    /// A pool of buffers created as process `os` with `options`. The strategy is fixed
+    /// now (the options' or the process-wide one), so a later
+    /// [`crate::set_sharing_strategy`] does not mix strategies in one pool; a capacity
+    /// of 0 slots is [`Error::InvalidArgument`] (a recycled buffer needs one).
     #[doc(hidden)]
     pub fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
-        if options.resolved_strategy() != Strategy::FileSystem {
-            return Err(Error::InvalidArgument(
-                "ShmPool recycles file_system buffers only: a memfd has no holder slots, so \
-                 the pool could not tell when no other process maps it any more"
-                    .into(),
-            ));
+        let strategy = options.resolved_strategy();
+        if options.slots() == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a pool of {strategy} buffers needs at least one holder slot per buffer"
+            )));
         }
         Ok(ShmPool {
             os,
-            options,
+            options: options.strategy(strategy),
             limits,
             state: Mutex::new(State {
                 entries: Vec::new(),
@@ -219,8 +234,8 @@ impl<O: Os> ShmPool<O> {
     }
 
     /// A buffer of `len` bytes: a recycled segment of that length that nobody holds any
-    /// more (an idle one: the one handed out longest ago first; lent ones are skipped
-    /// without a recycle attempt), else a new one. Its contents are those of its
+    /// more (an idle one: the one handed out longest ago first; if none, the lent one
+    /// handed out longest ago if every other holder of it died), else a new one. Its contents are those of its
     /// previous use (not zeroed: the producer overwrites them). Gives back first what
     /// the limits and the idle timeout say must go (see [`ShmPool::trim`]).
     /// A zero or too large `len` is [`Error::InvalidArgument`].
@@ -247,28 +262,47 @@ impl<O: Os> ShmPool<O> {
         let mut state = self.lock();
         let now = Instant::now();
         self.trim_locked(&mut state, now)?;
+        let mut oldest_lent = None;
         for index in 0..state.entries.len() {
             let entry = &state.entries[index];
-            if entry.buf.len() == len
-                && entry.standing() == Standing::Idle
-                && entry.buf.recycle()?
-            {
-                // Handed out now: to the back, behind every one handed out before.
-                let mut entry = state.entries.remove(index);
-                entry.handed_out = now;
-                let buf = entry.buf.clone();
-                state.entries.push(entry);
-                state.stats.recycled += 1;
-                return Ok(buf);
+            if entry.buf.len() != len {
+                continue;
+            }
+            match entry.standing() {
+                Standing::Idle if entry.buf.recycle()? => {
+                    return Ok(Self::hand_out_again(&mut state, index, now));
+                }
+                Standing::Lent if oldest_lent.is_none() => oldest_lent = Some(index),
+                _ => {}
             }
         }
-        let buf = ShmBuf::create_with(&self.os, len, &self.options)?;
+        // No idle one: one recycle attempt on the lent one handed out longest ago, which
+        // succeeds if its other holders all died without letting go (their slots are
+        // reclaimed on the way). A memfd's dead holders are reclaimed only so: sweeps
+        // and the manager never see a memfd.
+        if let Some(index) = oldest_lent {
+            if state.entries[index].buf.recycle()? {
+                return Ok(Self::hand_out_again(&mut state, index, now));
+            }
+        }
+        let buf = ShmBuf::create_recyclable(&self.os, len, &self.options)?;
         state.entries.push(Entry {
             buf: buf.clone(),
             handed_out: now,
         });
         state.stats.created += 1;
         Ok(buf)
+    }
+
+    /// The recycled buffer at `index`, handed out now: moved to the back, behind every
+    /// one handed out before.
+    fn hand_out_again(state: &mut State<O>, index: usize, now: Instant) -> ShmBuf<O> {
+        let mut entry = state.entries.remove(index);
+        entry.handed_out = now;
+        let buf = entry.buf.clone();
+        state.entries.push(entry);
+        state.stats.recycled += 1;
+        buf
     }
 
     /// Gives back now the buffers that this process has not used for the idle timeout

@@ -17,18 +17,34 @@ use crate::os::posix::DataRegion;
 use crate::sweep::{SweepReport, sweep_with};
 
 impl ShmPool {
-    /// A pool of recycled buffers created with `options` (file_system only: a
-    /// file_descriptor strategy is [`Error::InvalidArgument`]), kept within `limits`.
+    /// A pool of recycled buffers created with `options` (either strategy, fixed now:
+    /// see the module docs of `shmrc::pool` for file_descriptor pools), kept within
+    /// `limits`. Options with 0 holder slots are [`Error::InvalidArgument`].
     ///
     /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, Error, PoolLimits, ShmPool, Strategy};
+    /// use std::os::unix::net::UnixStream;
+    /// use shmrc::{CreateOptions, Error, PoolLimits, ShmBuf, ShmPool, Strategy, transport};
+    ///
     /// let fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
-    /// assert!(matches!(ShmPool::new(fd, PoolLimits::default()), Err(Error::InvalidArgument(_))));
+    /// let pool = ShmPool::new(fd.clone(), PoolLimits::default())?;
+    /// let (producer, consumer) = UnixStream::pair().unwrap();
+    /// let batch = pool.get(4096)?;
+    /// transport::send(&producer, b"", vec![batch.share()?])?; // the memfd, and a slot for it
+    /// drop(batch);
+    /// assert_eq!(pool.stats().lent, 1); // the handle is still in flight
+    /// drop(transport::recv(&consumer)?); // received, then dropped: its slot is given back
+    /// assert_eq!(pool.stats().idle, 1);
+    /// let next = pool.get(4096)?; // the same memfd, a new use
+    /// assert_eq!((next.generation(), pool.stats().recycled), (1, 1));
+    ///
+    /// let no_slots = fd.capacity(0);
+    /// assert!(matches!(ShmPool::new(no_slots, PoolLimits::default()), Err(Error::InvalidArgument(_))));
     /// # }
+    /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn new(options: CreateOptions, limits: PoolLimits) -> Result<ShmPool> {
         ShmPool::with_os(DefaultOs::default(), options, limits)
@@ -164,7 +180,8 @@ impl ShareHandle {
     pub fn into_fd_parts(mut self) -> Result<(Vec<u8>, OwnedFd)> {
         let bytes = self.encoded();
         match self.take_target() {
-            Target::Anonymous { file } => Ok((bytes, file.into_inner())),
+            // The in-flight reference (a pool's memfd) travels with the bytes.
+            Target::Anonymous { file, .. } => Ok((bytes, file.into_inner())),
             target => {
                 self.target = target;
                 Err(Error::WrongStrategy {
@@ -215,6 +232,7 @@ impl ShareHandle {
             meta: decoded.meta,
             target: Target::Anonymous {
                 file: PosixFile::from(fd),
+                in_flight: decoded.in_flight,
             },
         })
     }

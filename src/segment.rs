@@ -417,13 +417,18 @@ pub enum Backing<O: Os> {
     Anonymous {
         /// The memfd.
         file: O::File,
+        /// The slot this process holds, if the memfd has holder slots (a pool's: slot
+        /// 0 at creation).
+        slot: Option<usize>,
     },
 }
 
-/// Creates a segment of `data_len` bytes with `strategy`. A file_system segment gets
-/// `capacity` holder slots in namespace `ns`, and the creator holds slot 0 from the
-/// moment the header is published. If sizing fails ([`Error::NoSpace`]) the name is
-/// unlinked again: nothing is left behind.
+/// Creates a segment of `data_len` bytes with `strategy` and `capacity` holder slots;
+/// the creator holds slot 0 from the moment the header is published. A file_system
+/// segment is named in namespace `ns` and needs at least one slot; if sizing fails
+/// ([`Error::NoSpace`]) the name is unlinked again: nothing is left behind. A
+/// file_descriptor segment (a memfd, size-sealed) has none unless it is recycled by a
+/// pool ([`crate::ShmPool`]), whose slots tell it when no other process holds it.
 pub fn create<O: Os>(
     os: &O,
     strategy: Strategy,
@@ -431,15 +436,11 @@ pub fn create<O: Os>(
     data_len: usize,
     capacity: usize,
 ) -> Result<Created<O>> {
-    let capacity = match strategy {
-        Strategy::FileSystem if capacity == 0 => {
-            return Err(Error::InvalidArgument(
-                "a file_system segment needs at least one holder slot".into(),
-            ));
-        }
-        Strategy::FileSystem => capacity,
-        Strategy::FileDescriptor => 0,
-    };
+    if strategy == Strategy::FileSystem && capacity == 0 {
+        return Err(Error::InvalidArgument(
+            "a file_system segment needs at least one holder slot".into(),
+        ));
+    }
     let layout = Layout::new(data_len, capacity)?;
     let me = os.current();
     let fields = Fields {
@@ -456,7 +457,7 @@ pub fn create<O: Os>(
             let file = os.shm_create(&name)?;
             let sized = os
                 .crash_point()
-                .and_then(|()| size_and_map(os, &file, &fields));
+                .and_then(|()| size_and_map(os, &file, &fields, Seal::No));
             drop(file);
             match sized {
                 Ok(map) => Ok(Created {
@@ -473,20 +474,31 @@ pub fn create<O: Os>(
         }
         Strategy::FileDescriptor => {
             let file = os.memfd_create("shmrc")?;
-            let map = size_and_map(os, &file, &fields)?;
+            let map = size_and_map(os, &file, &fields, Seal::Size)?;
             Ok(Created {
                 map,
                 fields,
-                backing: Backing::Anonymous { file },
+                backing: Backing::Anonymous {
+                    file,
+                    slot: (capacity > 0).then_some(0),
+                },
             })
         }
     }
 }
 
-fn size_and_map<O: Os>(os: &O, file: &O::File, fields: &Fields) -> Result<O::Map> {
+/// Whether [`size_and_map`] seals the file's size (memfds only: a named file cannot be
+/// sealed).
+#[derive(Copy, Clone, PartialEq, Eq)]
+enum Seal {
+    Size,
+    No,
+}
+
+fn size_and_map<O: Os>(os: &O, file: &O::File, fields: &Fields, seal: Seal) -> Result<O::Map> {
     let total = fields.layout.total_len();
     os.allocate(file, total as u64)?;
-    if fields.layout.capacity == 0 {
+    if seal == Seal::Size {
         os.seal_size(file)?;
     }
     os.crash_point()?;

@@ -165,7 +165,7 @@ pub fn send_with<O: Os>(
             let bytes = h.encoded();
             encoded.extend_from_slice(&(bytes.len() as u16).to_le_bytes());
             encoded.extend_from_slice(&bytes);
-            if let Target::Anonymous { file } = &h.target {
+            if let Target::Anonymous { file, .. } = &h.target {
                 files.push(file);
             }
         }
@@ -282,6 +282,7 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
                     file: files.next().ok_or_else(|| {
                         malformed("fewer descriptors than file_descriptor handles".into())
                     })?,
+                    in_flight: decoded.in_flight,
                 },
             };
             handles.push(ShareHandle {

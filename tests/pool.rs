@@ -2,21 +2,18 @@
 //! generation, a handle of an earlier use fails with `Error::Stale` and reads nothing,
 //! a segment still held (by a handle in flight, or by a consumer process: lent) is not
 //! reused, and lent buffers do not count against the idle limits, the one handed out
-//! longest ago is reused first, the limits and the idle timeout give memory back, and
-//! a file_descriptor pool is refused. The consumer is a copy of this test binary
+//! longest ago is reused first, and the limits and the idle timeout give memory back
+//! (file_descriptor pools: `tests/pool_fd.rs`). The consumer is a copy of this test binary
 //! ([`consumer_role`]), spawned (not forked: other tests run on threads beside it),
 //! run under a time limit and killed by its pid past it.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc;
 use std::time::Duration;
 
 use shmrc::{CreateOptions, Error, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy};
 use shmrc_testkit::data::{hex, unhex};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::wait_within;
+use shmrc_testkit::process::{Talker, test_role};
 
 /// How long a consumer may take to answer, and to exit once told to.
 const CONSUMER_LIMIT: Duration = Duration::from_secs(30);
@@ -140,11 +137,7 @@ fn an_idle_timeout_gives_everything_back() {
 /// A consumer process further down a pipeline: it attaches buffers shared with it, then
 /// lets go of them one at a time when told to (each line on its stdin), and of the rest
 /// when its stdin closes. Killed by its pid if the test ends first.
-struct Consumer {
-    child: Child,
-    stdin: Option<ChildStdin>,
-    said: mpsc::Receiver<String>,
-}
+struct Consumer(Talker);
 
 impl Consumer {
     /// Starts one that attaches `handles` (in their order) and waits until it has.
@@ -153,67 +146,22 @@ impl Consumer {
             .into_iter()
             .map(|h| hex(&h.into_bytes().unwrap()))
             .collect();
-        let mut child = Command::new(std::env::current_exe().expect("the test binary"))
-            .args([
-                "--exact",
-                "consumer_role",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(CONSUMER_HANDLES, handles.join(","))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("start a consumer");
-        let stdin = child.stdin.take();
-        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let (tx, said) = mpsc::channel();
-        // Ends when the consumer does (its stdout closes).
-        std::thread::spawn(move || {
-            for line in stdout.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let consumer = Consumer { child, stdin, said };
-        consumer.expect("attached");
-        consumer
-    }
-
-    /// Waits (at most [`CONSUMER_LIMIT`]) for a line of its output containing `what`.
-    fn expect(&self, what: &str) {
-        loop {
-            match self.said.recv_timeout(CONSUMER_LIMIT) {
-                // The harness may have begun the line ("test consumer_role ... attached").
-                Ok(line) if line.contains(what) => return,
-                Ok(_) => {}
-                Err(e) => panic!("the consumer did not say {what:?} ({e})"),
-            }
-        }
+        let talker = Talker::start(
+            test_role("consumer_role").env(CONSUMER_HANDLES, handles.join(",")),
+            CONSUMER_LIMIT,
+        );
+        talker.expect("attached");
+        Consumer(talker)
     }
 
     /// Lets go of the first buffer it still holds, and waits until it has.
     fn let_go_of_one(&mut self) {
-        let stdin = self.stdin.as_mut().expect("still running");
-        writeln!(stdin, "let go").expect("tell the consumer");
-        self.expect("let go");
+        self.0.ask("let go");
     }
 
     /// Lets go of every buffer it still holds and exits (reaped, within the limit).
-    fn let_go_of_all(mut self) {
-        drop(self.stdin.take());
-        let status = wait_within(&mut self.child, CONSUMER_LIMIT);
-        assert!(status.success(), "the consumer failed: {status}");
-    }
-}
-
-impl Drop for Consumer {
-    fn drop(&mut self) {
-        // Ours, by its pid; after `let_go_of_all` it has been reaped already.
-        if self.child.try_wait().ok().flatten().is_none() {
-            let _ = self.child.kill();
-            let _ = self.child.wait();
-        }
+    fn let_go_of_all(self) {
+        self.0.finish();
     }
 }
 
@@ -340,13 +288,4 @@ fn the_buffer_handed_out_longest_ago_is_reused_first() {
     );
     drop(second);
     assert_eq!(pool.get(64).unwrap().name(), Some(name_a.as_str()));
-}
-
-#[test]
-fn a_file_descriptor_pool_is_refused() {
-    let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
-    match ShmPool::new(options, PoolLimits::default()) {
-        Err(Error::InvalidArgument(why)) => assert!(why.contains("file_system")),
-        other => panic!("expected InvalidArgument, got {other:?}"),
-    }
 }

@@ -2,11 +2,14 @@
 //! end (draining its output while it runs, so a full pipe cannot stall it) and
 //! SIGKILLs it, by its pid, if it runs past the limit; [`wait_within`] reaps one that
 //! should end by itself; [`wait_gone`] waits for a process that is not our child (a
-//! detached manager) to exit. None of them can wait forever.
+//! detached manager) to exit; [`Talker`] is a child told things line by line on its
+//! stdin, answering on its stdout; [`accept_within`] takes a child's connection to a
+//! listening socket. None of them can wait forever.
 
-use std::io::Read;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::Path;
-use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -73,6 +76,139 @@ fn wait_or_kill(child: &mut Child, limit: Duration) -> Option<ExitStatus> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// A copy of the running test binary that runs only the test `role` (`--exact`,
+/// output not captured, one thread): how a test starts a helper process that plays a
+/// role (the role's test returns at once unless its environment says otherwise).
+pub fn test_role(role: &str) -> Command {
+    let mut command = Command::new(std::env::current_exe().expect("the test binary"));
+    command.args(["--exact", role, "--nocapture", "--test-threads=1"]);
+    command
+}
+
+/// A child spoken to line by line: commands on its stdin, answers on its stdout (read
+/// by a thread of its own, so a waiting test never blocks on a pipe), every wait
+/// bounded by `limit`. Dropped before it was [finished](Talker::finish), it is killed
+/// by its pid and reaped.
+pub struct Talker {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    said: mpsc::Receiver<String>,
+    limit: Duration,
+}
+
+impl Talker {
+    /// Starts `command` with piped stdin and stdout (stderr inherited).
+    pub fn start(command: &mut Command, limit: Duration) -> Talker {
+        let mut child = command
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+        let stdin = child.stdin.take();
+        let stdout = BufReader::new(child.stdout.take().expect("stdout"));
+        let (tx, said) = mpsc::channel();
+        // Ends when the child does (its stdout closes).
+        std::thread::spawn(move || {
+            for line in stdout.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        Talker {
+            child,
+            stdin,
+            said,
+            limit,
+        }
+    }
+
+    /// Its pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Waits for a line of its output containing `what`, and returns that line from
+    /// `what` on (a test harness may have begun the line); fails the test past the
+    /// limit or if the child ends first.
+    pub fn expect(&self, what: &str) -> String {
+        loop {
+            match self.said.recv_timeout(self.limit) {
+                Ok(line) => {
+                    if let Some(at) = line.find(what) {
+                        return line[at..].to_owned();
+                    }
+                }
+                Err(e) => panic!("the child did not say {what:?} ({e})"),
+            }
+        }
+    }
+
+    /// Writes `line` to its stdin.
+    pub fn tell(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().expect("its stdin is still open");
+        writeln!(stdin, "{line}").expect("tell the child");
+    }
+
+    /// Tells it `command` and returns its answer: the first line containing `command`.
+    pub fn ask(&mut self, command: &str) -> String {
+        self.tell(command);
+        self.expect(command)
+    }
+
+    /// Its connection to `listener` ([`accept_within`], within the limit).
+    pub fn accept(&mut self, listener: &UnixListener) -> UnixStream {
+        accept_within(listener, &mut self.child, self.limit)
+    }
+
+    /// SIGKILLs it (our child, by its pid) and reaps it.
+    pub fn kill(mut self) {
+        self.child.kill().expect("kill the child");
+        self.child.wait().expect("reap the child");
+    }
+
+    /// Closes its stdin and reaps it: it must exit, successfully, within the limit.
+    pub fn finish(mut self) {
+        drop(self.stdin.take());
+        let status = wait_within(&mut self.child, self.limit);
+        assert!(status.success(), "the child failed: {status}");
+    }
+}
+
+impl Drop for Talker {
+    fn drop(&mut self) {
+        // Ours, by its pid; after `finish` or `kill` it has been reaped already.
+        if self.child.try_wait().ok().flatten().is_none() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The connection `child` makes to `listener`, taken within `limit`; fails the test if
+/// the child exits first or never connects (the accept does not block meanwhile).
+pub fn accept_within(listener: &UnixListener, child: &mut Child, limit: Duration) -> UnixStream {
+    listener
+        .set_nonblocking(true)
+        .expect("a nonblocking listener");
+    let deadline = Instant::now() + limit;
+    let socket = loop {
+        match listener.accept() {
+            Ok((socket, _)) => break socket,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                assert!(Instant::now() < deadline, "the child never connected");
+                assert!(
+                    child.try_wait().expect("poll the child").is_none(),
+                    "the child exited before it connected"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => panic!("accept: {e}"),
+        }
+    };
+    socket.set_nonblocking(false).expect("a blocking socket");
+    socket
 }
 
 /// Waits until process `pid` has exited, failing the test if it still runs after
