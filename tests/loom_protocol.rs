@@ -351,6 +351,47 @@ fn an_old_handle_racing_a_recycler_killed_at_every_step_of_its_attach() {
     });
 }
 
+/// (f) A memfd pool: P recycles its memfd (then writes the next use's data) while Q
+/// receives the handle P sent, attaches it, reads it and releases it. Either the
+/// recycle finds Q's reference (in flight, then held) and rolls back, or it comes after
+/// Q let go; a live Q never reads another use (P1), and once Q is done a live P's
+/// recycle reuses the memfd, a killed Q's slot reclaimed on the way (P3 for a memfd
+/// pool: [`World::memfd_finish`]).
+fn memfd_recycle_races_consumer(victim: Victim, n: u64) -> bool {
+    let w = World::new(7);
+    let (p, buf_p, q, rx) = w.memfd_pool_setup();
+    let v = if let Victim::A = victim { &p } else { &q };
+    w.kernel.kill_at_step(v.pid(), n);
+    let wp = w.clone();
+    let tp = run_as(&p, move |_| {
+        wp.memfd_recycle(&buf_p);
+        buf_p
+    });
+    let (wq, sender) = (w.clone(), p.pid());
+    let tq = run_as(&q, move |q| wq.memfd_consume(&q, &rx, sender));
+    let buf_p = tp.join().unwrap();
+    let attached = tq.join().unwrap();
+    // The race is over: the checks below must not kill the survivor.
+    w.kernel.call_off_kill(v.pid());
+    let killed = w.kernel.is_killed(v.pid());
+    w.memfd_finish(&p, buf_p, attached);
+    killed
+}
+
+#[test]
+fn a_memfd_pools_recycler_racing_its_consumer_killed_at_every_step_of_its_recycle() {
+    at_every_crash_point("(f) memfd recycler killed", 2, 2, |n| {
+        memfd_recycle_races_consumer(Victim::A, n)
+    });
+}
+
+#[test]
+fn a_memfd_pools_consumer_racing_its_recycler_killed_at_every_step_of_its_attach_and_release() {
+    at_every_crash_point("(f) memfd consumer killed", 2, 2, |n| {
+        memfd_recycle_races_consumer(Victim::B, n)
+    });
+}
+
 #[test]
 fn an_opener_racing_a_creator_never_sees_a_torn_header() {
     let builder = builder(PREEMPTIONS_2);

@@ -72,6 +72,7 @@ impl Run {
             ops: u8::MAX,
             total_ops: u8::MAX,
             recycle: false,
+            anonymous: false,
         });
         Run {
             kernel,

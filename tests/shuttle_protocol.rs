@@ -349,14 +349,45 @@ fn recycle_vs_old_handles(stats: &'static Stats) {
     w.finish(held);
 }
 
+/// A memfd pool: P recycles its memfd (then writes the next use's data) while Q
+/// receives P's handle, attaches, reads and releases it, one of them doomed at a random
+/// crash point: a live Q never reads another use (P1), and once Q is done a live P
+/// reuses the memfd (P3 for a memfd pool).
+fn memfd_recycle_vs_consumer(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(7);
+    let (p, buf_p, q, rx) = w.memfd_pool_setup();
+    stats.created.fetch_add(1, Relaxed);
+    let doomed = if thread_rng().gen_bool(0.5) {
+        p.pid()
+    } else {
+        q.pid()
+    };
+    w.kernel.kill_at_step(doomed, thread_rng().gen_range(0..8));
+    let (wq, sender) = (w.clone(), p.pid());
+    let consumer = shuttle::thread::spawn(move || wq.memfd_consume(&q, &rx, sender));
+    w.memfd_recycle(&buf_p);
+    let attached = consumer.join().unwrap();
+    // The race is over: the checks below must not kill the survivor.
+    w.kernel.call_off_kill(doomed);
+    if attached {
+        stats.attached.fetch_add(1, Relaxed);
+    }
+    if w.kernel.is_killed(doomed) {
+        stats.killed.fetch_add(1, Relaxed);
+    }
+    w.memfd_finish(&p, buf_p, attached);
+}
+
 /// The scenarios by name, for [`replay_a_failing_schedule`].
 fn scenario(name: &str) -> fn(&'static Stats) {
     match name {
         "random_ops" => random_ops,
         "releases_alone" => releases_alone,
         "recycle_vs_old_handles" => recycle_vs_old_handles,
+        "memfd_recycle_vs_consumer" => memfd_recycle_vs_consumer,
         other => panic!(
-            "unknown scenario {other:?}: random_ops, releases_alone or recycle_vs_old_handles"
+            "unknown scenario {other:?}: random_ops, releases_alone, recycle_vs_old_handles or memfd_recycle_vs_consumer"
         ),
     }
 }
@@ -404,6 +435,16 @@ fn a_recycler_racing_old_handles_under_random_schedules() {
 #[test]
 fn a_recycler_racing_old_handles_under_pct_schedules() {
     check("recycle_vs_old_handles", "pct");
+}
+
+#[test]
+fn a_memfd_pools_recycler_racing_its_consumer_under_random_schedules() {
+    check("memfd_recycle_vs_consumer", "random");
+}
+
+#[test]
+fn a_memfd_pools_recycler_racing_its_consumer_under_pct_schedules() {
+    check("memfd_recycle_vs_consumer", "pct");
 }
 
 #[test]

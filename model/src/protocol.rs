@@ -55,12 +55,25 @@
 //! the state free of a counter; ending early writes nothing, so it cannot hide a
 //! violation.
 //!
+//! # Anonymous segments (a pool's memfds)
+//! With [`Config::anonymous`], every segment is a memfd recycled by a `ShmPool`: the
+//! same slots, claims, transfers and recycles, with no name. Create is `memfd_create`
+//! then the same allocate / map / initialize crash points; nothing ever lists it (no
+//! sweep targets it) or unlinks it, so no finalize ever follows a release, a cancel, a
+//! stale attach's give-back or a failed claim's vacate (the kernel frees the memory
+//! when the last descriptor and mapping close), and an attach never finds it gone (a
+//! handle carries an open descriptor). [`Segment::named`] then means "exists": set by
+//! create, never cleared. P3 changes with it (see [`State::check_p3`]): the leak to
+//! rule out is not a name left behind but a slot that keeps the creator's recycle from
+//! ever reusing the segment.
+//!
 //! # What is not modelled
 //! Hostile writers (garbage words, P5's other half: covered by `tests/sim_protocol.rs`
 //! and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
 //! operation at a time per process; the real code serializes finalizers per process
-//! and keeps one slot per process with its process-local table), file_descriptor
-//! segments (no holder protocol).
+//! and keeps one slot per process with its process-local table), plain
+//! file_descriptor buffers outside a pool (no holder protocol: the kernel's descriptor
+//! count is their refcount; a pool's memfds are the anonymous segments above).
 //!
 //! # Planted bugs
 //! The model plants nothing itself: built with `--cfg shmrc_plant="NAME"`, the steps it
@@ -143,7 +156,9 @@ pub enum Phase {
 pub struct Segment {
     /// Creation progress.
     pub phase: Phase,
-    /// Whether its name is in the namespace.
+    /// Whether its name is in the namespace; for an anonymous segment (a memfd, which
+    /// has no name), whether it exists: set by create, never cleared (nothing unlinks
+    /// it; a handle or a holder keeps it reachable).
     pub named: bool,
     /// Who created it.
     pub creator: Pid,
@@ -267,7 +282,7 @@ pub enum Step {
     /// attach: the slot `.0` is taken; `holders::generation_is` of the handle's.
     CheckGeneration(u8),
     /// attach of a stale handle: give slot `.0` back (a `vacate` of our held word),
-    /// then finalize.
+    /// then finalize (not for an anonymous segment).
     GiveBack(u8),
     /// Inside `holders::recycle`: production's own resumable recycle.
     Recycle(Recycle),
@@ -324,6 +339,9 @@ pub struct Config {
     /// Whether creators may recycle their segments (and attached handles leave a copy
     /// of their bytes that may be attached again).
     pub recycle: bool,
+    /// Whether every segment is an anonymous pooled memfd instead of a file_system
+    /// segment: no name, no sweep, no finalize (see the module docs).
+    pub anonymous: bool,
 }
 
 /// A transition.
@@ -358,6 +376,8 @@ pub struct State {
     pub foreign_named: bool,
     /// Whether recycling is explored ([`Config::recycle`]).
     pub recycle: bool,
+    /// Whether the segments are anonymous pooled memfds ([`Config::anonymous`]).
+    pub anonymous: bool,
     /// The kept bytes of one handle attached once (with [`Config::recycle`]).
     pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
@@ -422,6 +442,7 @@ impl State {
             handles: [None; MAX_HANDLES],
             foreign_named: true,
             recycle: config.recycle,
+            anonymous: config.anonymous,
             copy: None,
             flaw: None,
         }
@@ -504,7 +525,8 @@ impl State {
                     ops.push(Op::Recycle(s));
                 }
             }
-            if self.seg(s).named {
+            // A sweep lists /dev/shm: a memfd is never in it.
+            if self.seg(s).named && !self.anonymous {
                 ops.push(Op::Sweep(Target::Segment(s)));
             }
         }
@@ -546,6 +568,13 @@ impl State {
 
     fn end(&mut self, p: Pid) {
         self.set_pc(p, Pc::Idle);
+    }
+
+    /// Whether a vacate (of a release, a cancel, a stale attach's give-back, a failed
+    /// claim's handle) is followed by a finalize: only for a file_system segment; an
+    /// anonymous one is freed by the kernel with its last descriptor and mapping.
+    fn finalizes(&self) -> bool {
+        !self.anonymous
     }
 
     /// `alive(os, me, t)`: `t == me || os.is_alive(t)`.
@@ -599,15 +628,25 @@ impl State {
         self.ops_left = self.ops_left.saturating_sub(1);
         match op {
             Op::Create(s) => {
-                // shm_create (O_EXCL): the name exists, empty.
+                // shm_create (O_EXCL): the name exists, empty; anonymous: memfd_create,
+                // no name (`named`: it exists), then the allocate with no crash point
+                // between (`segment::create`), so it stands before the map.
+                let first = if self.anonymous {
+                    Step::Map
+                } else {
+                    Step::Allocate
+                };
                 let seg = self.seg_mut(s);
                 seg.phase = Phase::Unpublished;
                 seg.named = true;
                 seg.creator = p;
-                self.set_pc(p, Pc::At(op, Step::Allocate));
+                self.set_pc(p, Pc::At(op, first));
             }
             Op::Share(_) => self.set_pc(p, claim_start(op, p)),
-            Op::Release(_) => self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true })),
+            Op::Release(_) => {
+                let finalize = self.finalizes();
+                self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
+            }
             Op::Attach { h, .. } => {
                 self.take_handle(h);
                 if self.recycle && self.copy.is_none() {
@@ -618,7 +657,8 @@ impl State {
                     self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
                 } else if !self.seg(h.seg).named {
                     // open_named: Gone. The handle is dropped; its cancel's own open
-                    // finds nothing either.
+                    // finds nothing either. (Never for an anonymous segment: the
+                    // handle's descriptor keeps the memfd.)
                     self.end(p);
                 } else {
                     let doomed = self.all_tomb(h.seg);
@@ -628,7 +668,8 @@ impl State {
             Op::Cancel(h) => {
                 self.take_handle(h);
                 if self.seg(h.seg).named {
-                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true }));
+                    let finalize = self.finalizes();
+                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
                 } else {
                     self.end(p);
                 }
@@ -797,7 +838,7 @@ impl State {
             }
             Step::GiveBack(slot) => {
                 let s = handle_of(op).seg;
-                if self.transfer(s, slot, Word::Held(p), Word::Free) {
+                if self.transfer(s, slot, Word::Held(p), Word::Free) && self.finalizes() {
                     let fin = self.fin_start(op);
                     self.set_pc(p, fin);
                 } else {
@@ -897,11 +938,13 @@ impl State {
     }
 
     /// A claim ended in `Gone` or `Full`: a share returns the error; an attach returns
-    /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates.
+    /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates
+    /// (an anonymous one: vacates its in-flight word, no finalize).
     fn claim_failed(&mut self, p: Pid, op: Op) {
         match op {
             Op::Attach { h, .. } if self.seg(h.seg).named => {
-                self.set_pc(p, Pc::At(op, Step::Vacate { finalize: true }));
+                let finalize = self.finalizes();
+                self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
             }
             _ => self.end(p),
         }
@@ -1117,7 +1160,8 @@ pub enum Property {
     P1,
     /// At most once, only ours.
     P2,
-    /// No leak: killing everyone and sweeping once leaves nothing.
+    /// No leak: killing everyone and sweeping once leaves nothing (file_system); the
+    /// creator alone left, its recycle reuses the segment (memfd pool).
     P3,
     /// Clear failure: an attach to a gone segment ends in `Gone`.
     P4,
@@ -1139,13 +1183,13 @@ impl Property {
     pub fn statement(self) -> &'static str {
         match self {
             Property::P1 => {
-                "a live holder's segment is named, its slot holds its word and it is in the generation the holder attached; so is a live sender's in-flight reference"
+                "a live holder's segment is named (a memfd: exists), its slot holds its word and it is in the generation the holder attached; so is a live sender's in-flight reference"
             }
             Property::P2 => {
-                "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never"
+                "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never, a memfd (no name) never"
             }
             Property::P3 => {
-                "from every state, killing every process and one sweep by a fresh process unlinks every segment created"
+                "from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
             }
             Property::P4 => {
                 "an attach that opens an unlinked or all-tombstone segment never ends holding it"
@@ -1192,7 +1236,7 @@ impl State {
                 if !seg.named || word != Word::Held(p as Pid) {
                     return Some(format!(
                         "live p{p} holds slot {slot} of s{s}, but the segment is {} and the slot holds {word}",
-                        if seg.named { "named" } else { "unlinked" }
+                        self.presence(seg)
                     ));
                 }
                 // The recycler itself takes the new generation when its recycle ends.
@@ -1224,7 +1268,7 @@ impl State {
                     "{h} is in flight from live p{}, but s{} is {} and the slot holds {word}",
                     h.sender,
                     h.seg,
-                    if seg.named { "named" } else { "unlinked" }
+                    self.presence(seg)
                 ));
             }
         }
@@ -1238,6 +1282,11 @@ impl State {
         for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
             if seg.unlinks > 1 {
                 return Some(format!("s{s} was unlinked {} times", seg.unlinks));
+            }
+            if self.anonymous && seg.unlinks > 0 {
+                return Some(format!(
+                    "memfd s{s} has no name, yet a finalize unlinked it: nothing may finalize a memfd"
+                ));
             }
         }
         match self.flaw {
@@ -1283,9 +1332,24 @@ impl State {
         None
     }
 
-    /// P3: kill every process, then one sweep (of every name, in order) by a fresh
-    /// process, run alone to its end: every segment ever created must be unlinked.
+    /// P3 (no leak), by kind:
+    /// - file_system: kill every process, then one sweep (of every name, in order) by a
+    ///   fresh process, run alone to its end: every segment ever created must be
+    ///   unlinked.
+    /// - anonymous (a pool's memfd): the kernel frees a memfd nobody reaches, so the leak
+    ///   to rule out is a slot that blocks reuse forever. For each segment, on its own
+    ///   copy of the state (so that another segment's creator, alive, holding this one,
+    ///   is not taken for a leak): kill every process but its creator; a fresh process
+    ///   drops every handle in flight (a cancel run to its end); the creator's current
+    ///   operation runs alone to its end, and the handle it sent if it was a share is
+    ///   dropped too; then, if the creator lives and holds the segment, its recycle run
+    ///   alone to its end must reuse it ([`Recycled::Reused`]). Dead holders' words do
+    ///   not block it (the recycle reclaims them); any other word left (the creator's
+    ///   own word in a slot it does not hold, a live in-flight word) does.
     pub fn check_p3(&self) -> Option<String> {
+        if self.anonymous {
+            return (0..self.segments_n).find_map(|s| self.check_p3_anonymous(s));
+        }
         let mut st = self.clone();
         for p in 0..self.procs_n {
             if st.procs[usize::from(p)].alive {
@@ -1302,32 +1366,121 @@ impl State {
                 continue;
             }
             st.start(sweeper, Op::Sweep(Target::Segment(s)));
-            let mut budget = 10_000;
-            while st.procs[usize::from(sweeper)].pc != Pc::Idle {
-                budget -= 1;
-                if budget == 0 {
-                    return Some(format!("the lone sweeper never finishes sweeping s{s}"));
-                }
-                st.exec(sweeper, false);
+            if !st.run_alone(sweeper, false) {
+                return Some(format!("the lone sweeper never finishes sweeping s{s}"));
             }
         }
         for (s, seg) in st.segments.iter().enumerate().take(self.segments()) {
             if seg.named {
                 return Some(format!(
                     "after every process died and a fresh sweep, s{s} is still named: {}",
-                    seg_line(seg, self.slots())
+                    self.seg_line(seg)
                 ));
             }
         }
         None
     }
 
-    /// What transition `t` does from here, in words.
-    pub fn describe(&self, t: Transition) -> String {
-        let at = |p: Pid| match self.procs[usize::from(p)].pc {
+    /// P3 of anonymous segment `s` (see [`State::check_p3`]).
+    fn check_p3_anonymous(&self, s: u8) -> Option<String> {
+        if self.seg(s).phase == Phase::Absent {
+            return None;
+        }
+        let creator = self.seg(s).creator;
+        if !self.alive(Pid::MAX, creator) {
+            // Nobody may recycle it again: the kernel frees it with its last descriptor.
+            return None;
+        }
+        let mut st = self.clone();
+        for p in 0..self.procs_n {
+            if p != creator && st.procs[usize::from(p)].alive {
+                st.crash(p);
+            }
+        }
+        // Operations the check starts are not the exploration's: no bound applies.
+        st.proc_mut(creator).ops_left = u8::MAX;
+        let dropper = (MAX_PROCS - 1) as Pid;
+        st.procs[usize::from(dropper)] = Proc {
+            ops_left: u8::MAX,
+            ..FRESH
+        };
+        if !st.drop_handles(dropper) {
+            return Some(format!("a lone cancel of a handle of s{s} never finishes"));
+        }
+        if !st.run_alone(creator, true) {
+            return Some(format!(
+                "creator p{creator}, alone, never finishes its operation ({})",
+                self.at(creator)
+            ));
+        }
+        // A share that ended above sent one more handle.
+        if !st.drop_handles(dropper) {
+            return Some(format!("a lone cancel of a handle of s{s} never finishes"));
+        }
+        let holds = st.procs[usize::from(creator)].holds[usize::from(s)].is_some();
+        if !holds {
+            // Released (or its attach failed): the pool no longer has it to recycle.
+            return None;
+        }
+        let before = st.seg(s).generation;
+        st.start(creator, Op::Recycle(s));
+        if !st.run_alone(creator, true) {
+            return Some(format!(
+                "creator p{creator}'s lone recycle of s{s} never finishes"
+            ));
+        }
+        // `Recycled::Reused` bumps the generation word; `Held` leaves it as it was.
+        if st.seg(s).generation == before {
+            return Some(format!(
+                "every process but creator p{creator} died, every handle in flight was dropped and p{creator}'s operation ended, yet its lone recycle of s{s} found it held: a slot blocks its reuse forever: {}",
+                st.seg_line(st.seg(s))
+            ));
+        }
+        None
+    }
+
+    /// Runs process `p` alone from where it stands to the end of its operation. With
+    /// `last_round`, a retry round that ends takes the last round's exit (see
+    /// [`State::exec`]): for an operation without a finalize that is exactly its run
+    /// alone, since nobody else changes a word or dies meanwhile, so every further
+    /// round would repeat the one that just ended (a claim that found no slot ends
+    /// `Full` after its 64 rounds). Without it, early rounds only. `false` if a step
+    /// budget ran out.
+    fn run_alone(&mut self, p: Pid, last_round: bool) -> bool {
+        let mut budget = 10_000;
+        while self.procs[usize::from(p)].pc != Pc::Idle {
+            budget -= 1;
+            if budget == 0 {
+                return false;
+            }
+            self.exec(p, last_round);
+        }
+        true
+    }
+
+    /// Process `p` (idle) drops every handle in flight, one cancel at a time, each run
+    /// to its end. `false` if one never ended.
+    fn drop_handles(&mut self, p: Pid) -> bool {
+        while let Some(h) = self.handles[0] {
+            self.start(p, Op::Cancel(h));
+            if !self.run_alone(p, true) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Where process `p` stands, in words.
+    fn at(&self, p: Pid) -> String {
+        match self.procs[usize::from(p)].pc {
             Pc::At(op, step) => format!("{op} at {step:?}"),
             Pc::Idle => "idle".into(),
-        };
+        }
+    }
+
+    /// What transition `t` does from here, in words.
+    pub fn describe(&self, t: Transition) -> String {
+        let at = |p: Pid| self.at(p);
         match t {
             Transition::Start(p, op) => format!("p{p} starts {op}"),
             Transition::Step(p) => format!("p{p} {}", at(p)),
@@ -1337,27 +1490,52 @@ impl State {
     }
 }
 
-fn seg_line(seg: &Segment, n: usize) -> String {
-    let phase = match seg.phase {
-        Phase::Absent => "absent",
-        Phase::Unpublished => "half-created",
-        Phase::Published => "published",
-    };
-    let slots: Vec<String> = seg.slots[..n].iter().map(Word::to_string).collect();
-    format!(
-        "{phase}{} fin={} pend={} [{}]",
-        if seg.named { " named" } else { " unlinked" },
-        seg.finalizer,
-        u8::from(seg.pending),
-        slots.join(" ")
-    )
+impl State {
+    /// Whether `seg` is named or unlinked (a memfd: whether it exists).
+    fn presence(&self, seg: &Segment) -> &'static str {
+        match (self.anonymous, seg.named) {
+            (false, true) => "named",
+            (false, false) => "unlinked",
+            (true, true) => "an existing memfd",
+            (true, false) => "no memfd",
+        }
+    }
+
+    /// One segment in words.
+    fn seg_line(&self, seg: &Segment) -> String {
+        let phase = match seg.phase {
+            Phase::Absent => "absent",
+            Phase::Unpublished => "half-created",
+            Phase::Published => "published",
+        };
+        let slots: Vec<String> = seg.slots[..self.slots()]
+            .iter()
+            .map(Word::to_string)
+            .collect();
+        let presence = if self.anonymous {
+            "memfd"
+        } else {
+            self.presence(seg)
+        };
+        let generation = if self.recycle || self.anonymous {
+            format!(" gen={}", seg.generation)
+        } else {
+            String::new()
+        };
+        format!(
+            "{phase} {presence}{generation} fin={} pend={} [{}]",
+            seg.finalizer,
+            u8::from(seg.pending),
+            slots.join(" ")
+        )
+    }
 }
 
 impl fmt::Display for State {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
             if seg.phase != Phase::Absent {
-                write!(f, "s{s}: {} | ", seg_line(seg, self.slots()))?;
+                write!(f, "s{s}: {} | ", self.seg_line(seg))?;
             }
         }
         for (p, proc) in self.procs.iter().enumerate().take(self.procs()) {

@@ -5,7 +5,7 @@
 //! parent links and printed step by step.
 //!
 //! The visited set stores a 128-bit fingerprint of each state (two SipHash-1-3 digests
-//! under different keys), not the state (165 bytes): millions of states fit in a few
+//! under different keys), not the state (504 bytes): millions of states fit in a few
 //! hundred MB. Two distinct states share a fingerprint with probability about
 //! `n^2 / 2^129` (below 10^-24 for n = 10^7), the only way a state could be skipped.
 
@@ -201,6 +201,7 @@ mod tests {
             ops,
             total_ops: ops * procs as u8,
             recycle: false,
+            anonymous: false,
         })
     }
 
@@ -235,10 +236,51 @@ mod tests {
             ops: 3,
             total_ops: 6,
             recycle: true,
+            anonymous: false,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
         }
         assert!(report.states > 10_000, "{} states", report.states);
+    }
+
+    /// A pool's memfds (no name, no sweep, no finalize; P3: the creator's recycle
+    /// reuses it). Three slots: a handle whose sender died can go stale in flight (the
+    /// recycle reclaims its word) and be attached after the recycle.
+    #[test]
+    fn a_memfd_pool_recycling_with_stale_handles_satisfies_p1_to_p5() {
+        let report = explore(Config {
+            procs: 3,
+            slots: 3,
+            segments: 1,
+            ops: 3,
+            total_ops: 6,
+            recycle: true,
+            anonymous: true,
+        });
+        if let Some(v) = &report.violation {
+            panic!("{v}");
+        }
+        assert!(report.states > 100_000, "{} states", report.states);
+    }
+
+    /// Two memfds, of one creator or two (each may hold the other's): P3 recycles each
+    /// with only its own creator left (the other creator, alive and holding it, would
+    /// be a real hold, not a leak).
+    #[test]
+    fn a_memfd_pool_of_two_segments_satisfies_p1_to_p5() {
+        let report = explore(Config {
+            procs: 2,
+            slots: 2,
+            segments: 2,
+            ops: 4,
+            total_ops: 7,
+            recycle: true,
+            anonymous: true,
+        });
+        if let Some(v) = &report.violation {
+            panic!("{v}");
+        }
+        assert!(report.states > 100_000, "{} states", report.states);
     }
 }

@@ -1,11 +1,18 @@
-//! `cargo run -p shmrc-proofs --release [-- --procs N --slots N --segments N --ops N]`:
-//! explores the step-level model of the holder protocol exhaustively for the bounds
-//! given (default: 3 processes, 3 slots, 2 segments, 3 operations per process, a crash
-//! allowed at every step), prints what it explored and, per property, OK; on a
-//! violation prints the shortest trace and exits with status 1. Then, unless bounds
-//! were given, the same with recycling (`--recycle`: creators recycle the segments they
-//! hold and an attached handle leaves a copy that may be attached again; default 3
-//! processes, 2 slots, 1 segment, 3 operations each, 7 in all).
+//! `cargo run -p shmrc-proofs --release [-- --procs N --slots N --segments N --ops N
+//! --total-ops N --recycle --anonymous]`: explores the step-level model of the holder
+//! protocol exhaustively for the bounds given (default: file_system segments, 3
+//! processes, 3 slots, 2 segments, 3 operations per process, 6 in all, a crash allowed
+//! at every step), prints what it explored and, per property, OK; on a violation prints
+//! the shortest trace and exits with status 1. Then, unless arguments were given, two
+//! more runs:
+//! - recycling (`--recycle`: creators recycle the segments they hold and an attached
+//!   handle leaves a copy that may be attached again; 3 processes, 2 slots, 1 segment,
+//!   3 operations each, 7 in all);
+//! - the memfd pool (`--anonymous`: every segment is a pool's anonymous memfd, with no
+//!   name, no sweep and no finalize, and P3 is the creator's recycle reusing it), with
+//!   recycling, the same bounds but 3 slots.
+//!
+//! With arguments, one run: the first default bounds changed by each argument.
 
 use std::process::ExitCode;
 
@@ -20,6 +27,7 @@ fn main() -> ExitCode {
         ops: 3,
         total_ops: 6,
         recycle: false,
+        anonymous: false,
     };
     let recycling = Config {
         procs: 3,
@@ -28,6 +36,15 @@ fn main() -> ExitCode {
         ops: 3,
         total_ops: 7,
         recycle: true,
+        anonymous: false,
+    };
+    // Three slots: a stale handle still in flight needs a sender other than the
+    // creator (one slot each for it, the creator and the handle), and only then does a
+    // skipped generation check show (it did not, with two).
+    let memfd_pool = Config {
+        anonymous: true,
+        slots: 3,
+        ..recycling
     };
     let given = std::env::args().len() > 1;
     let mut args = std::env::args().skip(1);
@@ -49,6 +66,7 @@ fn main() -> ExitCode {
                     u8::try_from(value()).unwrap_or_else(|_| usage("--total-ops too large"))
             }
             "--recycle" => config.recycle = true,
+            "--anonymous" => config.anonymous = true,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
@@ -56,6 +74,7 @@ fn main() -> ExitCode {
     let mut runs = vec![config];
     if !given {
         runs.push(recycling);
+        runs.push(memfd_pool);
     }
     for config in runs {
         if !prove(config) {
@@ -68,8 +87,8 @@ fn main() -> ExitCode {
 /// Explores `config`, prints the report; `false` on a violation.
 fn prove(config: Config) -> bool {
     println!(
-        "shmrc-proofs: holder protocol model ({}), {} processes x {} slots x {} segments, \
-         at most {} operations started per process and {} in all (create/share/attach/release/cancel/sweep{}), \
+        "shmrc-proofs: holder protocol model ({}), {}, {} processes x {} slots x {} segments, \
+         at most {} operations started per process and {} in all ({}{}), \
          a crash allowed at every atomic step",
         if cfg!(shmrc_plant = "no_rollback") {
             "PLANTED BUG no_rollback"
@@ -84,11 +103,21 @@ fn prove(config: Config) -> bool {
         } else {
             "as in src/holders.rs"
         },
+        if config.anonymous {
+            "memfd pool (anonymous segments: no name, no sweep, no finalize)"
+        } else {
+            "file_system segments"
+        },
         config.procs,
         config.slots,
         config.segments,
         config.ops,
         config.total_ops,
+        if config.anonymous {
+            "create/share/attach/release/cancel"
+        } else {
+            "create/share/attach/release/cancel/sweep"
+        },
         if config.recycle {
             "/recycle/attach of a kept copy"
         } else {
@@ -123,7 +152,7 @@ fn usage(why: &str) -> ! {
         eprintln!("shmrc-proofs: {why}");
     }
     eprintln!(
-        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N] [--recycle]"
+        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N] [--recycle] [--anonymous]"
     );
     std::process::exit(2)
 }

@@ -9,7 +9,11 @@
 //! - objects outside the namespace survive (P2): a `torch_*` name and another user's
 //!   shmrc segment;
 //! - once the owner releases and dies, a sweep leaves only those (P3), and a header
-//!   that passed validation never stays stuck (P5).
+//!   that passed validation never stays stuck (P5);
+//! - the owner's pooled memfd (slots, as a file_descriptor `ShmPool` makes them; the
+//!   `wire` attack may hand the receiver a descriptor of it) keeps its data and the
+//!   owner's slot, and the owner can still recycle it at the end (P1, and P3 for a
+//!   memfd pool).
 //!
 //! This file is also compiled into `tests/fuzz_seeds.rs`, which runs every attack on
 //! the committed seeds (`fuzz/seeds/<target>/`) in `cargo test` and checks the seeds
@@ -53,6 +57,9 @@ pub struct World {
     /// A handle the owner shared as bytes and nobody has attached yet: its slot holds
     /// an in-flight reference of the owner.
     pub in_flight_handle: Vec<u8>,
+    /// The owner's memfd with holder slots (a file_descriptor pool's), holding
+    /// [`PAYLOAD`]: the `wire` attack may pass a descriptor of it to the receiver.
+    pub pooled: ShmBuf<SimOs>,
     foreign: Vec<String>,
     _other_users_buf: ShmBuf<SimOs>,
     _foreign_file: <SimOs as Os>::File,
@@ -80,11 +87,19 @@ impl World {
             FOREIGN_NAME.to_owned(),
             other_users_buf.name().expect("named").to_owned(),
         ];
+        // Made last, so that everything above (and the seeds made of it) stays as it
+        // was before the world had one.
+        let pooled_options = CreateOptions::new()
+            .strategy(Strategy::FileDescriptor)
+            .capacity(CAPACITY);
+        let pooled = ShmBuf::create_recyclable(&owner, DATA_LEN, &pooled_options).expect("create");
+        pooled.write_at(0, PAYLOAD).expect("write");
         World {
             kernel,
             owner,
             buf,
             in_flight_handle,
+            pooled,
             foreign,
             _other_users_buf: other_users_buf,
             _foreign_file: foreign_file,
@@ -101,13 +116,21 @@ impl World {
         bare_handle(&self.buf)
     }
 
-    /// P1: the owner still holds its slot and reads its data.
+    /// P1: the owner still holds its slot and reads its data, in its segment and its
+    /// pooled memfd.
     pub fn assert_owner_unharmed(&self) {
-        let mut out = vec![0; PAYLOAD.len()];
-        self.buf.read_at(0, &mut out).expect("the owner reads");
-        assert_eq!(out, PAYLOAD, "the owner's data changed");
-        let census = self.buf.census().expect("slots");
-        assert!(census.live >= 1, "the owner's slot was taken: {census:?}");
+        for buf in [&self.buf, &self.pooled] {
+            let mut out = vec![0; PAYLOAD.len()];
+            buf.read_at(0, &mut out).expect("the owner reads");
+            assert_eq!(
+                out,
+                PAYLOAD,
+                "the owner's data changed ({:?})",
+                buf.strategy()
+            );
+            let census = buf.census().expect("slots");
+            assert!(census.live >= 1, "the owner's slot was taken: {census:?}");
+        }
         assert!(
             self.kernel.names().contains(&self.name()),
             "the owner's segment was unlinked under it"
@@ -121,9 +144,19 @@ impl World {
             kernel,
             owner,
             buf,
+            pooled,
             foreign,
             ..
         } = self;
+        // P3 for a memfd pool: whatever was attached was released, so the owner
+        // reuses its memfd (no slot left taken by what the input did).
+        let census = pooled.census();
+        assert_eq!(
+            pooled.recycle().ok(),
+            Some(true),
+            "the owner cannot reuse its pooled memfd: {census:?}"
+        );
+        drop(pooled);
         buf.release().expect("the owner releases");
         kernel.kill(owner.pid());
         let sweeper = kernel.spawn(UID);
@@ -275,9 +308,11 @@ pub fn header(bytes: &[u8]) -> usize {
     attached
 }
 
-/// `wire`: `bytes[1..]` arrive on a Unix stream with `bytes[0] % 4` descriptors of
-/// fresh memfds attached; the receiver reads messages until the stream ends or breaks
-/// and attaches every handle it is given.
+/// `wire`: `bytes[1..]` arrive on a Unix stream with `bytes[0] % 4` descriptors
+/// attached: fresh memfds, except that with bit 2 of `bytes[0]` set the first is a
+/// descriptor of the owner's pooled memfd (whose slots a forged handle might try to
+/// take); the receiver reads messages until the stream ends or breaks and attaches
+/// every handle it is given.
 pub fn wire(bytes: &[u8]) -> usize {
     let Some((&fd_byte, stream_bytes)) = bytes.split_first() else {
         return 0;
@@ -288,7 +323,10 @@ pub fn wire(bytes: &[u8]) -> usize {
     let (to_receiver, at_receiver) = world.kernel.stream_pair(&world.owner, &receiver);
     if !stream_bytes.is_empty() {
         let files: Vec<_> = (0..usize::from(fd_byte) % (MAX_ATTACHED_FDS + 1))
-            .map(|_| world.owner.memfd_create("shmrc-fuzz").expect("memfd"))
+            .map(|i| match (i, world.pooled.anonymous_file()) {
+                (0, Some(file)) if fd_byte & 4 != 0 => world.owner.dup(file).expect("dup"),
+                _ => world.owner.memfd_create("shmrc-fuzz").expect("memfd"),
+            })
             .collect();
         let refs: Vec<_> = files.iter().collect();
         world
@@ -338,20 +376,32 @@ pub fn seeds() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let forwarded = ShareHandle::from_bytes_with(&sender, &bare).expect("decode");
     transport::send_with(&sender, &tx, b"tensor 7", vec![forwarded]).expect("send");
     drop(tx);
-    let mut frames = vec![0u8];
-    let mut chunk = [0u8; 4096];
-    let mut files = Vec::new();
-    loop {
-        let n = listener.recv(&rx, &mut chunk, &mut files).expect("recv");
-        if n == 0 {
-            break;
+    let read_all = |fd_byte: u8, rx| {
+        let mut frames = vec![fd_byte];
+        let mut chunk = [0u8; 4096];
+        let mut files = Vec::new();
+        loop {
+            let n = listener.recv(rx, &mut chunk, &mut files).expect("recv");
+            if n == 0 {
+                break;
+            }
+            frames.extend_from_slice(&chunk[..n]);
         }
-        frames.extend_from_slice(&chunk[..n]);
-    }
+        frames
+    };
+    let frames = read_all(0, &rx);
+    // The owner sends a handle of its pooled memfd (an in-flight reference in slot 1):
+    // with `bytes[0] = 5`, the attack passes the memfd itself as the one descriptor.
+    let (tx, rx) = world.kernel.stream_pair(&world.owner, &listener);
+    let pooled = world.pooled.share().expect("share");
+    transport::send_with(&world.owner, &tx, b"batch 3", vec![pooled]).expect("send");
+    drop(tx);
+    let pooled_frames = read_all(4 | 1, &rx);
     vec![
         ("handle", "in-flight", in_flight),
         ("handle", "bare", bare),
         ("header", "valid-segment", segment),
         ("wire", "one-file-system-handle", frames),
+        ("wire", "one-pooled-memfd-handle", pooled_frames),
     ]
 }

@@ -27,10 +27,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use shmrc::holders::{self, FREE, Slot, TOMB};
 use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs};
+use shmrc::os::sim::{SimKernel, SimOs, SimStream};
 use shmrc::segment::{self, HEADER_BYTES, Header};
 use shmrc::sweep::{Action, sweep_with};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
 
 /// The user every simulated process runs as.
 pub const UID: u32 = 1000;
@@ -463,6 +463,96 @@ impl World {
                 self.describe()
             );
         }
+    }
+
+    /// The stage of the memfd-pool models: P creates a memfd with holder slots (as a
+    /// file_descriptor `ShmPool` does, `ShmBuf::create_recyclable`), writes its
+    /// [`payload`] and sends a handle of it to Q over a simulated Unix stream. Returns
+    /// P, P's buffer, Q and Q's end of the stream, where the handle waits (in flight:
+    /// its slot holds P's in-flight word).
+    pub fn memfd_pool_setup(&self) -> (SimOs, Buf, SimOs, SimStream) {
+        let (p, q) = (self.spawn(), self.spawn());
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileDescriptor)
+            .capacity(3);
+        let buf = ShmBuf::create_recyclable(&p, DATA_LEN, &options).unwrap();
+        buf.write_at(0, &payload(&buf)).unwrap();
+        let (tx, rx) = self.kernel.stream_pair(&p, &q);
+        transport::send_with(&p, &tx, b"", vec![buf.share().unwrap()]).unwrap();
+        (p, buf, q, rx)
+    }
+
+    /// Q's side of the memfd-pool models: receives the handle P sent and attaches it
+    /// (a live sender's handle always attaches: P1), reads the payload (P1: while Q
+    /// holds the memfd nobody reuses it), and releases it. Returns whether Q's attach
+    /// returned (`false`: Q was killed before, and the handle may be lost with it).
+    pub fn memfd_consume(&self, q: &SimOs, rx: &SimStream, sender: u32) -> bool {
+        let Some(mut message) = ok_or_killed("Q's recv", transport::recv_with(q, rx)) else {
+            return false;
+        };
+        let handle = message.handles.pop().expect("one handle");
+        let buf = match self.attach_handle(handle, sender) {
+            Err(e @ Error::Stale { .. }) => panic!(
+                "P1 violated: Q's attach of the handle P just sent (P {}) was refused as {e:?}: the memfd was reused while its handle was in flight",
+                if self.alive(sender) { "alive" } else { "dead" }
+            ),
+            r => r.transpose(),
+        };
+        let Some(buf) = buf else {
+            return false;
+        };
+        let Some(buf) = ok_or_killed("Q's attach", buf) else {
+            return false;
+        };
+        assert_eq!(buf.generation(), 0, "Q attached another use");
+        let mut out = [0; DATA_LEN];
+        if ok_or_killed("Q's read", buf.read_at(0, &mut out)).is_some() {
+            assert!(
+                out == payload(&buf) || !self.alive(q.pid()),
+                "P1 violated: live Q holds the memfd, yet its data is another use's: {out:?}"
+            );
+        }
+        ok_or_killed("Q's release", buf.release());
+        true
+    }
+
+    /// P's side: one recycle; if it reused the memfd, writes the next use's data (the
+    /// payload's complement, which Q would read if the reuse came while Q held it).
+    /// `None` if P was killed.
+    pub fn memfd_recycle(&self, buf: &Buf) -> Option<bool> {
+        let reused = ok_or_killed("P's recycle", buf.recycle())?;
+        if reused {
+            let next = payload(buf).map(|b| !b);
+            ok_or_killed("P's write", buf.write_at(0, &next))?;
+        }
+        Some(reused)
+    }
+
+    /// The end of a memfd-pool model: P3 for a memfd pool. Once Q has released or
+    /// died, a live P's recycle reuses the memfd: no slot is left that blocks it (a
+    /// dead holder's is reclaimed on the way). One exception: Q killed before its
+    /// attach returned (`attached` false) may have lost the handle unreceived or
+    /// untaken, whose in-flight reference then lives as long as P does (no process
+    /// can give it back; a pool gives such a buffer back at its idle timeout): the
+    /// recycle may then find exactly that, P's slot and one in-flight word. Then,
+    /// with every value dropped, the common end ([`World::finish`]: no name was ever
+    /// made, no object keeps memory).
+    pub fn memfd_finish(&self, p: &SimOs, buf_p: Buf, attached: bool) {
+        if self.alive(p.pid()) {
+            let reused = ok_or_killed("P's last recycle", buf_p.recycle());
+            let census = buf_p.census().expect("a pooled memfd has slots");
+            let lost_in_flight = !attached
+                && census.live == 1
+                && census.in_flight == 1
+                && census.dead == 0
+                && census.tomb == 0;
+            assert!(
+                reused == Some(true) || !self.alive(p.pid()) || lost_in_flight,
+                "P3 violated: Q is done, yet live P cannot reuse its memfd: {census:?}"
+            );
+        }
+        drop(buf_p);
+        self.finish(vec![]);
     }
 
     /// Kills every process of this world.

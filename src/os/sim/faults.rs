@@ -40,6 +40,17 @@ impl SimKernel {
         });
     }
 
+    /// Calls off a pending [`SimKernel::kill_at_step`] of process `pid` (one already
+    /// killed stays dead): a model's checks after the race its kill was armed for then
+    /// run with the survivor alive.
+    pub fn call_off_kill(&self, pid: u32) {
+        self.with(|st, _| {
+            if let Some(p) = st.procs.get_mut(&pid) {
+                p.kill_at = None;
+            }
+        });
+    }
+
     /// How many crash points process `pid` has passed (0 for an unknown pid).
     pub fn steps(&self, pid: u32) -> u64 {
         self.with(|st, _| st.procs.get(&pid).map_or(0, |p| p.steps))
