@@ -180,10 +180,13 @@ class ShareHandle:
         self._spent = True
         try:
             if self._fd is not None:
-                os.close(self._fd)
+                # Give the in-flight reference back (a pool's memfd has one; a plain
+                # memfd's handle only closes its descriptor): attaching in a process
+                # that holds the buffer already returns its buffer and vacates the slot.
+                fd, self._fd = self._fd, None
+                _shmrc.Buf.attach_fd(self._bytes, fd)
             elif self.strategy == "file_system" and self._dupfd is None:
-                # Give the in-flight reference back: attaching in a process that holds
-                # the buffer already returns its buffer and vacates the slot.
+                # As above, for a file_system handle.
                 _shmrc.Buf.attach_bytes(self._bytes)
         except Exception:  # noqa: BLE001 (a finalizer must not raise)
             pass
@@ -286,6 +289,12 @@ class ShmBuf:
         """The address of the first byte in this process."""
         return self._buf.address
 
+    @property
+    def generation(self):
+        """Which use of a :class:`ShmPool`'s recycled segment this is (0: its first,
+        or never recycled)."""
+        return self._buf.generation
+
     def __reduce__(self):
         return (ShmBuf.attach, (self.share(),))
 
@@ -295,26 +304,37 @@ class ShmBuf:
 
 
 class ShmPool:
-    """Recycled file_system buffers, the way data loaders reuse shared memory.
+    """Recycled buffers, the way data loaders reuse shared memory.
 
     ``ShmPool(namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30,
-    idle_timeout=10.0)``: :meth:`get` hands out a :class:`ShmBuf` whose segment was used
-    before and that no process holds any more (no new segment, no page reservation),
-    else a new one. A buffer goes back to the pool when its last Python reference (and
-    every view of it) goes here *and* every process it was shared with has let go;
-    a handle of an earlier use then raises :class:`StaleError` instead of reading the
-    new use's bytes. A recycled buffer keeps its previous bytes (``get(nbytes,
-    zero=True)`` clears them). A buffer this process let go of but another process
-    still holds is *lent*: it is not reused, and does not count as idle, until that
-    process lets go. At most ``max_idle_buffers`` buffers and ``max_idle_bytes`` bytes
-    are kept idle; none, idle or lent, longer than ``idle_timeout`` seconds (giving
-    back a lent one leaves it to the process that holds it).
-    Only the process that made a pool recycles its buffers (a forked child gets new
-    ones: make a pool per process).
+    idle_timeout=10.0, strategy="file_system")``: :meth:`get` hands out a :class:`ShmBuf`
+    whose segment was used before and that no process holds any more (no new segment,
+    no page reservation), else a new one. ``strategy`` is ``"file_system"`` or
+    ``"file_descriptor"`` (a pool's memfds carry holder slots, so the pool knows when
+    every process it shared one with has let go; ``None``: :func:`get_sharing_strategy`
+    now). A buffer goes back to the pool when its last Python reference (and every view
+    of it) goes here *and* every process it was shared with has let go; a handle of an
+    earlier use then raises :class:`StaleError` instead of reading the new use's bytes
+    (``generation`` tells the uses apart). A recycled buffer keeps its previous bytes
+    (``get(nbytes, zero=True)`` clears them). A buffer this process let go of but
+    another process still holds is *lent*: it is not reused, and does not count as
+    idle, until that process lets go (or dies: the next :meth:`get` that finds no idle
+    buffer reclaims a dead holder's slot). At most ``max_idle_buffers`` buffers and
+    ``max_idle_bytes`` bytes are kept idle; none, idle or lent, longer than
+    ``idle_timeout`` seconds (giving back a lent one leaves it to the process that holds
+    it). Only the process that made a pool recycles its buffers (a forked child gets
+    new ones: make a pool per process).
     """
 
-    def __init__(self, namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30, idle_timeout=10.0):
-        self._pool = _shmrc.Pool("file_system", namespace, max_idle_buffers, max_idle_bytes, idle_timeout)
+    def __init__(
+        self,
+        namespace=None,
+        max_idle_buffers=64,
+        max_idle_bytes=1 << 30,
+        idle_timeout=10.0,
+        strategy="file_system",
+    ):
+        self._pool = _shmrc.Pool(strategy, namespace, max_idle_buffers, max_idle_bytes, idle_timeout)
 
     def get(self, nbytes, zero=False):
         """A :class:`ShmBuf` of ``nbytes`` bytes, recycled when one is free."""

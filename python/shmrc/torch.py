@@ -11,7 +11,7 @@ metadata (dtype, shape, strides, storage offset) over its storage, which travels
 once as a shmrc handle; a process that receives the same storage twice gets one
 storage. ``uninstall()`` restores torch's reducers and allocator.
 
-With ``pool=True`` (file_system only) each process allocates from a
+With ``pool=True`` (either strategy) each process allocates from a
 :class:`shmrc.ShmPool` of its own: a ``DataLoader`` worker's next batch reuses the
 segment of a batch the main process has let go of (zeroed, as a new one would be)
 instead of a new segment whose pages the kernel must reserve and clear.
@@ -91,7 +91,7 @@ def _pool():
     pool = _POOLS.get(pid)
     if pool is None:
         _POOLS.clear()  # a parent's pool is of no use here
-        pool = _POOLS[pid] = shmrc.ShmPool(_OPTIONS["namespace"])
+        pool = _POOLS[pid] = shmrc.ShmPool(_OPTIONS["namespace"], strategy=_OPTIONS["strategy"])
     return pool
 
 
@@ -182,18 +182,13 @@ def install(strategy=None, namespace=None, pool=False):
     docs). ``strategy``: ``"file_descriptor"`` or ``"file_system"`` (``None``:
     :func:`shmrc.get_sharing_strategy` at each allocation); ``namespace``: a prefix of
     the job's own for its file_system segments; ``pool``: recycle segments through a
-    :class:`shmrc.ShmPool` per process (``strategy`` must then be ``"file_system"``).
-    Calling it again changes the options."""
+    :class:`shmrc.ShmPool` per process, of ``strategy`` (``None``: the process-wide
+    strategy when the process makes its pool). Calling it again changes the options."""
     global _SAVED
     if strategy is not None and strategy not in shmrc.get_all_sharing_strategies():
         raise shmrc.UnknownStrategyError(
             "unknown sharing strategy %r (known: %s)"
             % (strategy, ", ".join(sorted(shmrc.get_all_sharing_strategies())))
-        )
-    if pool and strategy != "file_system":
-        raise shmrc.InvalidArgumentError(
-            "pool=True recycles file_system buffers only: pass strategy='file_system' "
-            "(got %r)" % (strategy,)
         )
     with _LOCK:
         _OPTIONS["strategy"] = strategy

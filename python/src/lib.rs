@@ -182,6 +182,13 @@ impl Buf {
         self.buf.name().map(str::to_owned)
     }
 
+    /// Which use of a pool's recycled segment this is (0: its first, or never
+    /// recycled).
+    #[getter]
+    fn generation(&self) -> u64 {
+        self.buf.generation()
+    }
+
     /// A file_system handle as bytes; they carry an in-flight reference for whoever
     /// attaches them.
     fn share_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
@@ -223,8 +230,8 @@ impl Buf {
     }
 }
 
-/// A pool of recycled file_system buffers (`shmrc::ShmPool`): what `shmrc.ShmPool`
-/// wraps.
+/// A pool of recycled buffers, either strategy (`shmrc::ShmPool`): what
+/// `shmrc.ShmPool` wraps.
 #[pyclass(module = "shmrc._shmrc", name = "Pool", frozen)]
 struct Pool {
     pool: ShmPool,
@@ -232,11 +239,10 @@ struct Pool {
 
 #[pymethods]
 impl Pool {
-    /// A pool of file_system buffers in `namespace` (`None`: `shmrc`), keeping at most
-    /// `max_idle_buffers` idle buffers and `max_idle_bytes` idle bytes (lent ones, that
-    /// another process still holds, do not count), idle or lent for at most
-    /// `idle_timeout` seconds. `strategy` must be `file_system` (or `None` with that
-    /// strategy process-wide).
+    /// A pool of `strategy` buffers (`None`: the process-wide strategy now), file_system
+    /// ones in `namespace` (`None`: `shmrc`), keeping at most `max_idle_buffers` idle
+    /// buffers and `max_idle_bytes` idle bytes (lent ones, that another process still
+    /// holds, do not count), idle or lent for at most `idle_timeout` seconds.
     #[new]
     #[pyo3(signature = (strategy=None, namespace=None, max_idle_buffers=64, max_idle_bytes=1 << 30, idle_timeout=10.0))]
     fn new(

@@ -2,6 +2,7 @@
 while another process does (it is lent meanwhile, then idle), and a handle of its
 earlier use is stale; shmrc.torch's pool=True recycles DataLoader batches."""
 import multiprocessing as mp
+import os
 
 import pytest
 
@@ -40,26 +41,40 @@ def _hold_then_release(queue, replies, release):
     replies.put("released")
 
 
-def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is_stale(ns):
+def _start_holder():
+    """A forked child that attaches the handle put on ``queue``, replies with its first
+    three bytes, and releases it once ``release`` is set; returns (child, queue,
+    replies, release)."""
     ctx = mp.get_context("fork")
     queue, replies, release = ctx.Queue(), ctx.Queue(), ctx.Event()
     # daemon: killed (by pid) when the test's process exits, should an assertion fail
     # before the child is released.
     child = ctx.Process(target=_hold_then_release, args=(queue, replies, release), daemon=True)
     child.start()
-    pool = shmrc.ShmPool(ns)
+    return child, queue, replies, release
+
+
+@pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
+def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is_stale(
+    ns, strategy
+):
+    child, queue, replies, release = _start_holder()
+    pool = shmrc.ShmPool(ns, strategy=strategy)
     buf = pool.get(4096)
+    assert (buf.strategy, buf.generation) == (strategy, 0)
+    assert (buf.name is None) == (strategy == "file_descriptor")
     buf.view()[:3] = b"one"
-    name = buf.name
     handle = buf.share()
-    replayed = handle._bytes  # the same handle bytes, kept: replayed after the reuse
+    # The same handle kept (its bytes, and a duplicate of a memfd): replayed after the
+    # reuse.
+    replayed = (handle._bytes, os.dup(handle._fd) if handle._fd is not None else None)
     queue.put(handle)
     assert replies.get(timeout=30) == b"one"
     del buf, handle
     stats = pool.stats()
     assert (stats["lent"], stats["idle"], stats["in_use"]) == (1, 0, 0), stats
     held_elsewhere = pool.get(4096)
-    assert held_elsewhere.name != name, "the child still holds it: a new segment"
+    assert held_elsewhere.generation == 0, "the child still holds it: a new one"
     release.set()
     assert replies.get(timeout=30) == "released"
     child.join(30)
@@ -67,10 +82,14 @@ def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is
     stats = pool.stats()
     assert (stats["lent"], stats["idle"], stats["in_use"]) == (0, 1, 1), stats
     reused = pool.get(4096)
-    assert reused.name == name
+    assert reused.generation == 1, "the one the child let go of"
+    assert bytes(reused.view()[:3]) == b"one"
     with pytest.raises(shmrc.StaleError):
-        shmrc.ShareHandle("file_system", 4096, replayed).attach()
+        shmrc.ShareHandle(strategy, 4096, replayed[0], fd=replayed[1]).attach()
+    stats = pool.stats()
+    assert (stats["created"], stats["recycled"]) == (2, 1), stats
     del reused, held_elsewhere, pool
+    assert shm_names(ns) == []
 
 
 def test_the_default_limits_keep_64_idle_buffers(ns):
@@ -84,22 +103,34 @@ def test_the_default_limits_keep_64_idle_buffers(ns):
     assert shm_names(ns) == []
 
 
-def test_a_pool_is_file_system_only_and_limits_are_checked(ns):
+def test_limits_and_strategies_are_checked(ns):
     import shmrc.torch
 
-    with pytest.raises(shmrc.InvalidArgumentError):
-        shmrc._shmrc.Pool("file_descriptor", ns, 16, 1 << 30, 10.0)
+    with pytest.raises(shmrc.UnknownStrategyError):
+        shmrc.ShmPool(ns, strategy="carrier pigeon")
     with pytest.raises(shmrc.InvalidArgumentError):
         shmrc.ShmPool(ns, idle_timeout=-1.0)
     with pytest.raises(shmrc.InvalidArgumentError):
         shmrc.ShmPool(ns).get(0)
-    with pytest.raises(shmrc.InvalidArgumentError):
-        shmrc.torch.install("file_descriptor", ns, pool=True)
+    with pytest.raises(shmrc.UnknownStrategyError):
+        shmrc.torch.install("carrier pigeon", ns, pool=True)
     assert not shmrc.torch.installed()
 
 
+def test_an_unsent_file_descriptor_handle_gives_its_reference_back():
+    pool = shmrc.ShmPool(strategy="file_descriptor")
+    buf = pool.get(64)
+    handle = buf.share()
+    del buf
+    assert pool.stats()["lent"] == 1, "the handle's in-flight reference"
+    del handle
+    assert pool.stats()["idle"] == 1
+    assert pool.get(64).generation == 1
+
+
 @pytest.mark.timeout(120)
-def test_dataloader_batches_are_recycled_with_pool(ns):
+@pytest.mark.parametrize("strategy", ["file_system", "file_descriptor"])
+def test_dataloader_batches_are_recycled_with_pool(ns, strategy):
     torch = pytest.importorskip("torch")
     import shmrc.torch
     from torch.utils.data import DataLoader, Dataset
@@ -111,22 +142,25 @@ def test_dataloader_batches_are_recycled_with_pool(ns):
         def __getitem__(self, i):
             return torch.full((1024,), float(i)), i
 
-    shmrc.torch.install("file_system", ns, pool=True)
+    shmrc.torch.install(strategy, ns, pool=True)
     try:
-        names, seen = [], []
+        generations, seen = [], []
         for features, index in DataLoader(Items(), batch_size=16, num_workers=2):
             buf = shmrc.torch.buffer_of(features.untyped_storage())
-            assert buf is not None and buf.name.startswith(ns + ".")
+            assert buf is not None and buf.strategy == strategy
+            if strategy == "file_system":
+                assert buf.name.startswith(ns + ".")
             assert torch.equal(features[:, 0], index.to(features.dtype))
             assert torch.equal(features[:, -1], index.to(features.dtype))
-            names.append(buf.name)
+            generations.append(buf.generation)
             seen.extend(index.tolist())
             del buf, features, index
         assert sorted(seen) == list(range(1024))
         # 64 batches; each worker keeps a few in flight, the rest reuse let-go ones.
-        assert len(set(names)) < len(names) // 2, "%d segments for %d batches" % (
-            len(set(names)),
-            len(names),
+        reused = sum(1 for g in generations if g > 0)
+        assert reused > len(generations) // 2, "%d of %d batches in a recycled buffer" % (
+            reused,
+            len(generations),
         )
     finally:
         shmrc.torch.uninstall()
