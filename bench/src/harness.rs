@@ -215,9 +215,8 @@ impl BufferWorkload {
     }
 }
 
-/// A buffer workload at every size, for one strategy: shmrc and its two floors; for
-/// file_system, also shmrc's pool and the bare floor it is compared with (index 4, a
-/// third baseline).
+/// A buffer workload at every size, for one strategy: shmrc and its two floors, and
+/// shmrc's pool and the bare floor it is compared with (index 4, a third baseline).
 fn buffer_workload(
     workload: BufferWorkload,
     strategy: Strategy,
@@ -226,7 +225,7 @@ fn buffer_workload(
 ) -> Result<Vec<Row>> {
     let prefix = format!("{}-floor", ns.prefix());
     let shmrc = Shmrc::new(strategy, ns.clone());
-    let pooled = strategy == Strategy::FileSystem && workload.pooled();
+    let pooled = workload.pooled();
     let mut names: Vec<String> = match strategy {
         Strategy::FileDescriptor => vec![
             shmrc.name(),
@@ -240,7 +239,10 @@ fn buffer_workload(
         ],
     };
     if pooled {
-        names.extend([Shmrc::POOLED.to_owned(), FloorReused::NAME.to_owned()]);
+        names.extend([
+            Shmrc::pooled_name(strategy).to_owned(),
+            FloorReused::name_of(strategy).to_owned(),
+        ]);
     }
     let baselines: &[usize] = if pooled { &[1, 2, 4] } else { &[1, 2] };
     let peers = names
@@ -263,8 +265,10 @@ fn buffer_workload(
             ],
         };
         if pooled {
-            let bare = FloorReused::new(&format!("{prefix}-bare"), len, workload.window(len))?;
-            let pool = Shmrc::pooled(ns.clone(), workload.window(len))?;
+            let window = workload.window(len);
+            let bare =
+                FloorReused::with_strategy(strategy, &format!("{prefix}-bare"), len, window)?;
+            let pool = Shmrc::pooled(strategy, ns.clone(), window)?;
             measures.push(workload.measure(pool, &peers[3], len));
             measures.push(workload.measure(bare, &peers[4], len));
         }

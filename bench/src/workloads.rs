@@ -114,10 +114,11 @@ pub trait Contender {
     fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>>;
 }
 
-/// shmrc with one strategy: a fresh buffer per operation, or (file_system) buffers
-/// from a [`ShmPool`] ([`Shmrc::pooled`]), each a segment recycled once its previous
-/// use is released everywhere (no `shm_open`, no reservation), or a new one while none
-/// is free. The consumer is the same for both: it receives a handle and attaches.
+/// shmrc with one strategy: a fresh buffer per operation, or buffers from a
+/// [`ShmPool`] ([`Shmrc::pooled`]), each a segment (or memfd) recycled once its
+/// previous use is released everywhere (no `shm_open` or `memfd_create`, no
+/// reservation), or a new one while none is free. The consumer is the same for both:
+/// it receives a handle and attaches.
 pub struct Shmrc {
     strategy: Strategy,
     source: Source,
@@ -130,8 +131,20 @@ enum Source {
 }
 
 impl Shmrc {
-    /// The name of the pooled rows (their peer consumes as any file_system [`Shmrc`]).
+    /// The name of the pooled file_system rows (their peer consumes as any file_system
+    /// [`Shmrc`]).
     pub const POOLED: &'static str = "shmrc pool file_system";
+    /// The name of the pooled file_descriptor rows (their peer consumes as any
+    /// file_descriptor [`Shmrc`]).
+    pub const POOLED_FD: &'static str = "shmrc pool file_descriptor";
+
+    /// The name of the pooled rows of `strategy`.
+    pub fn pooled_name(strategy: Strategy) -> &'static str {
+        match strategy {
+            Strategy::FileSystem => Shmrc::POOLED,
+            Strategy::FileDescriptor => Shmrc::POOLED_FD,
+        }
+    }
 
     /// shmrc buffers of `strategy`, file_system ones in namespace `ns`.
     pub fn new(strategy: Strategy, ns: Namespace) -> Shmrc {
@@ -141,21 +154,19 @@ impl Shmrc {
         }
     }
 
-    /// Buffers from a pool of file_system buffers in namespace `ns` that keeps up to
-    /// `window` idle buffers (the default limits otherwise): as many as the workload
-    /// has in flight, as a user sizes a pool for a pipeline. With fewer, a stream whose
-    /// window drains at the end of each batch gives most segments back and creates
-    /// them again in the next batch (the default keeps 64).
-    pub fn pooled(ns: Namespace, window: usize) -> Result<Shmrc> {
-        let options = CreateOptions::new()
-            .strategy(Strategy::FileSystem)
-            .namespace(ns);
+    /// Buffers from a pool of `strategy` buffers (file_system ones in namespace `ns`)
+    /// that keeps up to `window` idle buffers (the default limits otherwise): as many
+    /// as the workload has in flight, as a user sizes a pool for a pipeline. With
+    /// fewer, a stream whose window drains at the end of each batch gives most segments
+    /// back and creates them again in the next batch (the default keeps 64).
+    pub fn pooled(strategy: Strategy, ns: Namespace, window: usize) -> Result<Shmrc> {
+        let options = CreateOptions::new().strategy(strategy).namespace(ns);
         let limits = PoolLimits {
             max_idle_buffers: window.max(PoolLimits::default().max_idle_buffers),
             ..PoolLimits::default()
         };
         Ok(Shmrc {
-            strategy: Strategy::FileSystem,
+            strategy,
             source: Source::Pool(ShmPool::new(options, limits)?),
         })
     }
@@ -175,7 +186,7 @@ impl Contender for Shmrc {
     fn name(&self) -> String {
         match self.source {
             Source::Fresh(_) => format!("shmrc {}", self.strategy),
-            Source::Pool(_) => Shmrc::POOLED.into(),
+            Source::Pool(_) => Shmrc::pooled_name(self.strategy).into(),
         }
     }
 
@@ -404,16 +415,20 @@ fn consume_named(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u
     Ok(Some((read, nanos(start.elapsed()))))
 }
 
-/// The bare floor that [`Shmrc::pooled`] is measured against: `slots` named objects of one
-/// length, created, reserved and faulted in (every page written) once, outside the
-/// timing, and handed out in turn. What is left per buffer is the mechanism alone:
-/// the name sent as bytes, the peer's `shm_open` + `mmap` + read + `munmap` + `close`,
-/// the ack. No protocol tells it when a slot is free: it relies on the workloads'
-/// order (a slot comes round again only after `slots` newer buffers, by when its ack
-/// has arrived) and refuses, with an error, a slot whose buffer is still held.
+/// The bare floor that [`Shmrc::pooled`] is measured against: `slots` objects of one
+/// length (named ones for file_system, memfds for file_descriptor), created, reserved
+/// and faulted in (every page written) once, outside the timing, and handed out in
+/// turn. What is left per buffer is the mechanism alone: the name sent as bytes and
+/// the peer's `shm_open` + `mmap` + read + `munmap` + `close`, or the memfd sent over
+/// `SCM_RIGHTS` and the peer's `mmap` + read + `munmap` + `close`; then the ack. No
+/// protocol tells it when a slot is free: it relies on the workloads' order (a slot
+/// comes round again only after `slots` newer buffers, by when its ack has arrived)
+/// and refuses, with an error, a slot whose buffer is still held.
 pub struct FloorReused {
+    strategy: Strategy,
     len: usize,
-    slots: Vec<(String, FloorMap, OwnedFd)>,
+    /// Each slot's name (`None` for a memfd), mapping and descriptor.
+    slots: Vec<(Option<String>, FloorMap, OwnedFd)>,
     busy: Rc<Vec<Cell<bool>>>,
     next: usize,
 }
@@ -431,24 +446,54 @@ impl Drop for ReusedSlot {
 }
 
 impl FloorReused {
-    /// The name of its rows (its peer consumes as [`FloorNamed`]).
+    /// The name of its file_system rows (its peer consumes as [`FloorNamed`]).
     pub const NAME: &'static str = "floor shm_open reused";
+    /// The name of its file_descriptor rows (its peer consumes as [`FloorFd`]).
+    pub const NAME_FD: &'static str = "floor memfd reused";
+
+    /// The name of its rows of `strategy`.
+    pub fn name_of(strategy: Strategy) -> &'static str {
+        match strategy {
+            Strategy::FileSystem => FloorReused::NAME,
+            Strategy::FileDescriptor => FloorReused::NAME_FD,
+        }
+    }
 
     /// `slots` objects of `len` bytes named `<prefix>-<n>`, reserved and faulted in.
     pub fn new(prefix: &str, len: usize, slots: usize) -> Result<FloorReused> {
+        FloorReused::with_strategy(Strategy::FileSystem, prefix, len, slots)
+    }
+
+    /// `slots` objects of `len` bytes, reserved and faulted in: named `<prefix>-<n>`
+    /// (file_system), or memfds (file_descriptor; `prefix` unused).
+    pub fn with_strategy(
+        strategy: Strategy,
+        prefix: &str,
+        len: usize,
+        slots: usize,
+    ) -> Result<FloorReused> {
         let mut made = FloorReused {
+            strategy,
             len,
             slots: Vec::with_capacity(slots),
             busy: Rc::new(vec![Cell::new(false); slots.max(1)]),
             next: 0,
         };
         for n in 0..slots.max(1) {
-            let name = format!("{prefix}-{n}");
-            let fd = floor::create_named(&name, len, true)?;
+            let (name, fd) = match strategy {
+                Strategy::FileSystem => {
+                    let name = format!("{prefix}-{n}");
+                    let fd = floor::create_named(&name, len, true)?;
+                    (Some(name), fd)
+                }
+                Strategy::FileDescriptor => (None, floor::memfd(len, true)?),
+            };
             let map = match FloorMap::new(fd.as_fd(), len) {
                 Ok(map) => map,
                 Err(e) => {
-                    let _ = floor::unlink_named(&name);
+                    if let Some(name) = &name {
+                        let _ = floor::unlink_named(name);
+                    }
                     return Err(e);
                 }
             };
@@ -463,7 +508,9 @@ impl FloorReused {
 impl Drop for FloorReused {
     fn drop(&mut self) {
         for (name, _, _) in &self.slots {
-            let _ = floor::unlink_named(name);
+            if let Some(name) = name {
+                let _ = floor::unlink_named(name);
+            }
         }
     }
 }
@@ -472,7 +519,7 @@ impl Contender for FloorReused {
     type Buf = ReusedSlot;
 
     fn name(&self) -> String {
-        FloorReused::NAME.into()
+        FloorReused::name_of(self.strategy).into()
     }
 
     fn create(&mut self, len: usize) -> Result<ReusedSlot> {
@@ -502,11 +549,20 @@ impl Contender for FloorReused {
     }
 
     fn send(&mut self, stream: &UnixStream, buf: &ReusedSlot, count: usize) -> Result<()> {
-        send_named(stream, self.len, count, &self.slots[buf.index].0)
+        match &self.slots[buf.index] {
+            (Some(name), _, _) => send_named(stream, self.len, count, name),
+            (None, _, fd) => {
+                let fds = vec![fd.as_fd(); count];
+                floor::send(stream, &(self.len as u64).to_le_bytes(), &fds)
+            }
+        }
     }
 
     fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
-        consume_named(stream, payload)
+        match self.strategy {
+            Strategy::FileSystem => consume_named(stream, payload),
+            Strategy::FileDescriptor => FloorFd { reserve: false }.consume(stream, payload),
+        }
     }
 }
 
@@ -831,8 +887,10 @@ pub fn serve_builtin() -> Option<Result<()>> {
         n if n == ShmrcChannel::new(Strategy::FileSystem, ns.clone()).name() => {
             serve(ShmrcChannel::new(Strategy::FileSystem, ns))
         }
-        // A pooled buffer is consumed as any file_system buffer: received and attached.
+        // A pooled buffer is consumed as any buffer of its strategy: received and
+        // attached.
         Shmrc::POOLED => serve(Shmrc::new(Strategy::FileSystem, ns)),
+        Shmrc::POOLED_FD => serve(Shmrc::new(Strategy::FileDescriptor, ns)),
         // The bare floor's peer is the named floor's (open, map, read, unmap).
         n if n.starts_with("floor memfd") => serve(FloorFd { reserve: false }),
         n if n.starts_with("floor shm_open") => serve(FloorNamed::new(String::new(), false)),
@@ -1003,7 +1061,7 @@ mod tests {
         });
         assert_caught(read, 100);
         drop(bare);
-        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
+        let mut pool = Shmrc::pooled(Strategy::FileSystem, t.ns.clone(), 4).unwrap();
         let mut d = Shmrc::new(Strategy::FileSystem, t.ns.clone());
         let (seed, read) = one_filled(&mut pool, &mut d, len, |_, _| {});
         assert_eq!(read.unwrap(), seed);
@@ -1063,10 +1121,21 @@ mod tests {
         ns: &shmrc::Namespace,
         count: u64,
     ) -> (shmrc::Result<Duration>, u64) {
+        filled_stream_to(
+            producer,
+            Shmrc::new(Strategy::FileSystem, ns.clone()),
+            count,
+        )
+    }
+
+    /// [`filled_stream`] with `consumer` on the other end.
+    fn filled_stream_to<C: Contender, D: Contender + Send + 'static>(
+        producer: &mut C,
+        mut d: D,
+        count: u64,
+    ) -> (shmrc::Result<Duration>, u64) {
         let (a, b) = pair();
-        let ns = ns.clone();
         let consumer = std::thread::spawn(move || {
-            let mut d = Shmrc::new(Strategy::FileSystem, ns);
             let mut checked = 0u64;
             while let Ok(Some((seed, took))) = d.consume(&b, Payload::Fill) {
                 assert!(took <= nanos(LIMIT));
@@ -1085,7 +1154,7 @@ mod tests {
     #[test]
     fn a_pooled_fill_stream_recycles_and_a_stale_recycled_buffer_fails_it() {
         let t = TestNamespace::new("bench-fill-pool");
-        let mut pool = Shmrc::pooled(t.ns.clone(), 4).unwrap();
+        let mut pool = Shmrc::pooled(Strategy::FileSystem, t.ns.clone(), 4).unwrap();
         let (result, checked) = filled_stream(&mut pool, &t.ns, 40);
         result.unwrap();
         assert_eq!(checked, 40);
@@ -1095,7 +1164,7 @@ mod tests {
 
         for skip in [true, false] {
             let mut lazy = FillsOnce {
-                inner: Shmrc::pooled(t.ns.clone(), 4).unwrap(),
+                inner: Shmrc::pooled(Strategy::FileSystem, t.ns.clone(), 4).unwrap(),
                 first_seed: None,
                 skip,
             };
@@ -1131,6 +1200,28 @@ mod tests {
             }
             drop(lazy);
         }
+        assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
+    }
+
+    #[test]
+    fn a_pooled_file_descriptor_stream_recycles_its_memfds_and_its_bare_floor_streams() {
+        let t = TestNamespace::new("bench-fill-pool-fd");
+        let mut pool = Shmrc::pooled(Strategy::FileDescriptor, t.ns.clone(), 4).unwrap();
+        assert_eq!(pool.name(), Shmrc::POOLED_FD);
+        let fd_consumer = Shmrc::new(Strategy::FileDescriptor, t.ns.clone());
+        let (result, checked) = filled_stream_to(&mut pool, fd_consumer, 40);
+        result.unwrap();
+        assert_eq!(checked, 40);
+        let stats = pool.pool().unwrap().stats();
+        assert!(stats.recycled >= 30, "{stats:?}");
+        drop(pool);
+        let mut bare =
+            FloorReused::with_strategy(Strategy::FileDescriptor, "", 1 << 20, 4).unwrap();
+        assert_eq!(bare.name(), FloorReused::NAME_FD);
+        let (result, checked) = filled_stream_to(&mut bare, FloorFd { reserve: false }, 40);
+        result.unwrap();
+        assert_eq!(checked, 40);
+        drop(bare);
         assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
     }
 

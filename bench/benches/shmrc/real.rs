@@ -220,7 +220,8 @@ fn buffer_group(crit: &mut Criterion, group: &str, w: Workload, mode: Mode) {
     for len in SIZES {
         g.throughput(criterion::Throughput::Elements(1));
         // Kept for every iteration at this size, as a user keeps them.
-        let mut pool = Shmrc::pooled(ns.clone(), w.window(len)).expect("pool");
+        let mut pool =
+            Shmrc::pooled(Strategy::FileSystem, ns.clone(), w.window(len)).expect("pool");
         let mut bare = if names.len() > 8 {
             Some(FloorReused::new(&format!("{prefix}-bare"), len, w.window(len)).expect("bare"))
         } else {
