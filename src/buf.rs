@@ -688,7 +688,8 @@ impl<O: Os> ShmBuf<O> {
 
     /// Reuses the segment for a new use if no other process (nor a handle in flight)
     /// holds it: bumps its generation (see [`holders::recycle`]) and returns `true`;
-    /// `false` if it is still held (or is a file_descriptor buffer). The caller (a
+    /// `false` if it is still held (or is a plain file_descriptor buffer, without
+    /// slots). The caller (a
     /// [`crate::ShmPool`]) makes sure no other reference of this process uses it.
     #[doc(hidden)]
     pub fn recycle(&self) -> Result<bool> {
@@ -716,7 +717,7 @@ impl<O: Os> ShmBuf<O> {
     /// Whether a slot of the segment other than this reference's is taken: another
     /// process holds it, a handle is in flight, or a holder died without letting go
     /// (see [`holders::others_hold`]: a look at the slot words, no syscall). `false`
-    /// for a file_descriptor buffer (it has no slots).
+    /// for a plain file_descriptor buffer (it has no slots).
     pub(crate) fn others_hold(&self) -> bool {
         let inner = &self.inner;
         match (own_slot(&inner.backing), inner.holders()) {

@@ -7,7 +7,8 @@
 //! value: attaching takes it over, dropping an unattached handle gives it back, and
 //! [`ShareHandle::into_bytes`] hands it to whoever gets the bytes. A file_descriptor
 //! handle carries an open memfd, so it can only travel over a Unix socket
-//! ([`crate::transport`]).
+//! ([`crate::transport`]); a pool's memfd has holder slots, and its handle carries an
+//! in-flight reference too.
 //!
 //! Encoding (little-endian), at most [`MAX_ENCODED_LEN`] bytes:
 //! ```text
@@ -54,7 +55,7 @@ pub struct HandleMeta {
     pub key: SegmentKey,
     /// Data length in bytes.
     pub data_len: usize,
-    /// Holder slots (0 for file_descriptor).
+    /// Holder slots (0 for a plain file_descriptor buffer).
     pub capacity: usize,
     /// The segment's generation when shared: which use of a recycled segment the handle
     /// describes (0 for a segment never recycled).

@@ -161,6 +161,10 @@ impl ShareHandle {
     /// reduction does, for the Python package); [`ShareHandle::from_fd_parts`] puts them
     /// together again in the receiving process. A file_system handle is
     /// [`Error::WrongStrategy`]: it travels as bytes alone ([`ShareHandle::into_bytes`]).
+    /// The handle of a pool's memfd hands its in-flight reference to the bytes, as
+    /// [`ShareHandle::into_bytes`] does: if they are lost unattached, the reference
+    /// stays until this process exits (the pool gives the buffer back at its idle
+    /// timeout).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {

@@ -7,7 +7,7 @@
 //! word  1  layout version
 //! word  2  data offset (bytes, 64-aligned)
 //! word  3  data length (bytes)
-//! word  4  holder-slot capacity (0 for file_descriptor segments)
+//! word  4  holder-slot capacity (0 for a plain file_descriptor segment)
 //! word  5  creator token
 //! word  6  creator uid
 //! word  7  creator pid namespace
