@@ -11,7 +11,7 @@ use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs, UnlinkRace};
 use shmrc::segment::HEADER_BYTES;
 use shmrc::sweep::{Action, SweepReport, inspect, sweep_after_deaths, sweep_with};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
 
 const UID: u32 = 1000;
 const PAYLOAD: &[u8] = b"the data a live holder must keep seeing";
@@ -274,6 +274,39 @@ fn hostile_slot_and_finalizer_words_are_recovered() {
     assert_reads_payload(&buf_a);
     assert_eq!(buf_a.release().unwrap().unwrap().outcome, Outcome::Unlinked);
     sweep_and_assert_clean(&kernel, vec![]);
+}
+
+#[test]
+fn a_pools_memfd_from_another_pid_namespace_is_refused_and_a_plain_one_is_not() {
+    let kernel = SimKernel::new(1);
+    let a = kernel.spawn(UID);
+    let stranger = kernel.spawn_in_namespace(UID, 99);
+    let (to_stranger, at_stranger) = kernel.stream_pair(&a, &stranger);
+    let fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    let pooled = ShmBuf::create_recyclable(&a, 64, &fd.clone().capacity(4)).unwrap();
+    let plain = ShmBuf::create_with(&a, 64, &fd).unwrap();
+    let handles = vec![pooled.share().unwrap(), plain.share().unwrap()];
+    transport::send_with(&a, &to_stranger, b"", handles).unwrap();
+    let mut received = transport::recv_with(&stranger, &at_stranger)
+        .unwrap()
+        .handles;
+    let plain_there = ShmBuf::attach(received.pop().unwrap());
+    assert!(
+        plain_there.is_ok(),
+        "a memfd without slots: {plain_there:?}"
+    );
+    let err = ShmBuf::attach(received.pop().unwrap()).unwrap_err();
+    assert!(matches!(err, Error::OtherPidNamespace { .. }), "{err}");
+    // The refused handle could not give its in-flight reference back from there: it
+    // stays with its sender, A, whose pool would give the buffer back at its idle
+    // timeout.
+    assert_eq!(pooled.census().unwrap().in_flight, 1);
+    drop((plain_there, plain, pooled));
+    assert_eq!(
+        kernel.objects_alive(),
+        0,
+        "the memfds went with their descriptors"
+    );
 }
 
 #[test]
