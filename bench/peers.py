@@ -357,6 +357,8 @@ def main():
                 ("multiprocessing.shared_memory", "shmrc file_system"),
                 ("torch file_system", "shmrc pool file_system"),
                 ("multiprocessing.shared_memory", "shmrc pool file_system"),
+                ("torch file_descriptor", "shmrc pool file_descriptor"),
+                ("multiprocessing.shared_memory", "shmrc pool file_descriptor"),
             ):
                 if (workload, size, peer) in rows:
                     r = rows[(workload, size, peer)] / rows[(workload, size, ours)]

@@ -22,11 +22,13 @@ BUFFER_COLUMNS = [
     ("shmrc fd", "shmrc", "shmrc file_descriptor"),
     ("shmrc fs", "shmrc", "shmrc file_system"),
     ("shmrc pool fs", "shmrc", "shmrc pool file_system"),
+    ("shmrc pool fd", "shmrc", "shmrc pool file_descriptor"),
     ("floor memfd", "shmrc", "floor memfd"),
     ("floor memfd+fallocate", "shmrc", "floor memfd+fallocate"),
     ("floor shm_open", "shmrc", "floor shm_open"),
     ("floor shm_open+fallocate", "shmrc", "floor shm_open+fallocate"),
     ("bare floor (reused)", "shmrc", "floor shm_open reused"),
+    ("bare floor memfd (reused)", "shmrc", "floor memfd reused"),
     ("memfd crate", "criterion", "memfd crate"),
     ("shared_memory crate", "criterion", "shared_memory crate"),
     ("torch fd", "python", "torch file_descriptor"),
@@ -104,24 +106,29 @@ def targets(ns):
                 " / ".join(fmt(ratio(ns, "attach/release", f"shmrc {strategy}", floor, s)) for s in SIZES),
             )
         )
-    pool = "shmrc pool file_system"
-    flat = ratio(ns, "stream", pool, pool, 64 << 20)
-    if flat is not None:
-        flat = ns[("shmrc", "stream", pool, 64 << 20)] / ns[("shmrc", "stream", pool, 4 << 10)]
-    rows.append(("pooled stream flat in size: 64 MiB ÷ 4 KiB (≤ 1.5×)", fmt(flat)))
-    rows.append(
-        (
-            "pooled stream ÷ bare floor (≤ 1.3×), 4 KiB / 1 MiB / 64 MiB",
-            " / ".join(fmt(ratio(ns, "stream", pool, "floor shm_open reused", s)) for s in SIZES),
-        )
-    )
-    for peer in ["torch file_descriptor", "torch file_system", "multiprocessing.shared_memory"]:
+    # The pooled rows of each strategy: (short name, pool, its bare floor).
+    pools = [
+        ("fs", "shmrc pool file_system", "floor shm_open reused"),
+        ("fd", "shmrc pool file_descriptor", "floor memfd reused"),
+    ]
+    for short, pool, bare in pools:
+        flat = None
+        if ("shmrc", "stream", pool, 64 << 20) in ns and ("shmrc", "stream", pool, 4 << 10) in ns:
+            flat = ns[("shmrc", "stream", pool, 64 << 20)] / ns[("shmrc", "stream", pool, 4 << 10)]
+        rows.append((f"pooled {short} stream flat in size: 64 MiB ÷ 4 KiB (≤ 1.5×)", fmt(flat)))
         rows.append(
             (
-                f"{peer} ÷ pooled stream (torch ≥ 10×, shared_memory > 1×), 4 KiB / 1 MiB / 64 MiB",
-                " / ".join(fmt(ratio(ns, "stream", peer, pool, s, where_a="python")) for s in SIZES),
+                f"pooled {short} stream ÷ its bare floor (≤ 1.3×), 4 KiB / 1 MiB / 64 MiB",
+                " / ".join(fmt(ratio(ns, "stream", pool, bare, s)) for s in SIZES),
             )
         )
+        for peer in ["torch file_descriptor", "torch file_system", "multiprocessing.shared_memory"]:
+            rows.append(
+                (
+                    f"{peer} ÷ pooled {short} stream (torch ≥ 10×, shared_memory > 1×), 4 KiB / 1 MiB / 64 MiB",
+                    " / ".join(fmt(ratio(ns, "stream", peer, pool, s, where_a="python")) for s in SIZES),
+                )
+            )
     for strategy, floor in [("file_descriptor", "floor memfd+fallocate"), ("file_system", "floor shm_open+fallocate")]:
         rows.append(
             (
@@ -129,12 +136,13 @@ def targets(ns):
                 " / ".join(fmt(ratio(ns, "fill", f"shmrc {strategy}", floor, s)) for s in SIZES),
             )
         )
-    rows.append(
-        (
-            "fill, pooled ÷ bare floor (≤ 1.2×), 4 KiB / 1 MiB / 64 MiB",
-            " / ".join(fmt(ratio(ns, "fill", pool, "floor shm_open reused", s)) for s in SIZES),
+    for short, pool, bare in pools:
+        rows.append(
+            (
+                f"fill, pooled {short} ÷ its bare floor (≤ 1.2×), 4 KiB / 1 MiB / 64 MiB",
+                " / ".join(fmt(ratio(ns, "fill", pool, bare, s)) for s in SIZES),
+            )
         )
-    )
     sweep = ratio(ns, "sweep", "shmrc sweep, 10000 segments", "floor list+unlink, 10000 names", None)
     rows.append(("sweep of 10,000 dead-held segments ÷ floor list+unlink (≤ 2×)", fmt(sweep)))
     return "\n".join(["| target | this run |", "|---|---|"] + [f"| {a} | {b} |" for a, b in rows])
