@@ -148,9 +148,15 @@ impl CreateOptions {
         self
     }
 
-    /// The holder slots these options ask for.
-    pub(crate) fn slots(&self) -> usize {
-        self.capacity
+    /// Whether a recyclable buffer ([`ShmBuf::create_recyclable`], a pool's) can be
+    /// made with these options and `strategy`: it needs a holder slot.
+    pub(crate) fn check_recyclable(&self, strategy: Strategy) -> Result<()> {
+        if self.capacity == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a recycled {strategy} buffer needs at least one holder slot"
+            )));
+        }
+        Ok(())
     }
 
     /// The strategy a create with these options uses now.
@@ -323,12 +329,10 @@ impl<O: Os> ShmBuf<O> {
             }
             // A plain memfd has no slots: the kernel counts its references.
             Strategy::FileDescriptor if !recyclable => 0,
-            Strategy::FileDescriptor if options.capacity == 0 => {
-                return Err(Error::InvalidArgument(
-                    "a recycled file_descriptor buffer needs at least one holder slot".into(),
-                ));
+            Strategy::FileDescriptor => {
+                options.check_recyclable(strategy)?;
+                options.capacity
             }
-            Strategy::FileDescriptor => options.capacity,
         };
         let created = segment::create(os, strategy, &options.namespace, len, capacity)?;
         Ok(ShmBuf {
@@ -993,13 +997,17 @@ fn hold_named<O: Os>(
     os.before_named_use(ns.prefix(), Some(name))?;
     let opened = segment::open_named(os, &ns, name, me)?;
     let holding = hold(os, opened, name, Some(name), in_flight, expect)?;
+    // A named segment always has slots: `hold` took one or failed.
+    let slot = holding.slot.ok_or_else(|| Error::Corrupted {
+        segment: name.to_owned(),
+        what: "a named segment without holder slots".into(),
+    })?;
     Ok(Held {
         map: holding.opened.map,
         fields: holding.opened.fields,
         backing: Backing::Named {
             name: name.to_owned(),
-            // A named segment always has slots: `hold` claimed one or failed.
-            slot: holding.slot.unwrap_or_default(),
+            slot,
         },
         generation: holding.generation,
     })

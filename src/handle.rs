@@ -246,7 +246,9 @@ pub(crate) enum Target<O: Os> {
 /// reference: attaching takes it over, dropping an unattached handle gives it back, and
 /// [`ShareHandle::into_bytes`] hands it to whoever gets the bytes (if they are lost,
 /// it is released when the sending process exits). A file_descriptor handle carries an
-/// open memfd, so it can only travel over a Unix socket ([`crate::transport`]).
+/// open memfd, so it can only travel over a Unix socket ([`crate::transport`]); the
+/// handle of a pool's memfd (which has holder slots) carries an in-flight reference
+/// too, owned the same way.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -448,11 +450,7 @@ impl<O: Os> ShareHandle<O> {
                     return Ok(());
                 };
                 let me = self.os.uid();
-                (
-                    segment::open_file(&self.os, file, "received memfd", me)?,
-                    None,
-                    f,
-                )
+                (segment::open_file(&self.os, file, "memfd", me)?, None, f)
             }
             Target::Taken => return Ok(()),
         };

@@ -9,7 +9,8 @@
 //! - **idle**: nobody uses or holds it. The next [`ShmPool::get`] of its length reuses
 //!   its segment (no `shm_open`, no page reservation) through the recycle step of the
 //!   holder protocol ([`crate::holders::recycle`]), which bumps the segment's
-//!   generation so that a handle of the earlier use fails with [`Error::Stale`].
+//!   generation so that a handle of the earlier use fails with
+//!   [`Error::Stale`](crate::Error::Stale).
 //!
 //! # file_descriptor pools
 //! A plain memfd has no holder slots (the kernel counts its descriptors, and tells
@@ -26,9 +27,9 @@
 //! ([`crate::holders::others_hold`]), without a syscall. A holder that died without
 //! letting go keeps its buffer lent until a sweep (or the manager) reclaims its slot,
 //! until the idle timeout gives the buffer back, or until a `get` that finds no idle
-//! buffer of its length makes its one recycle attempt on a lent one (the one handed
-//! out longest ago): the recycle reclaims dead holders' slots, and rolls back at the
-//! first live one.
+//! buffer of its length makes its one recycle attempt on a lent one (the lent ones of
+//! that length take turns): the recycle reclaims dead holders' slots, and rolls back
+//! at the first live one.
 //!
 //! # Limits
 //! [`PoolLimits::max_idle_buffers`] and [`PoolLimits::max_idle_bytes`] bound idle
@@ -51,7 +52,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use crate::buf::{CreateOptions, ShmBuf};
-use crate::error::{Error, Result};
+use crate::error::Result;
 use crate::os::Os;
 
 /// How much an [`ShmPool`] keeps of what this process does not use (see the module
@@ -164,6 +165,18 @@ impl<O: Os> Entry<O> {
         }
     }
 
+    /// Reuses its segment for a new use if nobody holds it any more, in this process
+    /// or another: [`ShmBuf::recycle`], then a second look at this process's
+    /// references. A thread of this process may attach a handle of this buffer (and
+    /// so clone it) after [`Entry::standing`] looked; its clone is made before it
+    /// gives the handle's in-flight reference back, which the recycle must have seen
+    /// given back to succeed, so the second look sees the clone. The buffer then stays
+    /// that thread's, in the use it attached (the generation word moved on, which only
+    /// a later attach of an earlier handle reads), and is not handed out.
+    fn recycle_if_unused(&self) -> Result<bool> {
+        Ok(self.unused_here() && self.buf.recycle()? && self.unused_here())
+    }
+
     /// Unused here, and handed out `timeout` or longer before `now`.
     fn expired(&self, now: Instant, timeout: Duration) -> bool {
         self.unused_here() && now.saturating_duration_since(self.handed_out) >= timeout
@@ -174,6 +187,9 @@ struct State<O: Os> {
     /// Every buffer kept, the one handed out longest ago first.
     entries: Vec<Entry<O>>,
     stats: PoolStats,
+    /// Which of the lent buffers of a length the next `get` that finds no idle one
+    /// tries (counted modulo their number), moved on after each failed try.
+    lent_probe: usize,
 }
 
 /// A pool of recycled buffers of either strategy (see the module docs of
@@ -213,15 +229,12 @@ impl<O: Os> ShmPool<O> {
     /// A pool of buffers created as process `os` with `options`. The strategy is fixed
     /// now (the options' or the process-wide one), so a later
     /// [`crate::set_sharing_strategy`] does not mix strategies in one pool; a capacity
-    /// of 0 slots is [`Error::InvalidArgument`] (a recycled buffer needs one).
+    /// of 0 slots is [`Error::InvalidArgument`](crate::Error::InvalidArgument) (a
+    /// recycled buffer needs one).
     #[doc(hidden)]
     pub fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
         let strategy = options.resolved_strategy();
-        if options.slots() == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "a pool of {strategy} buffers needs at least one holder slot per buffer"
-            )));
-        }
+        options.check_recyclable(strategy)?;
         Ok(ShmPool {
             os,
             options: options.strategy(strategy),
@@ -229,16 +242,17 @@ impl<O: Os> ShmPool<O> {
             state: Mutex::new(State {
                 entries: Vec::new(),
                 stats: PoolStats::default(),
+                lent_probe: 0,
             }),
         })
     }
 
     /// A buffer of `len` bytes: a recycled segment of that length that nobody holds any
-    /// more (an idle one: the one handed out longest ago first; if none, the lent one
-    /// handed out longest ago if every other holder of it died), else a new one. Its contents are those of its
-    /// previous use (not zeroed: the producer overwrites them). Gives back first what
-    /// the limits and the idle timeout say must go (see [`ShmPool::trim`]).
-    /// A zero or too large `len` is [`Error::InvalidArgument`].
+    /// more (an idle one: the one handed out longest ago first; if none, one lent one,
+    /// in turn, if every other holder of it died), else a new one. Its contents are
+    /// those of its previous use (not zeroed: the producer overwrites them). Gives back
+    /// first what the limits and the idle timeout say must go (see [`ShmPool::trim`]).
+    /// A zero or too large `len` is [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -262,28 +276,31 @@ impl<O: Os> ShmPool<O> {
         let mut state = self.lock();
         let now = Instant::now();
         self.trim_locked(&mut state, now)?;
-        let mut oldest_lent = None;
+        let mut lent = Vec::new();
         for index in 0..state.entries.len() {
             let entry = &state.entries[index];
             if entry.buf.len() != len {
                 continue;
             }
             match entry.standing() {
-                Standing::Idle if entry.buf.recycle()? => {
+                Standing::Idle if entry.recycle_if_unused()? => {
                     return Ok(Self::hand_out_again(&mut state, index, now));
                 }
-                Standing::Lent if oldest_lent.is_none() => oldest_lent = Some(index),
+                Standing::Lent => lent.push(index),
                 _ => {}
             }
         }
-        // No idle one: one recycle attempt on the lent one handed out longest ago, which
-        // succeeds if its other holders all died without letting go (their slots are
-        // reclaimed on the way). A memfd's dead holders are reclaimed only so: sweeps
-        // and the manager never see a memfd.
-        if let Some(index) = oldest_lent {
-            if state.entries[index].buf.recycle()? {
+        // No idle one: one recycle attempt on a lent one, which succeeds if its other
+        // holders all died without letting go (their slots are reclaimed on the way).
+        // A memfd's dead holders are reclaimed only so: sweeps and the manager never
+        // see a memfd. The lent ones take turns (`lent_probe`), so that one a live
+        // holder keeps does not hide the dead holders of the others.
+        if !lent.is_empty() {
+            let index = lent[state.lent_probe % lent.len()];
+            if state.entries[index].recycle_if_unused()? {
                 return Ok(Self::hand_out_again(&mut state, index, now));
             }
+            state.lent_probe = state.lent_probe.wrapping_add(1);
         }
         let buf = ShmBuf::create_recyclable(&self.os, len, &self.options)?;
         state.entries.push(Entry {
@@ -422,5 +439,87 @@ impl<O: Os> std::fmt::Debug for ShmPool<O> {
             .field("limits", &self.limits)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+mod tests {
+    //! The pool's own decisions on the simulated kernel: a buffer that a thread of this
+    //! process attached is never handed out again; lent buffers take turns.
+
+    use super::*;
+    use crate::os::sim::{SimKernel, SimOs};
+    use crate::strategy::Strategy;
+
+    fn pool(os: &SimOs, strategy: Strategy) -> ShmPool<SimOs> {
+        let options = CreateOptions::new()
+            .strategy(strategy)
+            .namespace(crate::namespace::Namespace::new("shmrc-pool-unit").unwrap());
+        ShmPool::with_os(os.clone(), options, PoolLimits::default()).unwrap()
+    }
+
+    /// `handle`, sent by `from` to `to` over a simulated Unix stream.
+    fn pass(
+        kernel: &SimKernel,
+        from: &SimOs,
+        to: &SimOs,
+        handle: crate::handle::ShareHandle<SimOs>,
+    ) -> crate::handle::ShareHandle<SimOs> {
+        let (tx, rx) = kernel.stream_pair(from, to);
+        crate::transport::send_with(from, &tx, b"", vec![handle]).unwrap();
+        crate::transport::recv_with(to, &rx)
+            .unwrap()
+            .handles
+            .pop()
+            .unwrap()
+    }
+
+    #[test]
+    fn a_buffer_a_thread_of_this_process_attached_is_not_recycled() {
+        for strategy in [Strategy::FileSystem, Strategy::FileDescriptor] {
+            let kernel = SimKernel::new(1);
+            let os = kernel.spawn(1000);
+            let pool = pool(&os, strategy);
+            let buf = pool.get(64).unwrap();
+            let handle = buf.share().unwrap();
+            drop(buf);
+            // Another thread of this process attaches the handle: it gets the pool's
+            // buffer (one reference per process) and gives the in-flight slot back.
+            let attached = ShmBuf::attach(handle).unwrap();
+            let state = pool.lock();
+            let entry = &state.entries[0];
+            assert!(!entry.buf.others_hold(), "no other slot is taken");
+            assert!(!entry.recycle_if_unused().unwrap(), "{strategy}");
+            assert_eq!(attached.generation(), 0, "{strategy}: still the first use");
+            drop(state);
+            let again = pool.get(64).unwrap();
+            assert_ne!(again.key(), attached.key(), "{strategy}: a new one");
+        }
+    }
+
+    #[test]
+    fn lent_buffers_take_turns_for_the_recycle_attempt() {
+        let kernel = SimKernel::new(1);
+        let (os, consumer) = (kernel.spawn(1000), kernel.spawn(1000));
+        let pool = pool(&os, Strategy::FileDescriptor);
+        let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
+        // `a` is held by a live consumer, `b` by one that dies: both lent.
+        let held_a = ShmBuf::attach(pass(&kernel, &os, &consumer, a.share().unwrap())).unwrap();
+        let dying = kernel.spawn(1000);
+        let held_b = ShmBuf::attach(pass(&kernel, &os, &dying, b.share().unwrap())).unwrap();
+        let key_b = b.key();
+        drop((a, b));
+        kernel.kill(dying.pid());
+        // The first try is `a` (live: rolled back, a new buffer); the next is `b`.
+        let first = pool.get(64).unwrap();
+        assert_ne!(first.key(), key_b);
+        let second = pool.get(64).unwrap();
+        assert_eq!(
+            second.key(),
+            key_b,
+            "the dead consumer's buffer, in its turn"
+        );
+        assert_eq!(second.generation(), 1);
+        drop((held_a, held_b));
     }
 }

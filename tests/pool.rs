@@ -163,6 +163,11 @@ impl Consumer {
     fn let_go_of_all(self) {
         self.0.finish();
     }
+
+    /// SIGKILLs it (by its pid) while it holds what it holds.
+    fn kill(self) {
+        self.0.kill();
+    }
 }
 
 /// The role a copy of this binary plays for [`Consumer`]. Not a test of its own:
@@ -288,4 +293,30 @@ fn the_buffer_handed_out_longest_ago_is_reused_first() {
     );
     drop(second);
     assert_eq!(pool.get(64).unwrap().name(), Some(name_a.as_str()));
+}
+
+#[test]
+fn a_consumer_killed_while_holding_a_buffer_leaves_a_slot_the_next_get_reclaims() {
+    let t = TestNamespace::new("pool-killed");
+    let pool = pool(&t, PoolLimits::default());
+    let buf = pool.get(4096).unwrap();
+    let name = buf.name().unwrap().to_owned();
+    let consumer = Consumer::start(vec![buf.share().unwrap()]);
+    drop(buf);
+    consumer.kill();
+    // No manager and no sweep: the dead consumer's word is still in its slot.
+    let stats = pool.stats();
+    assert_eq!((stats.lent, stats.idle), (1, 0), "{stats:?}");
+    // No idle buffer: `get` tries the lent one, finds its holder dead, reclaims its slot.
+    let again = pool.get(4096).unwrap();
+    assert_eq!(
+        again.name(),
+        Some(name.as_str()),
+        "the dead consumer's segment, reused"
+    );
+    assert_eq!(again.generation(), 1);
+    let census = again.census().unwrap();
+    assert_eq!((census.live, census.dead), (1, 0), "{census:?}");
+    drop((again, pool));
+    assert!(t.names().is_empty(), "the pool's drop unlinks what it kept");
 }

@@ -231,8 +231,13 @@ fn a_memfd_a_live_consumer_holds_is_not_reused_even_when_no_other_is_idle() {
     // The one recycle attempt finds the consumer alive and rolls back.
     let fresh = pool.get(4096).unwrap();
     assert_ne!(fresh.key(), key);
-    fresh.write_at(0, b"overwritten?").unwrap();
-    // The consumer still reads its own use.
+    let stats = pool.stats();
+    assert_eq!(
+        (stats.lent, stats.in_use, stats.recycled),
+        (1, 1, 0),
+        "{stats:?}"
+    );
+    // The consumer still holds its own use.
     assert_eq!(
         consumer.ask("again"),
         format!("again ok {}", sixteen(b"still held"))
