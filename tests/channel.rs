@@ -11,7 +11,9 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use shmrc::channel::{self, CHANNEL_ENV, Receiver, Sender};
-use shmrc::{CreateOptions, Error, FrozenBuf, Namespace, ShmBuf, ShmBufMut, Strategy};
+use shmrc::{
+    CreateOptions, Error, FrozenBuf, Namespace, PoolLimits, ShmBuf, ShmBufMut, ShmPool, Strategy,
+};
 use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
 
@@ -280,6 +282,24 @@ fn a_message_never_received_is_given_back_when_the_receiver_goes() {
     assert_eq!(buf.census().unwrap().in_flight, 0);
     drop(buf);
     assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_pools_memfd_in_a_message_never_received_is_given_back_when_the_receiver_goes() {
+    let t = TestNamespace::new("chan-never-fd");
+    let (stall, to_stall, from_stall) = start::<Vec<ShmBuf>, u8>("stall", &t);
+    assert_eq!(from_stall.recv_timeout(LIMIT).unwrap(), 1);
+    let fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    let pool = ShmPool::new(fd, PoolLimits::default()).unwrap();
+    let buf = pool.get(64).unwrap();
+    to_stall.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(to_stall.in_flight(), 1);
+    assert_eq!(buf.census().unwrap().in_flight, 1);
+    kill(stall);
+    drop(to_stall);
+    assert_eq!(buf.census().unwrap().in_flight, 0);
+    drop(buf);
+    assert_eq!(pool.stats().idle, 1, "nobody holds it: reusable");
 }
 
 #[test]

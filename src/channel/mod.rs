@@ -172,8 +172,8 @@ impl<T: Serialize> Sender<T> {
         }
     }
 
-    /// How many file_system references this sender has in flight that no receiver has
-    /// taken over yet.
+    /// How many file_system (or pooled memfd) references this sender has in flight that
+    /// no receiver has taken over yet.
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);

@@ -20,23 +20,35 @@ use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
 use crate::frozen::FrozenBuf;
 use crate::handle::{ShareHandle, Target};
+use crate::holders;
 use crate::os::Os;
 use crate::segment::Header;
 
-/// A file_system reference sent in flight: what the sender needs to give it back if the
-/// message can never be received ([`super::Sender`]'s ledger).
+/// An in-flight reference sent in a message (a file_system buffer's, or a pool's
+/// memfd's): what the sender needs to give it back if the message can never be
+/// received ([`super::Sender`]'s ledger).
 pub(crate) struct InFlightEntry {
     /// The buffer's mapping (not a reference: the sender's reference goes when its
     /// user drops it), to see whether the slot was taken over.
     pub(crate) map: Arc<<DefaultOs as Os>::Map>,
     pub(crate) capacity: usize,
-    /// The handle's encoding: decoded and dropped, it gives the in-flight slot back.
-    pub(crate) encoded: Vec<u8>,
     pub(crate) slot: usize,
     pub(crate) word: u64,
+    pub(crate) give_back: GiveBack,
 }
 
-/// Every file_system reference this process's channels have in flight, by channel.
+/// How an [`InFlightEntry`] is given back.
+pub(crate) enum GiveBack {
+    /// A named segment's: the handle's encoding, decoded and dropped, vacates the slot
+    /// and finalizes (it may be the segment's last reference).
+    Named { encoded: Vec<u8> },
+    /// A pool's memfd's: the slot is vacated through the mapping, if the memfd is still
+    /// in the use the handle was of (nothing is finalized: the kernel frees a memfd).
+    Memfd { generation: u64 },
+}
+
+/// Every in-flight reference (file_system, or a pool's memfd) this process's channels
+/// have in flight, by channel.
 /// One ledger for the whole process, pruned before each message is encoded: a slot
 /// taken over (and perhaps released) by its receiver leaves the ledger before this
 /// process can share the same buffer into the same slot again, so a give-back never
@@ -101,9 +113,7 @@ pub(crate) fn give_back(channel: u64) {
     ledger.entries = others;
     drop(ledger);
     for (_, entry) in mine {
-        // Decoding gives a handle that owns the in-flight reference; dropping it
-        // vacates the slot if (and only if) it still holds that reference.
-        drop(ShareHandle::from_bytes(&entry.encoded));
+        entry.give_back();
     }
 }
 
@@ -112,6 +122,25 @@ impl InFlightEntry {
     fn still_in_flight(&self) -> bool {
         Header::of(&*self.map, self.capacity).and_then(|h| h.holders().slot_word(self.slot))
             == Some(self.word)
+    }
+
+    /// Gives the reference back if its slot still holds it (best effort: the sending
+    /// process's exit releases it otherwise).
+    fn give_back(self) {
+        match self.give_back {
+            // Decoding gives a handle that owns the in-flight reference; dropping it
+            // vacates the slot if (and only if) it still holds that reference.
+            GiveBack::Named { encoded } => drop(ShareHandle::from_bytes(&encoded)),
+            GiveBack::Memfd { generation } => {
+                if let Some(header) = Header::of(&*self.map, self.capacity) {
+                    let h = header.holders();
+                    // Another use's word in the slot, if any, is a later handle's.
+                    if h.generation() == generation {
+                        let _ = holders::vacate(&DefaultOs::default(), &h, self.slot, self.word);
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -181,22 +210,15 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], handles: Vec<ShareHandle
     }
 }
 
-/// Sets `handle` aside in the current message and returns its index; `entry` is its
-/// in-flight record (file_system). Outside a message: an error.
-fn set_aside(handle: ShareHandle, entry: Option<(&ShmBuf, usize, u64)>) -> Result<u32, String> {
+/// Sets `handle` aside in the current message and returns its index; `entry` is the
+/// record of the in-flight reference it carries, if any. Outside a message: an error.
+fn set_aside(handle: ShareHandle, entry: Option<InFlightEntry>) -> Result<u32, String> {
     OUTGOING.with(|c| match c.borrow_mut().as_mut() {
         None => Err("a buffer serializes only inside a shmrc::channel message".to_owned()),
         Some(ctx) => {
             let index = u32::try_from(ctx.handles.len()).map_err(|_| "too many buffers")?;
-            if let Some((buf, slot, word)) = entry {
-                let (map, capacity) = buf.slot_watch();
-                ctx.in_flight.push(InFlightEntry {
-                    map,
-                    capacity,
-                    encoded: handle.encoded(),
-                    slot,
-                    word,
-                });
+            if let Some(entry) = entry {
+                ctx.in_flight.push(entry);
             }
             ctx.handles.push(handle);
             Ok(index)
@@ -257,9 +279,32 @@ impl Serialize for ShmBuf {
         let entry = match &handle.target {
             Target::Named {
                 in_flight: Some(f), ..
-            } => Some((self, f.slot, f.word)),
+            } => Some((
+                f,
+                GiveBack::Named {
+                    encoded: handle.encoded(),
+                },
+            )),
+            Target::Anonymous {
+                in_flight: Some(f), ..
+            } => Some((
+                f,
+                GiveBack::Memfd {
+                    generation: self.generation(),
+                },
+            )),
             _ => None,
         };
+        let entry = entry.map(|(f, give_back)| {
+            let (map, capacity) = self.slot_watch();
+            InFlightEntry {
+                map,
+                capacity,
+                slot: f.slot,
+                word: f.word,
+                give_back,
+            }
+        });
         let index = set_aside(handle, entry).map_err(S::Error::custom)?;
         serializer.serialize_u32(index)
     }
