@@ -181,10 +181,9 @@ class ShareHandle:
         try:
             if self._fd is not None:
                 # Give the in-flight reference back (a pool's memfd has one; a plain
-                # memfd's handle only closes its descriptor): attaching in a process
-                # that holds the buffer already returns its buffer and vacates the slot.
+                # memfd's handle only closes its descriptor).
                 fd, self._fd = self._fd, None
-                _shmrc.Buf.attach_fd(self._bytes, fd)
+                _shmrc.Buf.drop_fd(self._bytes, fd)
             elif self.strategy == "file_system" and self._dupfd is None:
                 # As above, for a file_system handle.
                 _shmrc.Buf.attach_bytes(self._bytes)

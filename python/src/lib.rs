@@ -228,6 +228,22 @@ impl Buf {
             .py()?;
         Ok(Buf { buf })
     }
+
+    /// Drops a file_descriptor handle that was never sent: its bytes and its
+    /// descriptor, which this call takes over and closes. A pool's memfd handle gives
+    /// its in-flight reference back on the way; a plain one only closes.
+    #[staticmethod]
+    fn drop_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<()> {
+        if fd < 0 {
+            return Err(InvalidArgumentError::new_err(format!(
+                "descriptor {fd} is not open"
+            )));
+        }
+        // SAFETY: as in `attach_fd`: the caller hands over a descriptor it owns.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        py.detach(|| ShareHandle::from_fd_parts(bytes, fd).map(drop))
+            .py()
+    }
 }
 
 /// A pool of recycled buffers, either strategy (`shmrc::ShmPool`): what
