@@ -126,6 +126,15 @@ def test_an_unsent_file_descriptor_handle_gives_its_reference_back():
     del handle
     assert pool.stats()["idle"] == 1
     assert pool.get(64).generation == 1
+    # What `ShareHandle.__del__` calls, with what it must refuse (and still close).
+    with pytest.raises(shmrc.InvalidArgumentError):
+        shmrc._shmrc.Buf.drop_fd(b"", -1)
+    r, w = os.pipe()
+    os.close(w)
+    with pytest.raises(shmrc.MalformedError):
+        shmrc._shmrc.Buf.drop_fd(b"not a handle", r)
+    with pytest.raises(OSError):
+        os.close(r)  # already closed by drop_fd
 
 
 @pytest.mark.timeout(120)
