@@ -443,6 +443,14 @@ mod tests {
         assert!(PosixOs::new().is_alive(Token::new(tid, start).unwrap()));
         stop.send(()).unwrap();
         thread.join().unwrap();
+        // `join` returns once the thread's user code is done; the kernel may still be
+        // tearing the task down (its `/proc` entry readable) for a moment after. Wait
+        // for the entry to go (bounded), as a sweep would meet the task later anyway.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while fs::metadata(format!("/proc/self/task/{tid}")).is_ok() {
+            assert!(std::time::Instant::now() < deadline, "thread {tid} never went");
+            std::thread::sleep(std::time::Duration::from_millis(1));
+        }
         // Gone, the thread's id names no process: dead (or a process that took it since,
         // whose start time differs).
         assert!(!PosixOs::new().is_alive(Token::new(tid, start).unwrap()));
