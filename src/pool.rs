@@ -498,6 +498,38 @@ mod tests {
     }
 
     #[test]
+    fn an_idle_buffer_is_handed_out_again_in_a_new_generation() {
+        for strategy in [Strategy::FileSystem, Strategy::FileDescriptor] {
+            let kernel = SimKernel::new(1);
+            let os = kernel.spawn(1000);
+            let pool = pool(&os, strategy);
+            let key = pool.get(64).unwrap().key();
+            let again = pool.get(64).unwrap();
+            assert_eq!((again.key(), again.generation()), (key, 1), "{strategy}");
+            let stats = pool.stats();
+            assert_eq!((stats.created, stats.recycled), (1, 1), "{strategy}");
+            drop(again);
+            let third = pool.get(64).unwrap();
+            assert_eq!((third.key(), third.generation()), (key, 2), "{strategy}");
+            assert_eq!(pool.stats().recycled, 2, "{strategy}");
+        }
+    }
+
+    #[test]
+    fn a_pool_without_holder_slots_is_refused_at_once() {
+        let kernel = SimKernel::new(1);
+        let os = kernel.spawn(1000);
+        for strategy in [Strategy::FileSystem, Strategy::FileDescriptor] {
+            let options = CreateOptions::new().strategy(strategy).capacity(0);
+            let refused = ShmPool::with_os(os.clone(), options, PoolLimits::default());
+            assert!(
+                matches!(&refused, Err(crate::Error::InvalidArgument(why)) if why.contains("holder slot")),
+                "{strategy}: {refused:?}"
+            );
+        }
+    }
+
+    #[test]
     fn lent_buffers_take_turns_for_the_recycle_attempt() {
         let kernel = SimKernel::new(1);
         let (os, consumer) = (kernel.spawn(1000), kernel.spawn(1000));
@@ -507,12 +539,13 @@ mod tests {
         let held_a = ShmBuf::attach(pass(&kernel, &os, &consumer, a.share().unwrap())).unwrap();
         let dying = kernel.spawn(1000);
         let held_b = ShmBuf::attach(pass(&kernel, &os, &dying, b.share().unwrap())).unwrap();
-        let key_b = b.key();
+        let (key_a, key_b) = (a.key(), b.key());
         drop((a, b));
         kernel.kill(dying.pid());
         // The first try is `a` (live: rolled back, a new buffer); the next is `b`.
         let first = pool.get(64).unwrap();
-        assert_ne!(first.key(), key_b);
+        assert!(first.key() != key_a && first.key() != key_b, "a new one");
+        assert_eq!((pool.stats().created, pool.stats().recycled), (3, 0));
         let second = pool.get(64).unwrap();
         assert_eq!(
             second.key(),

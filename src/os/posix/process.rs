@@ -448,7 +448,10 @@ mod tests {
         // for the entry to go (bounded), as a sweep would meet the task later anyway.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while fs::metadata(format!("/proc/self/task/{tid}")).is_ok() {
-            assert!(std::time::Instant::now() < deadline, "thread {tid} never went");
+            assert!(
+                std::time::Instant::now() < deadline,
+                "thread {tid} never went"
+            );
             std::thread::sleep(std::time::Duration::from_millis(1));
         }
         // Gone, the thread's id names no process: dead (or a process that took it since,
