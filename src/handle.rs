@@ -459,12 +459,8 @@ impl<O: Os> ShareHandle<O> {
         }
         if let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) {
             let h = header.holders();
-            if h.generation() != self.meta.generation {
-                // A handle of an earlier use: its in-flight reference went with that use
-                // (the word in its slot, if any, is a later handle's).
-                return Ok(());
-            }
-            let vacated = holders::vacate(&self.os, &h, f.slot, f.word)?;
+            let generation = self.meta.generation;
+            let vacated = holders::give_back_in_flight(&self.os, &h, f.slot, f.word, generation)?;
             if let (true, Some(name)) = (vacated, name) {
                 holders::finalize(&self.os, &h, name, holders::Reclaim::UntilLive)?;
             }

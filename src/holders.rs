@@ -1,7 +1,8 @@
-//! The crash-safe holder protocol: who holds a file_system segment, and who may
-//! destroy it. Everything here is generic over [`Os`], touches shared state only through
-//! the atomics of [`crate::sync`], and calls [`Os::crash_point`] before every shared
-//! step, so the simulated kernel can kill a process between any two of them.
+//! The crash-safe holder protocol: who holds a segment (a file_system one, or a pool's
+//! memfd), and who may destroy it. Everything here is generic over [`Os`], touches
+//! shared state only through the atomics of [`crate::sync`], and calls
+//! [`Os::crash_point`] before every shared step, so the simulated kernel can kill a
+//! process between any two of them.
 //!
 //! # Slots
 //! A segment has `capacity` slots, each one word:
@@ -19,6 +20,9 @@
 //! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word. All slots `TOMB`:
 //!   the segment is gone.
 //! - [`release`]: CAS my slot from my word to `FREE`, then [`finalize`].
+//! - [`give_back_in_flight`]: an unattached handle's in-flight reference vacated, if
+//!   the segment is still in the handle's use (a memfd's stops there; a named
+//!   segment's caller then finalizes).
 //! - [`finalize`] (anyone: releaser, sweeper, manager): reclaim dead holders, and if
 //!   nobody live holds a slot, take the finalizer word and turn every slot
 //!   `FREE → TOMB` in order. A slot that is held makes it roll back (`TOMB → FREE`) and
@@ -523,6 +527,25 @@ pub fn transfer_step(h: &Holders<'_>, index: usize, from: u64, to: u64) -> bool 
 /// runs [`finalize`] afterwards when it held its last reference.
 pub fn vacate<O: Os>(os: &O, h: &Holders<'_>, index: usize, word: u64) -> Result<bool> {
     transfer(os, h, index, word, FREE)
+}
+
+/// Gives back the in-flight reference `word` of a handle of use `generation` (an
+/// unattached handle dropped, or one a channel's sender gives back): vacates slot
+/// `index` if the segment is still in that use and the slot still holds `word`. A
+/// handle of an earlier use gives nothing back: its reference went with that use, and
+/// the word in its slot, if any, is a later handle's (the same sender shares into the
+/// same slot with the same word). The caller finalizes a named segment on `true`.
+pub fn give_back_in_flight<O: Os>(
+    os: &O,
+    h: &Holders<'_>,
+    index: usize,
+    word: u64,
+    generation: u64,
+) -> Result<bool> {
+    if h.generation() != generation {
+        return Ok(false);
+    }
+    vacate(os, h, index, word)
 }
 
 /// Releases the reference `word` in slot `index`, then finalizes: unlinks `name` if

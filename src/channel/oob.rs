@@ -133,11 +133,8 @@ impl InFlightEntry {
             GiveBack::Named { encoded } => drop(ShareHandle::from_bytes(&encoded)),
             GiveBack::Memfd { generation } => {
                 if let Some(header) = Header::of(&*self.map, self.capacity) {
-                    let h = header.holders();
-                    // Another use's word in the slot, if any, is a later handle's.
-                    if h.generation() == generation {
-                        let _ = holders::vacate(&DefaultOs::default(), &h, self.slot, self.word);
-                    }
+                    let (os, h) = (DefaultOs::default(), header.holders());
+                    let _ = holders::give_back_in_flight(&os, &h, self.slot, self.word, generation);
                 }
             }
         }
