@@ -387,21 +387,21 @@ impl<O: Os> ShmBuf<O> {
             capacity: inner.fields.layout.capacity,
             generation: self.generation(),
         };
-        let in_flight = |segment: &str| -> Result<InFlight> {
+        let in_flight = || -> Result<InFlight> {
             let word = holders::in_flight_word(inner.holder);
-            let slot = claim(os, inner.holders(), word, segment, meta.capacity)?;
+            let slot = claim(os, inner.holders(), word, meta.capacity, || inner.segment())?;
             Ok(InFlight { slot, word })
         };
         let target = match &inner.backing {
             Backing::Named { name, .. } => Target::Named {
                 name: name.clone(),
-                in_flight: Some(in_flight(name)?),
+                in_flight: Some(in_flight()?),
             },
             Backing::Anonymous { file, slot } => {
                 // The descriptor first: a claimed slot is then never left behind.
                 let file = os.dup(file)?;
                 let in_flight = match slot {
-                    Some(_) => Some(in_flight(&inner.segment())?),
+                    Some(_) => Some(in_flight()?),
                     None => None,
                 };
                 Target::Anonymous { file, in_flight }
@@ -1070,7 +1070,7 @@ fn hold<O: Os>(
     };
     let slot = match taken_over {
         Some(slot) => slot,
-        None => claim(os, h, word, segment, capacity)?,
+        None => claim(os, h, word, capacity, || segment.to_owned())?,
     };
     let generation = match (expect, &h) {
         (Some(expect), Some(h)) => {
@@ -1094,24 +1094,26 @@ fn hold<O: Os>(
     })
 }
 
+/// Claims a slot of `h` for `word`; the errors name the segment `describe` gives (made
+/// only on failure: a share claims on the data path).
 fn claim<O: Os>(
     os: &O,
     h: Option<Holders<'_>>,
     word: u64,
-    name: &str,
     capacity: usize,
+    describe: impl Fn() -> String,
 ) -> Result<usize> {
     let h = h.ok_or_else(|| Error::Corrupted {
-        segment: name.to_owned(),
+        segment: describe(),
         what: "holder slots lie outside the mapping".into(),
     })?;
     match holders::claim(os, &h, word)? {
         Ok(slot) => Ok(slot),
         Err(ClaimError::Gone) => Err(Error::Gone {
-            segment: name.to_owned(),
+            segment: describe(),
         }),
         Err(ClaimError::Full) => Err(Error::HoldersFull {
-            segment: name.to_owned(),
+            segment: describe(),
             capacity: capacity as u32,
         }),
     }
