@@ -366,6 +366,11 @@ fn memfd_recycle_vs_consumer(stats: &'static Stats) {
     w.kernel.kill_at_step(doomed, thread_rng().gen_range(0..8));
     let (wq, sender) = (w.clone(), p.pid());
     let consumer = shuttle::thread::spawn(move || wq.memfd_consume(&q, &rx, sender));
+    // A scheduling choice with both running, whatever follows: a P doomed at its first
+    // crash point makes no shared step before it waits for Q, and a PCT run whose first
+    // execution (the one that sizes its schedules) offers no choice is refused by
+    // shuttle ("test closure did not exercise any concurrency", 1 run in about 20).
+    shuttle::thread::yield_now();
     w.memfd_recycle(&buf_p);
     let attached = consumer.join().unwrap();
     // The race is over: the checks below must not kill the survivor.
