@@ -17,7 +17,7 @@ use crate::local::SegmentKey;
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
-use crate::strategy::{Strategy, sharing_strategy};
+use crate::strategy::{Strategy, strategy_in_force};
 use crate::sync::process::{AtomicBool, AtomicU64, Ordering};
 use crate::token::Token;
 
@@ -57,7 +57,7 @@ impl Default for CreateOptions {
 }
 
 impl CreateOptions {
-    /// The defaults: the process-wide strategy ([`sharing_strategy`]), 64 holder
+    /// The defaults: the process-wide strategy ([`crate::sharing_strategy`]), 64 holder
     /// slots, the namespace `shmrc`.
     ///
     /// ```
@@ -160,8 +160,11 @@ impl CreateOptions {
     }
 
     /// The strategy a create with these options uses now.
-    pub(crate) fn resolved_strategy(&self) -> Strategy {
-        self.strategy.unwrap_or_else(sharing_strategy)
+    pub(crate) fn resolved_strategy(&self) -> Result<Strategy> {
+        match self.strategy {
+            Some(strategy) => Ok(strategy),
+            None => strategy_in_force(),
+        }
     }
 }
 
@@ -321,7 +324,7 @@ impl<O: Os> ShmBuf<O> {
         options: &CreateOptions,
         recyclable: bool,
     ) -> Result<ShmBuf<O>> {
-        let strategy = options.strategy.unwrap_or_else(sharing_strategy);
+        let strategy = options.resolved_strategy()?;
         let capacity = match strategy {
             Strategy::FileSystem => {
                 os.before_named_use(options.namespace.prefix(), None)?;

@@ -129,6 +129,7 @@ pub mod buf;
 pub mod channel;
 #[cfg(feature = "cuda")]
 pub mod cuda;
+mod environment;
 #[doc(hidden)]
 pub mod error;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

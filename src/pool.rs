@@ -233,7 +233,7 @@ impl<O: Os> ShmPool<O> {
     /// recycled buffer needs one).
     #[doc(hidden)]
     pub fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
-        let strategy = options.resolved_strategy();
+        let strategy = options.resolved_strategy()?;
         options.check_recyclable(strategy)?;
         Ok(ShmPool {
             os,

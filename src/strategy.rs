@@ -5,11 +5,13 @@
 //! The switch only chooses how *new* buffers are created: a buffer keeps the strategy it
 //! was created with, and a receiver follows the handle it gets, not its own setting. The
 //! first read takes its default from the environment variable `SHMRC_SHARING_STRATEGY`
-//! (`file_descriptor` or `file_system`) when set, else `file_descriptor`.
+//! (`file_descriptor` or `file_system`) when set, else `file_descriptor`; any other
+//! value makes every create that relies on it an error naming the variable.
 
 use std::fmt;
 use std::str::FromStr;
 
+use crate::error::Error;
 use crate::sync::process::{AtomicU8, Ordering};
 
 /// How a buffer is shared between processes, as in `torch.multiprocessing`.
@@ -152,7 +154,11 @@ pub fn all_sharing_strategies() -> &'static [Strategy] {
 
 /// The strategy new buffers are created with: the one last set by
 /// [`set_sharing_strategy`], else `$SHMRC_SHARING_STRATEGY` (`file_descriptor` or
-/// `file_system`, read once), else [`Strategy::FileDescriptor`].
+/// `file_system`, read once), else [`Strategy::FileDescriptor`]. A value of the
+/// variable that names no strategy reads as [`Strategy::FileDescriptor`] here, and
+/// every create that relies on it fails with an [`Error::InvalidArgument`] naming the
+/// variable (as [`strategy_in_force`] says) until [`set_sharing_strategy`] is called.
+/// A program that runs with privileges its caller lacks reads no variable.
 ///
 /// ```
 /// use shmrc::{Strategy, set_sharing_strategy, sharing_strategy};
@@ -161,19 +167,47 @@ pub fn all_sharing_strategies() -> &'static [Strategy] {
 /// set_sharing_strategy(Strategy::FileDescriptor);
 /// ```
 pub fn sharing_strategy() -> Strategy {
+    strategy_in_force().unwrap_or(Strategy::FileDescriptor)
+}
+
+/// The strategy new buffers are created with, as [`sharing_strategy`] says, or the
+/// error that `$SHMRC_SHARING_STRATEGY` holds no strategy's name (or no Unicode).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::strategy::{Strategy, set_sharing_strategy, strategy_in_force};
+/// set_sharing_strategy(Strategy::FileSystem);
+/// assert_eq!(strategy_in_force()?, Strategy::FileSystem);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub fn strategy_in_force() -> Result<Strategy, Error> {
     if let Some(strategy) = Strategy::from_code(CURRENT.load(Ordering::Acquire)) {
-        return strategy;
+        return Ok(strategy);
     }
-    let initial = std::env::var("SHMRC_SHARING_STRATEGY")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(Strategy::FileDescriptor);
+    let initial = match crate::environment::var(STRATEGY_ENV)? {
+        None => Strategy::FileDescriptor,
+        Some(name) => name.parse().map_err(|UnknownStrategy(name)| {
+            Error::InvalidArgument(format!(
+                "{STRATEGY_ENV}={name:?} names no sharing strategy (known: file_descriptor, \
+                 file_system)"
+            ))
+        })?,
+    };
     // Keep a value another thread set in the meantime.
     match CURRENT.compare_exchange(0, initial.code(), Ordering::AcqRel, Ordering::Acquire) {
-        Ok(_) => initial,
-        Err(code) => Strategy::from_code(code).unwrap_or(initial),
+        Ok(_) => Ok(initial),
+        Err(code) => Ok(Strategy::from_code(code).unwrap_or(initial)),
     }
 }
+
+/// Environment variable: the strategy of a process that did not call
+/// [`set_sharing_strategy`] (`file_descriptor` or `file_system`).
+///
+/// ```
+/// assert_eq!(shmrc::strategy::STRATEGY_ENV, "SHMRC_SHARING_STRATEGY");
+/// ```
+pub const STRATEGY_ENV: &str = "SHMRC_SHARING_STRATEGY";
 
 /// Switches the strategy for buffers created from now on, in this process. Buffers
 /// already created keep theirs.

@@ -28,7 +28,7 @@ pub struct ManagerArgs {
 
 /// Runs `shmrc manager`.
 pub fn run(args: &ManagerArgs) -> Result<()> {
-    let runtime = RuntimeDir::for_user(DefaultOs::default().uid());
+    let runtime = RuntimeDir::for_user(DefaultOs::default().uid())?;
     let grace = match args.grace_ms {
         Some(ms) => Duration::from_millis(ms),
         None => server::grace_from_env()?,

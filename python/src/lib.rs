@@ -383,7 +383,7 @@ fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
 #[pyfunction]
 #[pyo3(signature = (foreground, grace_ms=None))]
 fn run_manager(py: Python<'_>, foreground: bool, grace_ms: Option<u64>) -> PyResult<Option<u32>> {
-    let runtime = RuntimeDir::for_user(DefaultOs::default().uid());
+    let runtime = RuntimeDir::for_user(DefaultOs::default().uid()).py()?;
     let grace = match grace_ms {
         Some(ms) => Duration::from_millis(ms),
         None => server::grace_from_env().py()?,

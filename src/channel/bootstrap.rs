@@ -230,7 +230,7 @@ pub fn spawn<T: Serialize + DeserializeOwned, U: Serialize + DeserializeOwned>(
 /// ```
 pub fn from_parent<T: Serialize + DeserializeOwned, U: Serialize + DeserializeOwned>()
 -> Result<(Sender<T>, Receiver<U>)> {
-    let name = std::env::var(CHANNEL_ENV).map_err(|_| Error::Bootstrap {
+    let name = crate::environment::var(CHANNEL_ENV)?.ok_or_else(|| Error::Bootstrap {
         why: format!(
             "{CHANNEL_ENV} is not set: this process was not started by shmrc::channel::spawn"
         ),

@@ -343,7 +343,7 @@ fn join(mode: ManagerMode, namespaces: &BTreeSet<Namespace>) -> Result<UnixStrea
         pid: token.pid(),
         namespaces: namespaces.iter().cloned().collect(),
     };
-    let runtime = RuntimeDir::for_user(os.uid());
+    let runtime = RuntimeDir::for_user(os.uid())?;
     let mut attempt = 1;
     loop {
         let stream = match mode {
@@ -522,6 +522,8 @@ pub fn manager_program() -> Option<PathBuf> {
 
 /// The program and leading arguments that run the manager ([`set_manager_command`],
 /// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM` with no arguments), if any.
+/// A program that runs with privileges its caller lacks (setuid, setgid, file
+/// capabilities) reads no variable: only what it named itself through the API runs.
 ///
 /// ```
 /// if let Some((program, args)) = shmrc::manager::manager_command() {
@@ -529,11 +531,8 @@ pub fn manager_program() -> Option<PathBuf> {
 /// }
 /// ```
 pub fn manager_command() -> Option<(PathBuf, Vec<OsString>)> {
-    explicit_command().or_else(|| {
-        std::env::var_os(PROGRAM_ENV)
-            .filter(|p| !p.is_empty())
-            .map(|p| (PathBuf::from(p), Vec::new()))
-    })
+    explicit_command()
+        .or_else(|| crate::environment::var_os(PROGRAM_ENV).map(|p| (PathBuf::from(p), Vec::new())))
 }
 
 /// Asks the user's running manager for its counters and clients (what `shmrc status`
@@ -558,7 +557,7 @@ pub fn manager_command() -> Option<(PathBuf, Vec<OsString>)> {
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub fn status() -> Result<ManagerStatus> {
-    status_at(&RuntimeDir::for_user(PosixOs.uid()))
+    status_at(&RuntimeDir::for_user(PosixOs.uid())?)
 }
 
 /// [`status`] of the manager of `runtime` (for a manager of another runtime

@@ -93,11 +93,11 @@ pub(crate) fn mode() -> Result<ManagerMode> {
     if let Some(mode) = *lock(&MODE) {
         return Ok(mode);
     }
-    match std::env::var(MODE_ENV) {
-        Ok(v) => ManagerMode::parse(&v),
+    match crate::environment::var(MODE_ENV)? {
+        Some(v) => ManagerMode::parse(&v),
         // This crate's own unit tests never start a manager unless told to.
-        Err(_) if cfg!(test) => Ok(ManagerMode::Off),
-        Err(_) => Ok(ManagerMode::Auto),
+        None if cfg!(test) => Ok(ManagerMode::Off),
+        None => Ok(ManagerMode::Auto),
     }
 }
 

@@ -5,6 +5,7 @@ use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::environment;
 use crate::error::{Error, Result};
 
 /// Environment variable that names the runtime directory (tests use it to isolate a
@@ -20,6 +21,9 @@ use crate::error::{Error, Result};
 /// assert!(worker.get_envs().any(|(name, _)| name == RUNTIME_DIR_ENV));
 /// ```
 pub const RUNTIME_DIR_ENV: &str = "SHMRC_RUNTIME_DIR";
+/// The desktop's per-user runtime directory; the manager's is `shmrc` in it when
+/// [`RUNTIME_DIR_ENV`] is not set.
+const XDG_RUNTIME_DIR_ENV: &str = "XDG_RUNTIME_DIR";
 /// The socket clients connect to ([`RuntimeDir::socket`]).
 ///
 /// ```
@@ -69,7 +73,7 @@ const SUN_PATH_LEN: usize = 108;
 /// use shmrc::manager::runtime::RuntimeDir;
 ///
 /// let uid = nix::unistd::geteuid().as_raw();
-/// let runtime = RuntimeDir::for_user(uid);
+/// let runtime = RuntimeDir::for_user(uid)?;
 /// println!("the manager's log: {}", runtime.log().display());
 /// assert!(runtime.socket()?.starts_with(runtime.path()));
 /// # }
@@ -82,26 +86,31 @@ pub struct RuntimeDir {
 
 impl RuntimeDir {
     /// The directory for this user: `$SHMRC_RUNTIME_DIR` if set, else
-    /// `$XDG_RUNTIME_DIR/shmrc`, else `/tmp/shmrc-<uid>`. Nothing is checked yet.
+    /// `$XDG_RUNTIME_DIR/shmrc`, else `/tmp/shmrc-<uid>`. Nothing is checked or created
+    /// yet. Either variable set to a relative path is an [`Error::InvalidArgument`] that
+    /// names it (a client and the manager it starts, in other working directories,
+    /// would read it as two directories). A program that runs with privileges its
+    /// caller lacks (setuid, setgid, file capabilities) reads neither: its directory is
+    /// `/tmp/shmrc-<uid>`.
     ///
     /// ```
     /// use shmrc::manager::runtime::RuntimeDir;
     ///
-    /// let runtime = RuntimeDir::for_user(1000);
+    /// let runtime = RuntimeDir::for_user(1000)?;
     /// if std::env::var_os("SHMRC_RUNTIME_DIR").is_none() && std::env::var_os("XDG_RUNTIME_DIR").is_none() {
     ///     assert_eq!(runtime.path(), std::path::Path::new("/tmp/shmrc-1000"));
     /// }
+    /// # Ok::<(), shmrc::Error>(())
     /// ```
-    pub fn for_user(uid: u32) -> RuntimeDir {
-        let env = |name| std::env::var_os(name).filter(|v| !v.is_empty());
-        let dir = if let Some(dir) = env(RUNTIME_DIR_ENV) {
-            PathBuf::from(dir)
-        } else if let Some(xdg) = env("XDG_RUNTIME_DIR") {
-            Path::new(&xdg).join("shmrc")
+    pub fn for_user(uid: u32) -> Result<RuntimeDir> {
+        let dir = if let Some(dir) = environment::absolute_path(RUNTIME_DIR_ENV)? {
+            dir
+        } else if let Some(xdg) = environment::absolute_path(XDG_RUNTIME_DIR_ENV)? {
+            xdg.join("shmrc")
         } else {
             PathBuf::from(format!("/tmp/shmrc-{uid}"))
         };
-        RuntimeDir { dir }
+        Ok(RuntimeDir { dir })
     }
 
     /// A runtime directory at `dir` (nothing is checked or created yet).

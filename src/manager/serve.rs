@@ -73,7 +73,7 @@ fn serve_when_asked() {
     let Some(role) = std::env::var_os(ROLE_ENV) else {
         return;
     };
-    if sys::runs_with_privileges() {
+    if crate::environment::runs_with_privileges() {
         return;
     }
     IN_ROLE.store(true, Ordering::Relaxed);
@@ -123,14 +123,14 @@ fn keep_constructor() -> usize {
 
 /// The `start` role: a detached manager for `$SHMRC_RUNTIME_DIR` (set by the client).
 fn start_role() -> Result<()> {
-    let runtime = RuntimeDir::for_user(PosixOs.uid());
+    let runtime = RuntimeDir::for_user(PosixOs.uid())?;
     start_detached(&runtime, server::grace_from_env()?).map(drop)
 }
 
 /// The `serve` role: the manager itself, until its grace period passes with no client.
 fn serve_role() -> Result<()> {
     serve_here(
-        RuntimeDir::for_user(PosixOs.uid()),
+        RuntimeDir::for_user(PosixOs.uid())?,
         server::grace_from_env()?,
     )
 }
@@ -161,18 +161,23 @@ fn check_own_image_serves() -> Result<()> {
              or turn the manager off (SHMRC_MANAGER=off)"
         ),
     };
+    if crate::environment::runs_with_privileges() {
+        // Its environment is its caller's: no variable is read, and none is offered.
+        return Err(Error::ManagerStart {
+            program: OWN_IMAGE.into(),
+            why: "this program runs with privileges its caller lacks (setuid, setgid or \
+                  file capabilities): such a program never serves the manager, and it \
+                  reads no SHMRC_* variable; the program itself may name a manager program \
+                  (shmrc::manager::set_manager_program) or turn the manager off \
+                  (shmrc::manager::set_manager_mode(ManagerMode::Off))"
+                .into(),
+        });
+    }
     if std::env::var_os(ROLE_ENV).is_some() && !IN_ROLE.load(Ordering::Relaxed) {
         return Err(cannot(format!(
             "this process was started to serve the manager ({ROLE_ENV} is set), yet it \
              runs the program: shmrc's constructor did not run in this image"
         )));
-    }
-    if sys::runs_with_privileges() {
-        return Err(cannot(
-            "this program runs with privileges its caller lacks (setuid, setgid or file \
-             capabilities), and such a program never serves the manager"
-                .into(),
-        ));
     }
     let exe = std::fs::metadata(OWN_IMAGE)
         .map_err(|e| cannot(format!("cannot read {OWN_IMAGE}: {e}")))?;

@@ -66,7 +66,7 @@ pub enum Ended {
 
 /// The grace period from `$SHMRC_MANAGER_GRACE_MS`, or [`DEFAULT_GRACE`].
 pub fn grace_from_env() -> Result<Duration> {
-    parse_grace(std::env::var(GRACE_ENV).ok())
+    parse_grace(crate::environment::var(GRACE_ENV)?)
 }
 
 fn parse_grace(value: Option<String>) -> Result<Duration> {

@@ -1,14 +1,12 @@
 //! The system calls of the manager (server and client) and nothing else: `poll` (over
 //! connections and process descriptors, [`PidFd`], which the posix backend opens), the
 //! credentials of a Unix socket's peer (`SO_PEERCRED`), the single-instance lock
-//! (`flock`), starting a process in a session of its own (`setsid`), and whether this
-//! program runs with privileges its caller lacks (`getauxval(AT_SECURE)`).
+//! (`flock`) and starting a process in a session of its own (`setsid`).
 //!
 //! # Safety
-//! Two `unsafe` blocks, each with its reason beside it: the `pre_exec` hook that calls
+//! One `unsafe` block, with its reason beside it: the `pre_exec` hook that calls
 //! `setsid` and `close_range` between `fork` and `exec` (async-signal-safe, touches no
-//! memory of the parent), and `getauxval` (reads the auxiliary vector, no
-//! precondition).
+//! memory of the parent).
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -140,23 +138,10 @@ pub fn spawn_in_new_session(command: &mut Command) -> std::io::Result<Child> {
     command.spawn()
 }
 
-/// Whether the kernel started this program with privileges its caller lacks (setuid,
-/// setgid, file capabilities): its environment is then its caller's to set.
-pub fn runs_with_privileges() -> bool {
-    // SAFETY: getauxval reads the auxiliary vector the kernel passed at exec; it takes
-    // a plain integer, has no precondition, and returns 0 for an absent entry.
-    unsafe { libc::getauxval(libc::AT_SECURE) != 0 }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::os::fd::AsFd;
-
-    #[test]
-    fn a_test_runs_without_extra_privileges() {
-        assert!(!runs_with_privileges());
-    }
 
     #[test]
     fn a_pidfd_becomes_readable_when_its_process_exits() {

@@ -7,7 +7,8 @@
 //!   (`fuzz/fuzz_targets/`, `tests/fuzz_seeds.rs`);
 //! - [`names`]: a `/dev/shm` namespace per test that leaves nothing behind;
 //! - [`data`]: test data, its checksum, handles as hex, JSON fields;
-//! - [`process`]: child processes with a time limit.
+//! - [`process`]: child processes with a time limit;
+//! - [`users`]: throwaway unprivileged users for attack tests.
 #![allow(missing_docs)]
 
 pub mod attacks;
@@ -15,3 +16,4 @@ pub mod data;
 pub mod model_harness;
 pub mod names;
 pub mod process;
+pub mod users;
