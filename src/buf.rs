@@ -389,6 +389,7 @@ impl<O: Os> ShmBuf<O> {
             data_len: inner.fields.layout.data_len,
             capacity: inner.fields.layout.capacity,
             generation: self.generation(),
+            share_key: inner.fields.share_key,
         };
         let in_flight = || -> Result<InFlight> {
             let word = holders::in_flight_word(inner.holder);
@@ -450,6 +451,8 @@ impl<O: Os> ShmBuf<O> {
         let os = handle.os.clone();
         let me = os.current();
         if let Some(inner) = os.local().lookup::<Inner<O>>(me, handle.meta.key) {
+            // Before anything is given up: forged bytes must not vacate a slot.
+            check_matches(&handle.meta, &inner.fields, &inner.segment())?;
             let generation = inner.generation.load(Ordering::Acquire);
             let current = inner
                 .holders()
@@ -1123,6 +1126,18 @@ fn claim<O: Os>(
 }
 
 pub(crate) fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -> Result<()> {
+    // First, and whatever else agrees: bytes forged from a listing of /dev/shm carry
+    // everything right but this. (Planted bug `share_key_unchecked`: not compared.)
+    if meta.share_key != fields.share_key && !cfg!(shmrc_plant = "share_key_unchecked") {
+        return Err(Error::Malformed {
+            what: "share handle",
+            why: format!(
+                "its share key is not {segment}'s: the bytes were not made from this \
+                 segment by ShareHandle::into_bytes (forged from its name, or damaged); \
+                 nothing was taken"
+            ),
+        });
+    }
     if meta.key != fields.key()
         || meta.data_len != fields.layout.data_len
         || meta.capacity != fields.layout.capacity

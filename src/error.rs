@@ -405,7 +405,10 @@ pub enum Error {
     /// it (`chmod 700`, remove the symlink) or point `SHMRC_RUNTIME_DIR` at a private
     /// directory of this user; or turn the manager off
     /// ([`manager::ManagerMode::Off`](crate::manager::ManagerMode::Off)).
-    #[error("manager runtime directory {path}: {why}")]
+    #[error(
+        "manager runtime directory {path}: {why} (fix it, or set SHMRC_RUNTIME_DIR to a \
+         private directory of this user)"
+    )]
     UnsafeRuntimeDir {
         /// The directory.
         path: std::path::PathBuf,

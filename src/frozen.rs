@@ -370,6 +370,7 @@ impl FrozenBuf {
                 capacity: 0,
                 // A sealed memfd is never recycled: always its first use.
                 generation: 0,
+                share_key: fields.share_key,
             },
             target: Target::Anonymous {
                 file: os.dup(&self.inner.file)?,

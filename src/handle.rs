@@ -19,10 +19,19 @@
 //! 20..24  in-flight slot        24..32 in-flight word
 //! 32..40  creator token         40..56 nonce
 //! 56..64  generation (the use of a recycled segment, see holders::recycle)
-//! 64..66  name length           66..   name (file_system only)
+//! 64..72  share key (the segment header's secret word, see segment.rs)
+//! 72..74  name length           74..   name (file_system only)
 //! ```
 //! [`decode`] checks every field, and that the name lies in a shmrc namespace of this
 //! user and agrees with the creator and nonce, before anything is opened.
+//!
+//! Everything in a file_system handle but the share key can be read off a listing of
+//! `/dev/shm` and `/proc` by any local user: the name, the length, and the word of an
+//! in-flight reference (the sender's pid and start time). The share key is 64 random
+//! bits in the segment's header, which only the owner's processes can read (the file
+//! is `0600`): attaching a handle, taking over its in-flight reference, or giving one
+//! back from a dropped handle all need it to match, so bytes forged from what is
+//! public are refused and touch nothing (docs/SECURITY.md).
 
 use std::fmt;
 
@@ -37,8 +46,8 @@ use crate::token::Token;
 
 const MAGIC: [u8; 4] = *b"SHRH";
 /// The handle encoding version this build writes and reads.
-pub const HANDLE_VERSION: u16 = 2;
-const FIXED_LEN: usize = 66;
+pub const HANDLE_VERSION: u16 = 3;
+const FIXED_LEN: usize = 74;
 const MAX_NAME_LEN: usize = 255;
 /// The longest encoded handle.
 pub const MAX_ENCODED_LEN: usize = FIXED_LEN + MAX_NAME_LEN;
@@ -60,6 +69,9 @@ pub struct HandleMeta {
     /// The segment's generation when shared: which use of a recycled segment the handle
     /// describes (0 for a segment never recycled).
     pub generation: u64,
+    /// The segment's share key: the secret that shows the handle was made from the
+    /// segment itself, not forged from its name (see the module's docs).
+    pub share_key: u64,
 }
 
 /// An in-flight reference: slot `slot` holds `word` for the receiver.
@@ -108,6 +120,7 @@ pub fn encode(decoded: &Decoded) -> Vec<u8> {
     out.extend_from_slice(&meta.key.creator.word().to_le_bytes());
     out.extend_from_slice(&meta.key.nonce.to_le_bytes());
     out.extend_from_slice(&meta.generation.to_le_bytes());
+    out.extend_from_slice(&meta.share_key.to_le_bytes());
     out.extend_from_slice(&(name.len() as u16).to_le_bytes());
     out.extend_from_slice(name);
     out
@@ -157,7 +170,8 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
         .ok_or_else(|| malformed("creator is not a valid token".into()))?;
     let nonce = u128::from_le_bytes(bytes[40..56].try_into().unwrap_or([0; 16]));
     let generation = u64_at(56);
-    let name_len = usize::from(u16_at(64));
+    let share_key = u64_at(64);
+    let name_len = usize::from(u16_at(72));
     if bytes.len() != FIXED_LEN + name_len || name_len > MAX_NAME_LEN {
         return Err(malformed(format!(
             "name length {name_len} does not match the {} bytes received",
@@ -210,6 +224,7 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
             data_len: data_len as usize,
             capacity,
             generation,
+            share_key,
         },
         name,
         in_flight,
@@ -454,7 +469,12 @@ impl<O: Os> ShareHandle<O> {
             }
             Target::Taken => return Ok(()),
         };
-        if opened.fields.key() != self.meta.key {
+        // Bytes that do not describe this segment, share key included (forged from a
+        // listing, or damaged), give back nothing: the reference is someone else's.
+        // (Planted bug `share_key_unchecked`: the key is not compared.)
+        let key_differs = opened.fields.share_key != self.meta.share_key
+            && !cfg!(shmrc_plant = "share_key_unchecked");
+        if opened.fields.key() != self.meta.key || key_differs {
             return Ok(());
         }
         if let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) {
@@ -520,6 +540,7 @@ mod tests {
                 data_len: 4096,
                 capacity: 8,
                 generation: 5,
+                share_key: 0x5eed,
             },
             name: Some(ns.segment_name(1000, 1, creator, 77)),
             in_flight: Some(InFlight {
@@ -602,7 +623,7 @@ mod tests {
         let named = |len: usize| {
             let mut b = encode(&sample());
             b.truncate(FIXED_LEN);
-            b[64..66].copy_from_slice(&(len as u16).to_le_bytes());
+            b[72..74].copy_from_slice(&(len as u16).to_le_bytes());
             b.extend(std::iter::repeat_n(b'a', len));
             b
         };

@@ -18,7 +18,7 @@
 //! word 12  finalizer word     (holder protocol, see holders.rs)
 //! word 13  pending-finalize flag (holder protocol)
 //! word 14  generation            (bumped by each recycle, see holders.rs; 0 at creation)
-//! word 15  reserved, 0
+//! word 15  share key: 64 random bits, in no name; a handle must carry it (handle.rs)
 //! words 16.. holder slots, `capacity` of them
 //! data at `data offset`
 //! ```
@@ -73,6 +73,7 @@ const W_CHECKSUM: usize = 11;
 const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
 const W_GENERATION: usize = 14;
+const W_SHARE_KEY: usize = 15;
 /// Byte offset of the generation word (for tools that read headers raw).
 pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
 
@@ -170,6 +171,12 @@ pub struct Fields {
     pub created_at_nanos: u64,
     /// The creator's random nonce.
     pub nonce: u128,
+    /// The share key: 64 random bits that, unlike the rest, appear in no name or
+    /// listing, so only a process that could read the header (the owner's) can make a
+    /// handle that attaches (see [`crate::ShareHandle`]). Not covered by the checksum
+    /// (a scribbled key makes attaches fail, nothing more); 0 in segments of shmrc
+    /// builds before handle version 3.
+    pub share_key: u64,
 }
 
 impl Fields {
@@ -247,6 +254,8 @@ pub fn initialize(map: &impl Mapping, fields: &Fields, first_holder: Option<Toke
     }
     // Relaxed: published by the magic's Release, as the fields.
     words[W_CHECKSUM].store(checksum(&values), Ordering::Relaxed);
+    // Relaxed: as the fields.
+    words[W_SHARE_KEY].store(fields.share_key, Ordering::Relaxed);
     if let (Some(token), true) = (first_holder, capacity > 0) {
         // Relaxed: slot 0 is published by the magic's Release; a claimer reads it after
         // its Acquire of the magic, so it never sees the slot free and takes it.
@@ -382,6 +391,7 @@ pub fn validate<O: Os, M: Mapping>(
         pid_namespace,
         created_at_nanos: load(W_CREATED_AT),
         nonce: u128::from(load(W_NONCE_LO)) | (u128::from(load(W_NONCE_HI)) << 64),
+        share_key: load(W_SHARE_KEY),
     })
 }
 
@@ -450,6 +460,8 @@ pub fn create<O: Os>(
         pid_namespace: os.pid_namespace(),
         created_at_nanos: os.now_unix_nanos(),
         nonce: os.random_u128()?,
+        // 64 of 128 fresh random bits: the other 64 would be as secret, and are unused.
+        share_key: os.random_u128()? as u64,
     };
     match strategy {
         Strategy::FileSystem => {

@@ -759,3 +759,50 @@ fn a_finalize_whose_unlink_races_or_is_refused_is_reported_as_such() {
         sweep_and_assert_clean(&kernel, vec![]);
     }
 }
+
+/// Bytes forged from what a listing shows (everything but the share key), given to a
+/// holder of the segment (the local path) and to a process that does not hold it: each
+/// refuses them before anything is taken over or given back (before any crash point:
+/// no step of it can be interrupted), a forged handle dropped unattached gives nothing
+/// back, and the real receiver still takes over its in-flight reference (P1 for the
+/// handle in flight).
+#[test]
+fn bytes_forged_without_the_share_key_take_over_and_give_back_nothing() {
+    let kernel = SimKernel::new(0);
+    let owner = kernel.spawn(UID);
+    let service = kernel.spawn(UID);
+    let receiver = kernel.spawn(UID);
+    let buf = create(&owner, 4).unwrap();
+    let real = share_bytes(&buf).unwrap();
+    let mut decoded = shmrc::handle::decode(&real, UID).unwrap();
+    decoded.meta.share_key ^= 1; // a guess: wrong, as 2^64 - 1 of them are
+    let forged = shmrc::handle::encode(&decoded);
+    let in_flight = || {
+        let report = inspect(&kernel.spawn(UID), &ns()).unwrap();
+        report.segments[0].census.unwrap().in_flight
+    };
+    assert_eq!(in_flight(), 1);
+    // The owner holds the segment (the local path); the service does not.
+    for (who, process) in [("the owner", &owner), ("a service", &service)] {
+        kernel.kill_at_step(process.pid(), 0);
+        let refused = attach(process, &forged);
+        assert!(
+            matches!(&refused, Err(Error::Malformed { why, .. }) if why.contains("share key")),
+            "{who}: {refused:?}"
+        );
+        drop(ShareHandle::from_bytes_with(process, &forged));
+        assert!(!kernel.is_killed(process.pid()), "{who}: a step was taken");
+        assert_eq!(
+            in_flight(),
+            1,
+            "{who}: the real reference is still in flight"
+        );
+    }
+    let received = attach(&receiver, &real).unwrap();
+    assert_reads_payload(&received);
+    assert_eq!(in_flight(), 0, "taken over by its receiver");
+    for p in [&owner, &service, &receiver] {
+        kernel.kill(p.pid());
+    }
+    sweep_and_assert_clean(&kernel, vec![received, buf]);
+}

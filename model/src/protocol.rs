@@ -976,6 +976,7 @@ impl Scratch {
             pid_namespace: 1,
             created_at_nanos: 1,
             nonce: u128::from(s),
+            share_key: u64::from(s),
         };
         let words = layout.total_len().div_ceil(8);
         let header = Scratch((0..words).map(|_| AtomicU64::new(0)).collect());

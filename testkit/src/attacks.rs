@@ -178,7 +178,8 @@ impl Default for World {
 }
 
 /// A handle of `buf`'s segment without an in-flight reference, as any process of the
-/// user could forge from the name.
+/// user could make from the name and the header it can read (the share key included,
+/// so that mutations of it reach past the share-key check).
 fn bare_handle(buf: &ShmBuf<SimOs>) -> Vec<u8> {
     let fields = buf.fields();
     handle::encode(&Decoded {
@@ -188,6 +189,7 @@ fn bare_handle(buf: &ShmBuf<SimOs>) -> Vec<u8> {
             data_len: fields.layout.data_len,
             capacity: fields.layout.capacity,
             generation: buf.generation(),
+            share_key: fields.share_key,
         },
         name: buf.name().map(str::to_owned),
         in_flight: None,
