@@ -163,7 +163,7 @@ impl CreateOptions {
     pub(crate) fn resolved_strategy(&self) -> Result<Strategy> {
         match self.strategy {
             Some(strategy) => Ok(strategy),
-            None => strategy_in_force(),
+            None => Ok(strategy_in_force()?),
         }
     }
 }

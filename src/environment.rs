@@ -3,15 +3,33 @@
 //! in a program the kernel started with privileges its caller lacks (setuid, setgid,
 //! file capabilities: `AT_SECURE` in the auxiliary vector, [`runs_with_privileges`])
 //! every variable reads as unset, since its caller chose them. A value that is set but
-//! not Unicode is an [`Error::InvalidArgument`] that names the variable; an empty one
-//! reads as unset.
+//! unusable (not Unicode, a relative path) is a [`BadVariable`] that names the variable
+//! (an `Error::InvalidArgument` once it reaches the user); an empty one reads as unset.
+//! It imports nothing of the crate, so that every module may read the environment.
 //!
 //! # Safety
 //! One `unsafe` block: `getauxval(AT_SECURE)`, which reads the auxiliary vector the
 //! kernel passed at exec (a plain integer argument, no precondition).
 #![allow(unsafe_code)]
 
-use crate::error::{Error, Result};
+use std::fmt;
+
+/// A variable set to a value shmrc cannot use: its name, the value and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BadVariable {
+    /// What is wrong, the variable's name and value first.
+    pub why: String,
+}
+
+impl fmt::Display for BadVariable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.why)
+    }
+}
+
+impl std::error::Error for BadVariable {}
+
+type Result<T> = std::result::Result<T, BadVariable>;
 
 /// The value of the variable `name`, if it is set to something other than the empty
 /// string and this program runs without privileges its caller lacks. A value that is
@@ -42,10 +60,12 @@ pub(crate) fn absolute_path(name: &str) -> Result<Option<std::path::PathBuf>> {
     };
     let path = std::path::PathBuf::from(value);
     if path.is_relative() {
-        return Err(Error::InvalidArgument(format!(
-            "{name}={path:?} is a relative path: set it to an absolute one (processes \
-             in other working directories would read it as another directory)"
-        )));
+        return Err(BadVariable {
+            why: format!(
+                "{name}={path:?} is a relative path: set it to an absolute one (processes \
+                 in other working directories would read it as another directory)"
+            ),
+        });
     }
     Ok(Some(path))
 }
@@ -59,9 +79,9 @@ fn read(
         Ok(value) if value.is_empty() => Ok(None),
         Ok(value) => Ok(Some(value)),
         Err(std::env::VarError::NotPresent) => Ok(None),
-        Err(std::env::VarError::NotUnicode(value)) => Err(Error::InvalidArgument(format!(
-            "{name}={value:?} is not valid Unicode"
-        ))),
+        Err(std::env::VarError::NotUnicode(value)) => Err(BadVariable {
+            why: format!("{name}={value:?} is not valid Unicode"),
+        }),
     }
 }
 

@@ -569,3 +569,11 @@ impl Error {
         matches!(self, Error::Gone { .. })
     }
 }
+
+/// A variable of the environment set to something shmrc cannot use is an invalid
+/// argument, its message naming the variable.
+impl From<crate::environment::BadVariable> for Error {
+    fn from(bad: crate::environment::BadVariable) -> Error {
+        Error::InvalidArgument(bad.why)
+    }
+}

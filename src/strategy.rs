@@ -11,7 +11,7 @@
 use std::fmt;
 use std::str::FromStr;
 
-use crate::error::Error;
+use crate::environment::BadVariable;
 use crate::sync::process::{AtomicU8, Ordering};
 
 /// How a buffer is shared between processes, as in `torch.multiprocessing`.
@@ -156,7 +156,7 @@ pub fn all_sharing_strategies() -> &'static [Strategy] {
 /// [`set_sharing_strategy`], else `$SHMRC_SHARING_STRATEGY` (`file_descriptor` or
 /// `file_system`, read once), else [`Strategy::FileDescriptor`]. A value of the
 /// variable that names no strategy reads as [`Strategy::FileDescriptor`] here, and
-/// every create that relies on it fails with an [`Error::InvalidArgument`] naming the
+/// every create that relies on it fails with an [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the
 /// variable (as [`strategy_in_force`] says) until [`set_sharing_strategy`] is called.
 /// A program that runs with privileges its caller lacks reads no variable.
 ///
@@ -171,7 +171,8 @@ pub fn sharing_strategy() -> Strategy {
 }
 
 /// The strategy new buffers are created with, as [`sharing_strategy`] says, or the
-/// error that `$SHMRC_SHARING_STRATEGY` holds no strategy's name (or no Unicode).
+/// error that `$SHMRC_SHARING_STRATEGY` holds no strategy's name (or no Unicode),
+/// which `?` turns into an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -179,19 +180,19 @@ pub fn sharing_strategy() -> Strategy {
 /// set_sharing_strategy(Strategy::FileSystem);
 /// assert_eq!(strategy_in_force()?, Strategy::FileSystem);
 /// # }
-/// # Ok::<(), shmrc::Error>(())
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn strategy_in_force() -> Result<Strategy, Error> {
+pub fn strategy_in_force() -> Result<Strategy, BadVariable> {
     if let Some(strategy) = Strategy::from_code(CURRENT.load(Ordering::Acquire)) {
         return Ok(strategy);
     }
     let initial = match crate::environment::var(STRATEGY_ENV)? {
         None => Strategy::FileDescriptor,
-        Some(name) => name.parse().map_err(|UnknownStrategy(name)| {
-            Error::InvalidArgument(format!(
-                "{STRATEGY_ENV}={name:?} names no sharing strategy (known: file_descriptor, \
-                 file_system)"
-            ))
+        Some(name) => name.parse().map_err(|UnknownStrategy(name)| BadVariable {
+            why: format!(
+                "{STRATEGY_ENV}={name:?} names no sharing strategy (known: \
+                     file_descriptor, file_system)"
+            ),
         })?,
     };
     // Keep a value another thread set in the meantime.
