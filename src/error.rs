@@ -467,6 +467,29 @@ pub enum Error {
         reason: String,
     },
 
+    /// The manager did not answer a request that this file_system create or attach
+    /// needed (its Hello, or a Watch) within `waited`: it is stopped (`SIGSTOP`, a
+    /// debugger, a frozen cgroup) or overloaded. Nothing was taken. Continue it (`kill
+    /// -CONT <pid>`), kill it (the next create starts a new one), or run without a
+    /// manager ([`manager::ManagerMode::Off`](crate::manager::ManagerMode::Off)) and
+    /// sweep. Threads of this process that waited for the same answer get the same
+    /// error; a create or attach that needed no answer went ahead meanwhile.
+    #[error(
+        "the shmrc manager{} at {} did not answer within {waited:?}: it is stopped or \
+         overloaded; continue it (kill -CONT), kill it (the next create starts another), or \
+         run with SHMRC_MANAGER=off and sweep",
+        match pid { Some(pid) => format!(" (pid {pid})"), None => String::new() },
+        socket.display()
+    )]
+    ManagerTimeout {
+        /// The manager's pid, where the socket's peer credentials gave it.
+        pid: Option<u32>,
+        /// The socket it was asked on.
+        socket: std::path::PathBuf,
+        /// How long this process waited.
+        waited: std::time::Duration,
+    },
+
     // --- CUDA (feature `cuda`, `crate::cuda`). ---
     #[cfg(feature = "cuda")]
     /// No CUDA driver could be used (no `libcuda.so.1`, a missing entry point, no

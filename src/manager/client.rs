@@ -10,6 +10,13 @@
 //! A forked child does not reuse its parent's connection: it is another process and
 //! says its own Hello (and gets its own watcher thread), on connection state of its own,
 //! so that a lock some thread of the parent held at the fork cannot block it.
+//!
+//! No lock is held across a round trip (a Hello, a manager start, a Watch): the thread
+//! that needs one marks it in progress and makes it unlocked; a thread whose create or
+//! attach needs nothing the manager has not been told goes ahead meanwhile, and one that
+//! needs the same answer waits for it and shares its outcome (a manager that does not
+//! answer costs every waiting thread one wait, together, not one each:
+//! [`Error::ManagerTimeout`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::ffi::OsString;
@@ -18,7 +25,7 @@ use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::mode::{ManagerMode, lock, mode};
@@ -50,13 +57,39 @@ const ATTEMPTS: u32 = 3;
 /// [`set_manager_program`]).
 static PROGRAM: Mutex<Option<(PathBuf, Vec<OsString>)>> = Mutex::new(None);
 /// The connection state of the process that last asked for it, by pid. The outer lock
-/// is held only to look the state up, never across I/O; the state's own lock may be
-/// held for a connect or a manager start (seconds). A forked child gets a fresh state:
-/// its copy of the parent's may be locked by a thread that does not exist in the child.
+/// is held only to look the state up, never across I/O; the state's own lock is held
+/// for a write at most, never for a round trip (see the module's docs). A forked child
+/// gets a fresh state: its copy of the parent's may be locked by a thread that does not
+/// exist in the child.
 static CONNECTIONS: Mutex<Option<(u32, &'static State)>> = Mutex::new(None);
 
-/// One process's connection state.
-type State = Mutex<Option<Connection>>;
+/// One process's connection state, and the condition its threads wait on while one of
+/// them makes a round trip.
+#[derive(Default)]
+struct State {
+    conn: Mutex<Option<Connection>>,
+    /// Notified when a round trip ends.
+    turn: Condvar,
+}
+
+impl State {
+    fn lock(&self) -> MutexGuard<'_, Option<Connection>> {
+        lock(&self.conn)
+    }
+
+    /// Waits (bounded) for the round trip in progress to end.
+    fn wait<'a>(
+        &self,
+        guard: MutexGuard<'a, Option<Connection>>,
+    ) -> MutexGuard<'a, Option<Connection>> {
+        // Bounded: a round trip ends within its own timeouts; this only guards against
+        // a notification missed by a bug, re-checking the state at least this often.
+        match self.turn.wait_timeout(guard, Duration::from_secs(1)) {
+            Ok((guard, _)) => guard,
+            Err(poisoned) => poisoned.into_inner().0,
+        }
+    }
+}
 
 /// This process's connection state (see [`CONNECTIONS`]).
 fn connection() -> &'static State {
@@ -169,6 +202,57 @@ struct Connection {
     generation: u64,
     /// Whether this process's watcher thread runs.
     watcher: bool,
+    /// Whether a thread of this process is making a round trip with the manager
+    /// (joining, or a Watch) without the lock; others that need one wait for it, and
+    /// nobody judges the stream's health meanwhile (its reply makes it readable).
+    in_round_trip: bool,
+    /// Round trips begun so far, and the number of the last one that timed out with
+    /// what it waited for: a thread that waited through it shares its outcome.
+    round_trips: u64,
+    last_timeout: Option<(u64, Stall)>,
+}
+
+/// What a round trip that timed out waited for (to make [`Error::ManagerTimeout`]).
+#[derive(Clone, Debug)]
+struct Stall {
+    pid: Option<u32>,
+    socket: PathBuf,
+    waited: Duration,
+}
+
+impl Stall {
+    fn of(error: &Error) -> Option<Stall> {
+        match error {
+            Error::ManagerTimeout {
+                pid,
+                socket,
+                waited,
+            } => Some(Stall {
+                pid: *pid,
+                socket: socket.clone(),
+                waited: *waited,
+            }),
+            _ => None,
+        }
+    }
+
+    fn error(&self) -> Error {
+        Error::ManagerTimeout {
+            pid: self.pid,
+            socket: self.socket.clone(),
+            waited: self.waited,
+        }
+    }
+}
+
+/// What a create or attach needs from the manager before it takes a slot.
+enum Need {
+    /// Nothing: the manager knows already.
+    Nothing,
+    /// One request written, no answer awaited.
+    Write(Request),
+    /// A Watch of the namespace, answered (too many segments told one by one).
+    Watch,
 }
 
 impl Connection {
@@ -182,64 +266,80 @@ impl Connection {
             attached: HashMap::new(),
             generation: 0,
             watcher: false,
+            in_round_trip: false,
+            round_trips: 0,
+            last_timeout: None,
         }
     }
 
-    /// Takes `stream`, a new manager's connection on which Hello named `self.used`:
-    /// those are swept whole, and nothing else was told.
-    fn joined(&mut self, stream: UnixStream) {
-        self.stream = Some(stream);
-        self.whole = self.used.clone();
-        self.created.clear();
-        self.attached.clear();
-        self.generation += 1;
-    }
-
-    /// Tells the manager what this process is about to hold in `ns` (see [`watch`]),
-    /// unless it knows already. `Err`: the connection failed (the caller reconnects).
-    fn tell(&mut self, ns: &Namespace, segment: Option<&str>) -> Result<()> {
-        let stream = self.stream.as_ref().ok_or(Error::Disconnected)?;
+    /// What telling the manager that this process is about to hold `segment` (or, for
+    /// `None`, create) in `ns` needs.
+    fn need(&self, ns: &Namespace, segment: Option<&str>) -> Need {
         if self.whole.contains(ns) {
-            return Ok(());
+            return Need::Nothing;
         }
         match segment {
-            None if self.created.contains(ns) => {}
-            None => {
-                send(
-                    stream,
-                    &Request::Created {
-                        namespace: ns.clone(),
-                    },
-                )?;
-                self.created.insert(ns.clone());
-            }
-            Some(name) => {
-                match self.attached.entry(ns.clone()).or_default() {
-                    told if told.contains(name) => {}
-                    told if told.len() >= MAX_SEGMENTS_PER_NAMESPACE => {
-                        // Too many to tell one by one: the whole namespace, asked (the
-                        // manager folds what it was told into it too).
-                        let watch = Request::Watch {
-                            namespace: ns.clone(),
-                        };
-                        exchange(stream, &watch).and_then(expect_welcome)?;
-                        self.whole.insert(ns.clone());
-                        self.attached.remove(ns);
-                    }
-                    told => {
-                        send(
-                            stream,
-                            &Request::Attached {
-                                segment: name.to_owned(),
-                            },
-                        )?;
-                        told.insert(name.to_owned());
-                    }
+            None if self.created.contains(ns) => Need::Nothing,
+            None => Need::Write(Request::Created {
+                namespace: ns.clone(),
+            }),
+            Some(name) => match self.attached.get(ns) {
+                Some(told) if told.contains(name) => Need::Nothing,
+                Some(told) if told.len() >= MAX_SEGMENTS_PER_NAMESPACE => Need::Watch,
+                _ => Need::Write(Request::Attached {
+                    segment: name.to_owned(),
+                }),
+            },
+        }
+    }
+
+    /// Records that the manager was told what [`Connection::need`] asked for.
+    fn told(&mut self, ns: &Namespace, segment: Option<&str>, watched: bool) {
+        if watched {
+            self.whole.insert(ns.clone());
+            self.attached.remove(ns);
+        } else {
+            match segment {
+                None => {
+                    self.created.insert(ns.clone());
+                }
+                Some(name) => {
+                    self.attached
+                        .entry(ns.clone())
+                        .or_default()
+                        .insert(name.to_owned());
                 }
             }
         }
         self.used.insert(ns.clone());
-        Ok(())
+    }
+
+    /// Begins a round trip: marks it in progress and returns its number.
+    fn begin_round_trip(&mut self) -> u64 {
+        self.in_round_trip = true;
+        self.round_trips += 1;
+        self.round_trips
+    }
+
+    /// Ends round trip `number` with `outcome` (remembering a timeout for the threads
+    /// that waited through it).
+    fn end_round_trip<T>(&mut self, number: u64, outcome: &Result<T>) {
+        self.in_round_trip = false;
+        if let Err(e) = outcome {
+            if let Some(stall) = Stall::of(e) {
+                self.last_timeout = Some((number, stall));
+            }
+        }
+    }
+
+    /// Takes `stream`, a new manager's connection on which Hello named `named` (what
+    /// was used when the join began): those are swept whole, and nothing else was told.
+    fn joined_naming(&mut self, stream: UnixStream, named: &BTreeSet<Namespace>) {
+        self.stream = Some(stream);
+        self.whole = named.clone();
+        self.created.clear();
+        self.attached.clear();
+        self.generation += 1;
     }
 }
 
@@ -257,39 +357,131 @@ pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
         return Ok(());
     }
     let pid = this_pid();
-    let mut guard = lock(connection());
-    let conn = match &mut *guard {
-        Some(c) if c.pid == pid => c,
-        other => other.insert(Connection::new(pid)),
-    };
-    if let Some(stream) = conn.stream.take_if(|s| !is_healthy(s)) {
-        drop(stream);
-    }
-    if conn.stream.is_some() {
-        if conn.tell(ns, segment).is_ok() {
-            return Ok(());
+    let state = connection();
+    let mut guard = state.lock();
+    // The round trips this call waited through: a timeout among them is its outcome.
+    let mut waited_since: Option<u64> = None;
+    loop {
+        let conn = match &mut *guard {
+            Some(c) if c.pid == pid => c,
+            other => other.insert(Connection::new(pid)),
+        };
+        if let (Some(since), Some((number, stall))) = (waited_since, &conn.last_timeout) {
+            if *number > since {
+                return Err(stall.error());
+            }
         }
-        conn.stream = None;
+        let need = conn.need(ns, segment);
+        if conn.in_round_trip {
+            // Another thread waits for the manager's answer (a Watch: the stream is
+            // there) or for a manager (a join: it is not). What needs no answer goes
+            // ahead on the stream; the rest waits for that round trip's outcome.
+            match (&conn.stream, &need) {
+                (Some(_), Need::Nothing) => return Ok(()),
+                (Some(stream), Need::Write(request)) if send(stream, request).is_ok() => {
+                    conn.told(ns, segment, false);
+                    return Ok(());
+                }
+                _ => {}
+            }
+            waited_since.get_or_insert(conn.round_trips - 1);
+            guard = state.wait(guard);
+            continue;
+        }
+        if let Some(stream) = conn.stream.take_if(|s| !is_healthy(s)) {
+            drop(stream);
+            continue;
+        }
+        if let Some(stream) = conn.stream.as_ref() {
+            match need {
+                Need::Nothing => return Ok(()),
+                Need::Write(request) => {
+                    // A write, under the lock (requests must not interleave), no answer.
+                    match send(stream, &request) {
+                        Ok(()) => {
+                            conn.told(ns, segment, false);
+                            return Ok(());
+                        }
+                        Err(_) => {
+                            conn.stream = None;
+                            continue;
+                        }
+                    }
+                }
+                Need::Watch => {
+                    let watch = Request::Watch {
+                        namespace: ns.clone(),
+                    };
+                    // Sent under the lock; the answer is awaited without it.
+                    let sent = send(stream, &watch).and_then(|()| {
+                        stream
+                            .try_clone()
+                            .map_err(|e| Error::os("dup manager socket", e))
+                    });
+                    let stream = match sent {
+                        Ok(stream) => stream,
+                        Err(_) => {
+                            conn.stream = None;
+                            continue;
+                        }
+                    };
+                    let number = conn.begin_round_trip();
+                    let generation = conn.generation;
+                    drop(guard);
+                    let answered = receive(&stream).and_then(expect_welcome);
+                    guard = state.lock();
+                    let conn = guard.as_mut().expect("the state of this process");
+                    conn.end_round_trip(number, &answered);
+                    state.turn.notify_all();
+                    match answered {
+                        Ok(()) if conn.generation == generation => {
+                            conn.told(ns, segment, true);
+                            return Ok(());
+                        }
+                        // A new manager replaced that one meanwhile: ask it.
+                        Ok(()) => continue,
+                        Err(e) => {
+                            if conn.generation == generation {
+                                conn.stream = None;
+                            }
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+        }
+        // No manager yet (or it went away): join one, unlocked.
+        let number = conn.begin_round_trip();
+        let used = conn.used.clone();
+        drop(guard);
+        let joined = join(mode, &used);
+        guard = state.lock();
+        let conn = guard.as_mut().expect("the state of this process");
+        conn.end_round_trip(number, &joined);
+        state.turn.notify_all();
+        let stream = joined?;
+        // What was used while this join ran unlocked is told by the loop (a Created
+        // or Attached on the new stream), as for any namespace the Hello did not name.
+        conn.joined_naming(stream, &used);
+        if !conn.watcher {
+            conn.watcher = std::thread::Builder::new()
+                .name("shmrc-manager-watch".into())
+                .spawn(move || watch_manager(pid))
+                .is_ok();
+        }
     }
-    let stream = join(mode, &conn.used)?;
-    conn.joined(stream);
-    if !conn.watcher {
-        conn.watcher = std::thread::Builder::new()
-            .name("shmrc-manager-watch".into())
-            .spawn(move || watch_manager(pid))
-            .is_ok();
-    }
-    conn.tell(ns, segment)
 }
 
 /// The watcher thread: sleeps in `poll` on the connection and, when the manager goes
 /// away, connects again at once (in `Auto` mode starting a new manager) so that this
 /// process stays watched even if it never creates or attaches again. Returns when it
-/// cannot reconnect (the next create/attach tries again and restarts it).
+/// cannot reconnect (the next create/attach tries again and restarts it). Like
+/// [`watch`], it holds no lock across a round trip.
 fn watch_manager(pid: u32) {
+    let state = connection();
     loop {
         let (generation, stream) = {
-            let mut guard = lock(connection());
+            let mut guard = state.lock();
             let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
                 return;
             };
@@ -305,21 +497,37 @@ fn watch_manager(pid: u32) {
         // health check below tells them apart once that request is done.
         let _ = sys::poll_readable(&[stream.as_fd()], None);
         drop(stream);
-        let mut guard = lock(connection());
-        let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
-            return;
-        };
+        let mut guard = state.lock();
+        loop {
+            let Some(conn) = guard.as_mut().filter(|c| c.pid == pid) else {
+                return;
+            };
+            if !conn.in_round_trip {
+                break;
+            }
+            // A reply that a round trip awaits woke us: let it be read first.
+            guard = state.wait(guard);
+        }
+        let Some(conn) = guard.as_mut() else { return };
         if conn.generation != generation || conn.stream.as_ref().is_some_and(is_healthy) {
             continue;
         }
         conn.stream = None;
-        let rejoined = mode()
-            .ok()
-            .filter(|m| *m != ManagerMode::Off)
-            .and_then(|m| join(m, &conn.used).ok());
-        match rejoined {
-            Some(stream) => conn.joined(stream),
-            None => {
+        let Some(mode) = mode().ok().filter(|m| *m != ManagerMode::Off) else {
+            conn.watcher = false;
+            return;
+        };
+        let number = conn.begin_round_trip();
+        let used = conn.used.clone();
+        drop(guard);
+        let joined = join(mode, &used);
+        let mut guard = state.lock();
+        let Some(conn) = guard.as_mut() else { return };
+        conn.end_round_trip(number, &joined);
+        state.turn.notify_all();
+        match joined {
+            Ok(stream) => conn.joined_naming(stream, &used),
+            Err(_) => {
                 conn.watcher = false;
                 return;
             }
@@ -600,20 +808,49 @@ pub fn status_at(runtime: &RuntimeDir) -> Result<ManagerStatus> {
 }
 
 /// Sends `request` and reads one reply frame.
-fn exchange(mut stream: &UnixStream, request: &Request) -> Result<Reply> {
+fn exchange(stream: &UnixStream, request: &Request) -> Result<Reply> {
     send(stream, request)?;
+    receive(stream)
+}
+
+/// Reads one reply frame, waiting [`START_TIMEOUT`] at most: a manager that sends none
+/// by then is [`Error::ManagerTimeout`] (naming its pid and socket), one that closed the
+/// connection [`Error::Disconnected`].
+fn receive(mut stream: &UnixStream) -> Result<Reply> {
     let mut buf = Vec::new();
     let mut chunk = [0u8; 4096];
-    let deadline = Instant::now() + START_TIMEOUT;
+    let started = Instant::now();
+    let timed_out = || Error::ManagerTimeout {
+        pid: sys::peer_credentials(stream).ok().map(|peer| peer.pid),
+        socket: stream
+            .peer_addr()
+            .ok()
+            .and_then(|a| a.as_pathname().map(PathBuf::from))
+            .unwrap_or_default(),
+        waited: started.elapsed(),
+    };
     loop {
         if let Some(len) = wire::frame_len(&buf, wire::MAX_REPLY_PAYLOAD)? {
             return wire::decode_reply(&buf[..len]);
         }
-        let n = stream
-            .read(&mut chunk)
-            .map_err(disconnected_or("read from manager"))?;
-        if n == 0 || Instant::now() > deadline {
+        let n = match stream.read(&mut chunk) {
+            Ok(n) => n,
+            // The socket's read timeout (START_TIMEOUT) ran out.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(timed_out());
+            }
+            Err(e) => return Err(disconnected_or("read from manager")(e)),
+        };
+        if n == 0 {
             return Err(Error::Disconnected);
+        }
+        if started.elapsed() > START_TIMEOUT {
+            return Err(timed_out());
         }
         buf.extend_from_slice(&chunk[..n]);
     }
@@ -640,10 +877,13 @@ mod tests {
     fn another_process_gets_connection_state_of_its_own_even_while_ours_is_locked() {
         let parent = u32::MAX - 1;
         let ours = connection_for(parent);
-        let _held_across_the_fork = lock(ours);
+        let _held_across_the_fork = ours.lock();
         let child = connection_for(u32::MAX);
         assert!(!std::ptr::eq(ours, child));
-        assert!(child.try_lock().is_ok(), "the child's state is not locked");
+        assert!(
+            child.conn.try_lock().is_ok(),
+            "the child's state is not locked"
+        );
         assert!(
             std::ptr::eq(connection_for(u32::MAX), child),
             "and it stays"
