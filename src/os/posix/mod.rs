@@ -13,6 +13,8 @@
 //! - `limits`: the `RLIMIT_NOFILE` soft limit ([`raise_fd_limit`]) and the
 //!   [`Error::TooManyFds`](crate::Error::TooManyFds) it leads to;
 //! - `shm`: named objects, memfds, seals, `dup`, sizing and `fstat`;
+//! - `capacity`: whether memory (the file system, the machine, the memory cgroup) can
+//!   back a reservation, asked before it is made;
 //! - `map`: `mmap`, [`PosixMap`], the copies in and out of shared memory and
 //!   [`DataRegion`] (`unsafe`);
 //! - `socket`: bytes and descriptors over a stream socket (`SCM_RIGHTS`, `unsafe`);
@@ -36,6 +38,7 @@ use crate::local::ProcessLocal;
 use crate::os::{FileInfo, Os};
 use crate::token::Token;
 
+mod capacity;
 mod fork_guard;
 mod limits;
 mod map;

@@ -184,6 +184,8 @@ pub(super) fn dup(file: &PosixFile) -> Result<PosixFile> {
 
 /// [`Os::allocate`].
 pub(super) fn allocate(file: &PosixFile, len: u64) -> Result<()> {
+    // Before anything is reserved: a reservation memory cannot back is an OOM kill.
+    super::capacity::check_fits(file, len)?;
     let off = libc::off_t::try_from(len)
         .map_err(|_| Error::InvalidArgument(format!("length {len} does not fit a file offset")))?;
     let failed = |call: &'static str, errno: Errno| match errno {
