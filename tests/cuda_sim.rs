@@ -374,6 +374,43 @@ fn pool_pieces_share_one_ipc_mapping_per_process_at_their_offsets() {
 }
 
 #[test]
+fn dropping_a_view_lands_the_consumers_queued_work_before_it_lets_go() {
+    let kernel = SimKernel::new(11);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a) = (device(&p), device(&a));
+    let pool = Arc::new(BumpPool::new(Arc::clone(dev_p.driver()), 8192));
+    dev_p.set_allocator(pool.clone());
+    let first = dev_p.alloc(100).unwrap();
+    let second = dev_p.alloc(100).unwrap();
+    first.write_at(0, b"from the producer").unwrap();
+    let view_1 = attach(&dev_a, &a, &share_bytes(&first)).unwrap();
+    let view_2 = attach(&dev_a, &a, &share_bytes(&second)).unwrap();
+    // A "kernel" of the consumer's: a device copy into the view, queued, not done.
+    let scratch = dev_a.alloc(17).unwrap();
+    scratch.write_at(0, b"from the consumer").unwrap();
+    dev_a
+        .driver()
+        .copy_on_device(view_1.ptr(), scratch.ptr(), 17)
+        .unwrap();
+    drop(view_1); // the mapping stays (view_2): only the view's own wait lands the copy
+    assert_eq!(
+        first.census().unwrap().live,
+        1,
+        "the consumer let go of `first`"
+    );
+    let mut back = [0u8; 17];
+    first.read_at(0, &mut back).unwrap();
+    assert_eq!(
+        &back, b"from the consumer",
+        "the consumer's queued work had not landed when its view let go"
+    );
+    drop((view_2, scratch));
+    drop((first, second));
+    dev_p.driver().free(pool.block).unwrap();
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
 fn attaching_in_the_exporting_process_is_refused_and_changes_nothing() {
     let kernel = SimKernel::new(6);
     let p = kernel.spawn(UID);
