@@ -508,29 +508,46 @@ fn a_producer_killed_while_consumers_hold_its_memory(
     assert!(read_mine("before the kill") == pattern(len));
 
     producer.kill();
-    // Each consumer still has the producer's bytes, and they still share the memory.
+    // A legacy IPC allocation belongs to the producer's context, which dies with it;
+    // whether the driver keeps it for the processes that mapped it is what a GPU run
+    // shows (the fake keeps it, as the kernel keeps an unlinked object's pages). On the
+    // real driver this test reports what it saw and checks only that nothing leaks.
+    let observe_only = matches!(backend, Backend::Real) && kind == HandleKind::LegacyIpc;
+    let mut after_kill = vec![0u8; len];
+    let seen = match mine.read_at(0, &mut after_kill) {
+        Ok(()) if after_kill == pattern(len) => "the producer's bytes, intact".to_owned(),
+        Ok(()) => "OTHER bytes than the producer's".to_owned(),
+        Err(e) => format!("an error: {e}"),
+    };
+    println!("{kind}: after the producer's SIGKILL this consumer read {seen}");
+    let intact = seen.starts_with("the producer's bytes");
     assert!(
-        read_mine("after the producer's SIGKILL") == pattern(len),
-        "after the producer's SIGKILL this consumer read other bytes than the producer's"
+        intact || observe_only,
+        "{kind}: after the producer's SIGKILL this consumer read {seen}"
     );
-    assert_eq!(
-        consumer.ask("check"),
-        format!("read {}", fnv1a(&pattern(len))),
-        "the consumer process after the producer's SIGKILL"
-    );
-    assert_eq!(consumer.ask("write after-the-producer"), "wrote");
-    assert_eq!(
-        &read_mine("after the other consumer wrote")[..18],
-        b"after-the-producer"
-    );
-
-    // One consumer lets go; the memory stays for the other.
-    assert_eq!(consumer.ask("release"), "released, 0 handles open");
-    assert_eq!(
-        &read_mine("after the other consumer let go")[..18],
-        b"after-the-producer"
-    );
-    let free_held = device.memory_info().unwrap().free;
+    let free_held = if intact {
+        // Each consumer still has the producer's bytes, and they still share the memory.
+        assert_eq!(
+            consumer.ask("check"),
+            format!("read {}", fnv1a(&pattern(len))),
+            "the consumer process after the producer's SIGKILL"
+        );
+        assert_eq!(consumer.ask("write after-the-producer"), "wrote");
+        assert_eq!(
+            &read_mine("after the other consumer wrote")[..18],
+            b"after-the-producer"
+        );
+        // One consumer lets go; the memory stays for the other.
+        assert_eq!(consumer.ask("release"), "released, 0 handles open");
+        assert_eq!(
+            &read_mine("after the other consumer let go")[..18],
+            b"after-the-producer"
+        );
+        device.memory_info().unwrap().free
+    } else {
+        assert_eq!(consumer.ask("release"), "released, 0 handles open");
+        device.memory_info().unwrap().free
+    };
     drop(mine);
     let free_after = device.memory_info().unwrap().free;
     if let Backend::Real = backend {
@@ -541,12 +558,17 @@ fn a_producer_killed_while_consumers_hold_its_memory(
             "{kind}: device free memory {free_before} before the producer's alloc, \
              {free_held} while the last consumer held it, {free_after} after it let go"
         );
+        if intact {
+            assert!(
+                free_after >= free_held + len as u64 - slack,
+                "{kind}: the last consumer's release freed {} bytes of a {len}-byte buffer",
+                free_after.saturating_sub(free_held)
+            );
+        }
         assert!(
-            free_after >= free_held + len as u64 - slack,
-            "{kind}: the last consumer's release freed {} bytes of a {len}-byte buffer",
-            free_after.saturating_sub(free_held)
+            free_after + slack >= free_before,
+            "{kind}: the memory did not come back"
         );
-        assert!(free_after + slack >= free_before, "{kind}: memory not back");
     }
     // The dead producer's slot: the last release or a sweep reclaims it (the callers
     // check that the keep-alive is gone).
