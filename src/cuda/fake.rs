@@ -40,10 +40,9 @@
 //! ordered after the work before it), and where this fake chooses to, at an event
 //! record (so what an IPC event orders is in memory when another process waits on it).
 //! Another process sees nothing of a copy still queued, and a copy still queued when
-//! its memory is freed or unmapped, or when its process dies, is lost. The trait
-//! methods that the [`Driver`] contract calls synchronous (`copy_to_device`, the frees
-//! and unmaps) land the queue themselves, as [`RealDriver`](super::real::RealDriver)
-//! waits for the context; built with `--cfg shmrc_plant="htod_returns_early"`,
+//! its process dies is lost. The trait methods that the [`Driver`] contract calls
+//! synchronous (`copy_to_device`, the frees and unmaps) land the queue themselves, as
+//! [`RealDriver`](super::real::RealDriver) waits for the context; built with `--cfg shmrc_plant="htod_returns_early"`,
 //! `copy_to_device` returns with its bytes still staged, the bug of issue 28 that the
 //! conformance suite and the multi-process tests must catch.
 
@@ -406,8 +405,9 @@ impl<O: Os> FakeDriver<O> {
         fits(offset, region.size).then_some(Place::Vmm(region, offset))
     }
 
-    /// Does the queued work, in order. A copy whose memory went meanwhile (freed or
-    /// unmapped without waiting) is lost, as the device's write into it would be.
+    /// Does the queued work, in order. A copy whose memory is no longer mapped here is
+    /// dropped, as the device's write into freed memory would be (the frees and unmaps
+    /// land the queue first, so only a broken driver of this file would get there).
     fn land(state: &mut State<O>) {
         for work in std::mem::take(&mut state.queue) {
             match work {
