@@ -411,6 +411,58 @@ fn dropping_a_view_lands_the_consumers_queued_work_before_it_lets_go() {
 }
 
 #[test]
+fn a_dead_exporters_handles_no_longer_open_its_objects_go_and_mapped_memory_lives() {
+    let kernel = SimKernel::new(12);
+    let (p, q, a, b) = (
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+    );
+    let fake = |os: &SimOs| FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let (with_memory, with_event, da, db) = (fake(&p), fake(&q), fake(&a), fake(&b));
+    let ptr = with_memory.alloc(64).unwrap();
+    with_memory
+        .copy_to_device(ptr, b"kept by the mapping")
+        .unwrap();
+    let handle = with_memory.ipc_get_mem_handle(ptr).unwrap();
+    let mapped = da.ipc_open_mem_handle(&handle).unwrap();
+    let event = with_event.ipc_event_create().unwrap();
+    let event_handle = with_event.ipc_event_handle(event).unwrap();
+    kernel.kill(p.pid());
+    kernel.kill(q.pid());
+
+    // A dead exporter's handles do not open, and the process that noticed reaps what
+    // both dead exporters left (their memory and event objects).
+    let err = db.ipc_event_open(&event_handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+    let err = db.ipc_open_mem_handle(&handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    // The mapping opened before the death still has the memory.
+    let mut out = [0u8; 19];
+    da.copy_from_device(mapped, &mut out).unwrap();
+    assert_eq!(&out, b"kept by the mapping");
+    da.ipc_close_mem_handle(mapped).unwrap();
+}
+
+#[test]
+fn a_dead_exporters_memory_handle_does_not_open_and_its_objects_go() {
+    let kernel = SimKernel::new(13);
+    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let exporter = FakeDriver::new(p.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let opener = FakeDriver::new(b.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let ptr = exporter.alloc(64).unwrap();
+    let handle = exporter.ipc_get_mem_handle(ptr).unwrap();
+    let _event = exporter.ipc_event_create().unwrap();
+    assert_eq!(kernel.names().len(), 2, "its memory and its event");
+    kernel.kill(p.pid());
+    let err = opener.ipc_open_mem_handle(&handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
 fn attaching_in_the_exporting_process_is_refused_and_changes_nothing() {
     let kernel = SimKernel::new(6);
     let p = kernel.spawn(UID);
