@@ -374,6 +374,95 @@ fn pool_pieces_share_one_ipc_mapping_per_process_at_their_offsets() {
 }
 
 #[test]
+fn dropping_a_view_lands_the_consumers_queued_work_before_it_lets_go() {
+    let kernel = SimKernel::new(11);
+    let (p, a) = (kernel.spawn(UID), kernel.spawn(UID));
+    let (dev_p, dev_a) = (device(&p), device(&a));
+    let pool = Arc::new(BumpPool::new(Arc::clone(dev_p.driver()), 8192));
+    dev_p.set_allocator(pool.clone());
+    let first = dev_p.alloc(100).unwrap();
+    let second = dev_p.alloc(100).unwrap();
+    first.write_at(0, b"from the producer").unwrap();
+    let view_1 = attach(&dev_a, &a, &share_bytes(&first)).unwrap();
+    let view_2 = attach(&dev_a, &a, &share_bytes(&second)).unwrap();
+    // A "kernel" of the consumer's: a device copy into the view, queued, not done.
+    let scratch = dev_a.alloc(17).unwrap();
+    scratch.write_at(0, b"from the consumer").unwrap();
+    dev_a
+        .driver()
+        .copy_on_device(view_1.ptr(), scratch.ptr(), 17)
+        .unwrap();
+    drop(view_1); // the mapping stays (view_2): only the view's own wait lands the copy
+    assert_eq!(
+        first.census().unwrap().live,
+        1,
+        "the consumer let go of `first`"
+    );
+    let mut back = [0u8; 17];
+    first.read_at(0, &mut back).unwrap();
+    assert_eq!(
+        &back, b"from the consumer",
+        "the consumer's queued work had not landed when its view let go"
+    );
+    drop((view_2, scratch));
+    drop((first, second));
+    dev_p.driver().free(pool.block).unwrap();
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
+fn a_dead_exporters_handles_no_longer_open_its_objects_go_and_mapped_memory_lives() {
+    let kernel = SimKernel::new(12);
+    let (p, q, a, b) = (
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+        kernel.spawn(UID),
+    );
+    let fake = |os: &SimOs| FakeDriver::new(os.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let (with_memory, with_event, da, db) = (fake(&p), fake(&q), fake(&a), fake(&b));
+    let ptr = with_memory.alloc(64).unwrap();
+    with_memory
+        .copy_to_device(ptr, b"kept by the mapping")
+        .unwrap();
+    let handle = with_memory.ipc_get_mem_handle(ptr).unwrap();
+    let mapped = da.ipc_open_mem_handle(&handle).unwrap();
+    let event = with_event.ipc_event_create().unwrap();
+    let event_handle = with_event.ipc_event_handle(event).unwrap();
+    kernel.kill(p.pid());
+    kernel.kill(q.pid());
+
+    // A dead exporter's handles do not open, and the process that noticed reaps what
+    // both dead exporters left (their memory and event objects).
+    let err = db.ipc_event_open(&event_handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+    let err = db.ipc_open_mem_handle(&handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    // The mapping opened before the death still has the memory.
+    let mut out = [0u8; 19];
+    da.copy_from_device(mapped, &mut out).unwrap();
+    assert_eq!(&out, b"kept by the mapping");
+    da.ipc_close_mem_handle(mapped).unwrap();
+}
+
+#[test]
+fn a_dead_exporters_memory_handle_does_not_open_and_its_objects_go() {
+    let kernel = SimKernel::new(13);
+    let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
+    let exporter = FakeDriver::new(p.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let opener = FakeDriver::new(b.clone(), DEVICE_PREFIX, 1 << 20).unwrap();
+    let ptr = exporter.alloc(64).unwrap();
+    let handle = exporter.ipc_get_mem_handle(ptr).unwrap();
+    let _event = exporter.ipc_event_create().unwrap();
+    assert_eq!(kernel.names().len(), 2, "its memory and its event");
+    kernel.kill(p.pid());
+    let err = opener.ipc_open_mem_handle(&handle).unwrap_err();
+    assert!(matches!(err, Error::Cuda { code: 1, .. }), "{err}");
+    assert!(kernel.names().is_empty(), "left: {:?}", kernel.names());
+}
+
+#[test]
 fn attaching_in_the_exporting_process_is_refused_and_changes_nothing() {
     let kernel = SimKernel::new(6);
     let p = kernel.spawn(UID);

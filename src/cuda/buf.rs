@@ -106,7 +106,9 @@ impl DeviceSpan {
         self.size == 0
     }
 
-    /// Copies `data` to the span at `offset` (synchronous). A range past the end is
+    /// Copies `data` to the span at `offset`, synchronously: when it returns the bytes
+    /// are in device memory, and every process mapping it (the producer, the other
+    /// consumers) reads them from then on. A range past the end is
     /// [`Error::OutOfBounds`] and copies nothing.
     ///
     /// ```
@@ -128,8 +130,10 @@ impl DeviceSpan {
             .copy_to_device(self.at(offset, data.len())?, data)
     }
 
-    /// Copies from the span at `offset` into `out` (synchronous). A range past the end
-    /// is [`Error::OutOfBounds`].
+    /// Copies from the span at `offset` into `out`, synchronously and after the work
+    /// this process queued before it; it sees every other process's completed writes
+    /// ([`DeviceSpan::write_at`] returned, or kernels waited for). A range past the
+    /// end is [`Error::OutOfBounds`].
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -182,6 +186,25 @@ impl fmt::Debug for DeviceSpan {
 /// one). Dropping the `DeviceBuf` frees the memory at once if nobody else holds it, and
 /// otherwise moves it to the device's limbo list, from which it is freed once the
 /// last holder released it (or was killed and reclaimed).
+///
+/// # Who sees what, when
+/// Device memory is shared, not copied: every process mapping the buffer reads and
+/// writes the same bytes. What a process sees of another's writes:
+/// - [`DeviceSpan::write_at`] is synchronous: once it returns (in the producer or in
+///   a consumer), every process reads the new bytes. A consumer that wrote and then
+///   tells the producer so (any message after the call) is read correctly.
+/// - Work a process queues itself (kernels, `copy_on_device`) is asynchronous. The
+///   producer's work queued before a [`DeviceBuf::share`] is ordered by the buffer's
+///   IPC event: the share records it, the consumer's stream waits on it at attach, so
+///   everything the consumer queues after the attach (and its reads) sees that work.
+///   Work queued after the share is not covered: synchronize
+///   ([`Driver::synchronize`]), or share again, before telling a consumer to look.
+/// - There is no event from a consumer back: its kernels' writes are in memory once it
+///   synchronizes, and at the latest when it drops its [`DeviceView`], which waits for
+///   this process's work before it unmaps and releases its reference (so the producer
+///   never frees memory a consumer's work is still writing).
+/// - Dropping the `DeviceBuf` frees the memory only when no consumer holds it, and the
+///   free waits for this process's work on it.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -736,7 +759,9 @@ impl<O: Os> Drop for IpcLease<O> {
 /// [`CudaDevice::attach`]); it derefs to its [`DeviceSpan`]. Dropping it closes the
 /// IPC mapping (when it was this process's last view of that allocation) and then
 /// releases the keep-alive slot: in that order, so the producer never frees memory
-/// still mapped here.
+/// still mapped here. It first waits for this process's work on the device
+/// (`synchronize`), so what its kernels wrote is in memory before the producer may
+/// free it.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -996,6 +1021,15 @@ impl<O: Os> DeviceView<O> {
     /// ```
     pub fn keepalive_name(&self) -> Option<&str> {
         self.keepalive.name()
+    }
+}
+
+impl<O: Os> Drop for DeviceView<O> {
+    fn drop(&mut self) {
+        // This process's work on the view (its kernels' writes) lands before the unmap
+        // and the release tell the producer it may free (the fields drop after this).
+        // A failing synchronize is a broken context: the unmap reports nothing either.
+        let _ = self.span.driver.synchronize();
     }
 }
 

@@ -135,6 +135,22 @@ pub struct MemoryInfo {
 /// Every method of an unusable driver returns [`Error::CudaUnavailable`]; a driver call
 /// that fails returns [`Error::Cuda`] with the driver's code ([`driver_error`]).
 ///
+/// # Synchronous and asynchronous calls
+/// A GPU does its work after the call that queues it. The methods below are
+/// **synchronous** where their docs say so: when one returns, its effect is in device
+/// memory, visible to every process that maps it. [`Driver::copy_to_device`] waits for
+/// its bytes to land (the raw `cuMemcpyHtoD` from pageable memory need not);
+/// [`Driver::copy_from_device`] waits for the work queued before it;
+/// [`Driver::free`], [`Driver::vmm_free`] and [`Driver::ipc_close_mem_handle`] wait for
+/// the work queued before them, so no queued copy or kernel touches memory that is
+/// gone, and a consumer's writes are in memory before it lets the producer free.
+/// [`Driver::copy_on_device`] and kernels are **asynchronous**: [`Driver::synchronize`]
+/// waits for them. shmrc issues no memset; a driver of your own that adds one makes it
+/// synchronous the same way. An [`Driver::event_record`] completes once the work queued
+/// before it has; [`Driver::stream_wait_event`] orders this process's later work after
+/// it, on the device. [`FakeDriver`](super::FakeDriver) models this: its copies land
+/// only at those points, so code that forgets a wait fails on a CPU too.
+///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -187,7 +203,8 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn alloc(&self, size: usize) -> Result<DevicePtr>;
-    /// Frees an allocation made by [`Driver::alloc`] (`cuMemFree`).
+    /// Frees an allocation made by [`Driver::alloc`] (`cuMemFree`), after the work
+    /// queued before it.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -259,7 +276,9 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn ipc_open_mem_handle(&self, handle: &IpcMemHandle) -> Result<DevicePtr>;
-    /// Unmaps what [`Driver::ipc_open_mem_handle`] mapped (`cuIpcCloseMemHandle`).
+    /// Unmaps what [`Driver::ipc_open_mem_handle`] mapped (`cuIpcCloseMemHandle`),
+    /// after the work queued before it: this process's writes are in memory when it
+    /// returns.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -332,7 +351,8 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn memory_info(&self) -> Result<MemoryInfo>;
-    /// Copies `src` to device address `dst` (`cuMemcpyHtoD`, synchronous).
+    /// Copies `src` to device address `dst` (`cuMemcpyHtoD`), synchronously: when it
+    /// returns the bytes are in device memory, visible to every process mapping it.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -348,7 +368,8 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()>;
-    /// Copies from device address `src` into `dst` (`cuMemcpyDtoH`, synchronous).
+    /// Copies from device address `src` into `dst` (`cuMemcpyDtoH`), synchronously and
+    /// after the work this process queued before it.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -491,8 +512,9 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// ```
     fn vmm_import(&self, fd: BorrowedFd<'_>, size: u64) -> Result<DevicePtr>;
     /// Unmaps an allocation made by [`Driver::vmm_alloc`] or [`Driver::vmm_import`]
-    /// and drops this process's reference (`cuMemUnmap`, `cuMemAddressFree`); the
-    /// memory is freed once no mapping and no exported fd refers to it.
+    /// and drops this process's reference (`cuMemUnmap`, `cuMemAddressFree`), after the
+    /// work queued before it; the memory is freed once no mapping and no exported fd
+    /// refers to it.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {

@@ -17,6 +17,34 @@
 //! when the last closes, which is the kernel's refcount on the file, as the driver's
 //! is on a `cuMemCreate` allocation. Sizes must be multiples of a 2 MiB granularity
 //! (`CUDA_ERROR_INVALID_VALUE` otherwise), and an fd of the wrong size does not map.
+//!
+//! # An exporter's death
+//! A process that dies takes its context along: its legacy allocations and events go,
+//! but memory another process has mapped lives until that mapping closes, and handles
+//! of the dead process no longer open. The fake does what a driver does at the
+//! context's teardown lazily, in a process that notices the death (each named object
+//! ends with its exporter's process token): opening a dead exporter's memory or event
+//! handle fails with `CUDA_ERROR_INVALID_VALUE`, and that open, closing a mapping of
+//! such memory, or unmapping an imported VMM allocation unlinks every object a dead
+//! exporter left; the mappings still open keep their pages (the kernel's refcount),
+//! so the memory is released when the last one closes. VMM memory itself needs none of
+//! this: each importer's memfd holds it.
+//!
+//! # Asynchrony
+//! Like a GPU, the fake device does its copies later than the call that asks for them.
+//! Each driver (one per process, as a context is) has a queue, its default stream: a
+//! host-to-device copy stages the bytes there (the caller may reuse its buffer at
+//! once, as `cuMemcpyHtoD` from pageable memory allows) and a device-to-device copy is
+//! queued; neither touches the memory. The queue lands, in order, only where the real
+//! driver waits for it too: at a synchronize, before a device-to-host copy (which is
+//! ordered after the work before it), and where this fake chooses to, at an event
+//! record (so what an IPC event orders is in memory when another process waits on it).
+//! Another process sees nothing of a copy still queued, and a copy still queued when
+//! its process dies is lost. The trait methods that the [`Driver`] contract calls
+//! synchronous (`copy_to_device`, the frees and unmaps) land the queue themselves, as
+//! [`RealDriver`](super::real::RealDriver) waits for the context; built with `--cfg shmrc_plant="htod_returns_early"`,
+//! `copy_to_device` returns with its bytes still staged, the bug of issue 28 that the
+//! conformance suite and the multi-process tests must catch.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -32,6 +60,7 @@ use super::driver::{
 use super::lock;
 use crate::error::{Error, Result};
 use crate::os::{Mapping, Os};
+use crate::token::Token;
 
 /// The first bytes of a fake IPC handle.
 const HANDLE_MAGIC: &[u8; 8] = b"SHMRCFK1";
@@ -70,8 +99,12 @@ const INVALID_CONTEXT: (i32, &str) = (201, "CUDA_ERROR_INVALID_CONTEXT");
 const ALREADY_MAPPED: (i32, &str) = (208, "CUDA_ERROR_ALREADY_MAPPED");
 const INVALID_HANDLE: (i32, &str) = (400, "CUDA_ERROR_INVALID_HANDLE");
 const NOT_SUPPORTED: (i32, &str) = (801, "CUDA_ERROR_NOT_SUPPORTED");
-/// Bytes of a fake event's object: its record count.
+/// Bytes of a fake event: its record count.
 const EVENT_BYTES: u64 = 8;
+/// Every named object of the fake device (allocation or event) ends with one more
+/// word: its exporter's process token, so that another process can tell when the
+/// exporter died.
+const OWNER_BYTES: u64 = 8;
 
 fn fail(call: &'static str, (code, name): (i32, &str)) -> Error {
     driver_error(call, code, name)
@@ -98,11 +131,48 @@ struct State<O: Os> {
     next_event: u64,
     /// Successful `stream_wait_event` calls.
     waits: u64,
+    /// The default stream: work queued and not yet done (see the module docs).
+    queue: Vec<Queued>,
 }
 
-/// A fake IPC event: a named 8-byte object holding how often it was recorded (the
-/// fake runs no asynchronous work, so a record is complete at once and a wait only
-/// checks the event is valid).
+/// Work on the fake device's default stream, done when the queue lands.
+enum Queued {
+    /// A host-to-device copy: the bytes staged at the call, written at landing.
+    Write { dst: DevicePtr, bytes: Vec<u8> },
+    /// A device-to-device copy: reads `src` when it runs.
+    Copy {
+        dst: DevicePtr,
+        src: DevicePtr,
+        len: usize,
+    },
+}
+
+/// Where a range of fake device memory lies: in a named region's mapping or in a VMM
+/// memfd, with the range's offset there.
+enum Place<'a, O: Os> {
+    Named(&'a Region<O>, usize),
+    Vmm(&'a VmmRegion, u64),
+}
+
+impl<O: Os> Place<'_, O> {
+    fn write(&self, bytes: &[u8]) -> bool {
+        match self {
+            Place::Named(region, offset) => region.map.write(*offset, bytes),
+            Place::Vmm(region, offset) => region.file.write_all_at(bytes, *offset).is_ok(),
+        }
+    }
+
+    fn read(&self, out: &mut [u8]) -> bool {
+        match self {
+            Place::Named(region, offset) => region.map.read(*offset, out),
+            Place::Vmm(region, offset) => region.file.read_exact_at(out, *offset).is_ok(),
+        }
+    }
+}
+
+/// A fake IPC event: a named 8-byte object holding how often it was recorded (a
+/// record lands the queue first, so it is complete at once and a wait only checks
+/// the event is valid).
 struct FakeEvent<O: Os> {
     name: String,
     map: O::Map,
@@ -201,6 +271,7 @@ impl<O: Os> FakeDriver<O> {
                 events: BTreeMap::new(),
                 next_event: 1,
                 waits: 0,
+                queue: Vec::new(),
             }),
         })
     }
@@ -322,22 +393,58 @@ impl<O: Os> FakeDriver<O> {
             .map(|(base, region)| (*base, region))
     }
 
-    /// Runs `f` on the memfd of the VMM mapping containing `[ptr, ptr + len)` and the
-    /// offset of `ptr` in it; `None` when no VMM mapping contains `ptr`.
-    fn with_vmm_range(
-        &self,
-        call: &'static str,
-        ptr: DevicePtr,
-        len: usize,
-        f: impl FnOnce(&File, u64) -> std::io::Result<()>,
-    ) -> Option<Result<()>> {
-        let state = lock(&self.state);
-        let (base, region) = Self::vmm_at(&state, ptr)?;
-        let offset = ptr.0 - base;
-        if offset.saturating_add(len as u64) > region.size {
-            return Some(Err(fail(call, INVALID_VALUE)));
+    /// Where `[ptr, ptr + len)` lies, if wholly inside one mapping of this process.
+    fn place(state: &State<O>, ptr: DevicePtr, len: usize) -> Option<Place<'_, O>> {
+        let fits = |offset: u64, size: u64| offset.saturating_add(len as u64) <= size;
+        if let Some((base, region)) = Self::region_at(state, ptr) {
+            let offset = ptr.0 - base;
+            return fits(offset, region.size).then_some(Place::Named(region, offset as usize));
         }
-        Some(f(&region.file, offset).map_err(|_| fail(call, INVALID_VALUE)))
+        let (base, region) = Self::vmm_at(state, ptr)?;
+        let offset = ptr.0 - base;
+        fits(offset, region.size).then_some(Place::Vmm(region, offset))
+    }
+
+    /// Does the queued work, in order. A copy whose memory is no longer mapped here is
+    /// dropped, as the device's write into freed memory would be (the frees and unmaps
+    /// land the queue first, so only a broken driver of this file would get there).
+    fn land(state: &mut State<O>) {
+        for work in std::mem::take(&mut state.queue) {
+            match work {
+                Queued::Write { dst, bytes } => {
+                    if let Some(place) = Self::place(state, dst, bytes.len()) {
+                        place.write(&bytes);
+                    }
+                }
+                Queued::Copy { dst, src, len } => {
+                    let mut bytes = vec![0u8; len];
+                    let read = Self::place(state, src, len).is_some_and(|p| p.read(&mut bytes));
+                    if let (true, Some(place)) = (read, Self::place(state, dst, len)) {
+                        place.write(&bytes);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Work queued and not yet landed (what a test of the model looks at).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::cuda::{Driver, FakeDriver};
+    /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-fake-q", 1 << 20)?;
+    /// let (a, b) = (driver.alloc(64)?, driver.alloc(64)?);
+    /// driver.copy_on_device(b, a, 64)?; // asynchronous: queued
+    /// assert_eq!(driver.queued(), 1);
+    /// driver.synchronize()?;
+    /// assert_eq!(driver.queued(), 0);
+    /// driver.free(a)?;
+    /// driver.free(b)?;
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn queued(&self) -> usize {
+        lock(&self.state).queue.len()
     }
 
     fn encode_handle(name: &str) -> IpcMemHandle {
@@ -389,6 +496,67 @@ impl<O: Os> FakeDriver<O> {
             .ok_or_else(|| fail(call, INVALID_HANDLE))
     }
 
+    /// Creates the named object `name` of `size` bytes and this process's token after
+    /// them, mapped whole; unlinked again if that fails.
+    fn create_owned(&self, name: &str, size: u64) -> Result<O::Map> {
+        let file = self.os.shm_create(name)?;
+        let len = size + OWNER_BYTES;
+        let made = self
+            .os
+            .allocate(&file, len)
+            .and_then(|()| self.os.map(&file, len as usize))
+            .and_then(|map| {
+                let owner = self.os.current().word().to_le_bytes();
+                if map.write(size as usize, &owner) {
+                    Ok(map)
+                } else {
+                    Err(fail("cuMemAlloc", OUT_OF_MEMORY))
+                }
+            });
+        if made.is_err() {
+            let _ = self.os.shm_unlink(name);
+        }
+        made
+    }
+
+    /// The exporter's token stored after the `size` bytes of `map`, if that process is
+    /// dead (an unreadable token counts as alive: nothing is reaped on a guess).
+    fn dead_owner(&self, map: &O::Map, size: u64) -> Option<Token> {
+        let mut word = [0u8; OWNER_BYTES as usize];
+        if !map.read(size as usize, &mut word) {
+            return None;
+        }
+        let owner = Token::from_word(u64::from_le_bytes(word))?;
+        (!self.os.is_alive(owner)).then_some(owner)
+    }
+
+    /// What the driver does at a dead process's context teardown, done here for
+    /// every exporter of this device found dead: unlinks the objects it left
+    /// (mappings still open keep their pages). Best effort: an object another process
+    /// reaps first is simply gone.
+    fn reap_dead(&self) {
+        let start = format!("{}-", self.prefix);
+        for name in self.os.shm_list(&start).unwrap_or_default() {
+            let Ok(file) = self.os.shm_open(&name) else {
+                continue;
+            };
+            let Ok(len) = self.os.stat(&file).map(|info| info.len) else {
+                continue;
+            };
+            let dead = len > OWNER_BYTES
+                && len < WINDOW
+                && self
+                    .os
+                    .map(&file, len as usize)
+                    .ok()
+                    .and_then(|map| self.dead_owner(&map, len - OWNER_BYTES))
+                    .is_some();
+            if dead {
+                let _ = self.os.shm_unlink(&name);
+            }
+        }
+    }
+
     /// The base address of a fresh 4 GiB window; `None` once the address space is used
     /// up (after about four billion allocations).
     fn take_window(state: &mut State<O>) -> Option<u64> {
@@ -412,25 +580,6 @@ impl<O: Os> FakeDriver<O> {
             })
             .map(|(base, region)| (*base, region))
     }
-
-    /// Runs `f` on the region containing `[ptr, ptr + len)` and the offset of `ptr` in it.
-    fn with_range(
-        &self,
-        call: &'static str,
-        ptr: DevicePtr,
-        len: usize,
-        f: impl FnOnce(&Region<O>, usize) -> bool,
-    ) -> Result<()> {
-        let state = lock(&self.state);
-        let Some((base, region)) = Self::region_at(&state, ptr) else {
-            return Err(fail(call, INVALID_VALUE));
-        };
-        let offset = (ptr.0 - base) as usize;
-        if (offset as u64).saturating_add(len as u64) > region.size || !f(region, offset) {
-            return Err(fail(call, INVALID_VALUE));
-        }
-        Ok(())
-    }
 }
 
 impl<O: Os> Driver for FakeDriver<O> {
@@ -453,18 +602,7 @@ impl<O: Os> Driver for FakeDriver<O> {
         }
         let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
         let name = self.fresh_name("", state.next_window)?;
-        let file = self.os.shm_create(&name)?;
-        let mapped = self
-            .os
-            .allocate(&file, size)
-            .and_then(|()| self.os.map(&file, size as usize));
-        let map = match mapped {
-            Ok(map) => map,
-            Err(e) => {
-                let _ = self.os.shm_unlink(&name);
-                return Err(e);
-            }
-        };
+        let map = self.create_owned(&name, size)?;
         state.allocated += size;
         state.own.insert(base, Region { name, size, map });
         Ok(DevicePtr(base))
@@ -472,6 +610,8 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn free(&self, ptr: DevicePtr) -> Result<()> {
         let mut state = lock(&self.state);
+        // As the contract says: a free waits for the work queued before it.
+        Self::land(&mut state);
         let region = state
             .own
             .remove(&ptr.0)
@@ -506,22 +646,33 @@ impl<O: Os> Driver for FakeDriver<O> {
             Error::Gone { .. } => fail(CALL, INVALID_VALUE),
             e => e,
         })?;
-        let size = self.os.stat(&file)?.len;
-        if size == 0 || size >= WINDOW {
+        let len = self.os.stat(&file)?.len;
+        if len <= OWNER_BYTES || len >= WINDOW {
             return Err(fail(CALL, INVALID_VALUE));
         }
-        let map = self.os.map(&file, size as usize)?;
+        let map = self.os.map(&file, len as usize)?;
+        let size = len - OWNER_BYTES;
+        if self.dead_owner(&map, size).is_some() {
+            self.reap_dead();
+            return Err(fail(CALL, INVALID_VALUE));
+        }
         let base = Self::take_window(&mut state).ok_or_else(|| fail(CALL, OUT_OF_MEMORY))?;
         state.opened.insert(base, Region { name, size, map });
         Ok(DevicePtr(base))
     }
 
     fn ipc_close_mem_handle(&self, ptr: DevicePtr) -> Result<()> {
-        lock(&self.state)
+        let mut state = lock(&self.state);
+        Self::land(&mut state);
+        let region = state
             .opened
             .remove(&ptr.0)
-            .map(drop)
-            .ok_or_else(|| fail("cuIpcCloseMemHandle", INVALID_VALUE))
+            .ok_or_else(|| fail("cuIpcCloseMemHandle", INVALID_VALUE))?;
+        drop(state);
+        if self.dead_owner(&region.map, region.size).is_some() {
+            self.reap_dead();
+        }
+        Ok(())
     }
 
     fn address_range(&self, ptr: DevicePtr) -> Result<(DevicePtr, u64)> {
@@ -541,44 +692,43 @@ impl<O: Os> Driver for FakeDriver<O> {
     }
 
     fn copy_to_device(&self, dst: DevicePtr, src: &[u8]) -> Result<()> {
-        let vmm = self.with_vmm_range("cuMemcpyHtoD", dst, src.len(), |file, offset| {
-            file.write_all_at(src, offset)
-        });
-        if let Some(done) = vmm {
-            return done;
+        {
+            let mut state = lock(&self.state);
+            if Self::place(&state, dst, src.len()).is_none() {
+                return Err(fail("cuMemcpyHtoD", INVALID_VALUE));
+            }
+            let bytes = src.to_vec();
+            state.queue.push(Queued::Write { dst, bytes });
         }
-        self.with_range("cuMemcpyHtoD", dst, src.len(), |region, offset| {
-            region.map.write(offset, src)
-        })
+        if cfg!(shmrc_plant = "htod_returns_early") {
+            return Ok(()); // staged, not landed: what issue 28 found on an H100
+        }
+        self.synchronize()
     }
 
     fn copy_from_device(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
-        let len = dst.len();
-        let vmm = self.with_vmm_range("cuMemcpyDtoH", src, len, |file, offset| {
-            file.read_exact_at(dst, offset)
-        });
-        if let Some(done) = vmm {
-            return done;
+        let mut state = lock(&self.state);
+        // cuMemcpyDtoH is ordered after the work queued before it.
+        Self::land(&mut state);
+        match Self::place(&state, src, dst.len()) {
+            Some(place) if place.read(dst) => Ok(()),
+            _ => Err(fail("cuMemcpyDtoH", INVALID_VALUE)),
         }
-        let len = dst.len();
-        self.with_range("cuMemcpyDtoH", src, len, |region, offset| {
-            region.map.read(offset, dst)
-        })
     }
 
     fn copy_on_device(&self, dst: DevicePtr, src: DevicePtr, len: usize) -> Result<()> {
-        // The fake device is host memory: through a host buffer, checked as the
-        // driver checks both ranges.
-        let mut bytes = vec![0u8; len];
-        self.copy_from_device(src, &mut bytes)
-            .and_then(|()| self.copy_to_device(dst, &bytes))
-            .map_err(|e| match e {
-                Error::Cuda { .. } => fail("cuMemcpyDtoD", INVALID_VALUE),
-                e => e,
-            })
+        let mut state = lock(&self.state);
+        let both =
+            Self::place(&state, src, len).is_some() && Self::place(&state, dst, len).is_some();
+        if !both {
+            return Err(fail("cuMemcpyDtoD", INVALID_VALUE));
+        }
+        state.queue.push(Queued::Copy { dst, src, len });
+        Ok(())
     }
 
     fn synchronize(&self) -> Result<()> {
+        Self::land(&mut lock(&self.state));
         Ok(())
     }
 
@@ -650,12 +800,17 @@ impl<O: Os> Driver for FakeDriver<O> {
 
     fn vmm_free(&self, ptr: DevicePtr) -> Result<()> {
         let mut state = lock(&self.state);
+        Self::land(&mut state);
         let region = state
             .vmm
             .remove(&ptr.0)
             .ok_or_else(|| fail("cuMemUnmap", INVALID_VALUE))?;
         if region.own {
             state.allocated -= region.size;
+        } else {
+            // An import does not know its exporter: look for dead ones.
+            drop(state);
+            self.reap_dead();
         }
         Ok(())
     }
@@ -664,18 +819,7 @@ impl<O: Os> Driver for FakeDriver<O> {
         let mut state = lock(&self.state);
         let id = state.next_event;
         let name = self.fresh_name("e", id)?;
-        let file = self.os.shm_create(&name)?;
-        let map = self
-            .os
-            .allocate(&file, EVENT_BYTES)
-            .and_then(|()| self.os.map(&file, EVENT_BYTES as usize));
-        let map = match map {
-            Ok(map) => map,
-            Err(e) => {
-                let _ = self.os.shm_unlink(&name);
-                return Err(e);
-            }
-        };
+        let map = self.create_owned(&name, EVENT_BYTES)?;
         state.next_event += 1;
         let own = true;
         state.events.insert(id, FakeEvent { name, map, own });
@@ -698,10 +842,14 @@ impl<O: Os> Driver for FakeDriver<O> {
             Error::Gone { .. } => fail(CALL, INVALID_VALUE),
             e => e,
         })?;
-        if self.os.stat(&file)?.len != EVENT_BYTES {
+        if self.os.stat(&file)?.len != EVENT_BYTES + OWNER_BYTES {
             return Err(fail(CALL, INVALID_VALUE));
         }
-        let map = self.os.map(&file, EVENT_BYTES as usize)?;
+        let map = self.os.map(&file, (EVENT_BYTES + OWNER_BYTES) as usize)?;
+        if self.dead_owner(&map, EVENT_BYTES).is_some() {
+            self.reap_dead();
+            return Err(fail(CALL, INVALID_VALUE));
+        }
         let mut state = lock(&self.state);
         let id = state.next_event;
         state.next_event += 1;
@@ -711,6 +859,9 @@ impl<O: Os> Driver for FakeDriver<O> {
     }
 
     fn event_record(&self, event: EventId) -> Result<()> {
+        // The fake's choice of landing point: the work before a record is done by it,
+        // so the event completes at once.
+        self.synchronize()?;
         self.with_event("cuEventRecord", event, |e| {
             let mut count = [0u8; 8];
             (e.map.read(0, &mut count)
