@@ -6,21 +6,27 @@
 //! in both directions, with `unshare --time --boottime 100000` (a shift of 10^7 ticks):
 //! - a holder inside, the library's sweep and a manager's start sweep outside;
 //! - a holder outside, the library's sweep and a manager's start sweep inside;
+//! - a holder inside that is a client of a manager outside (whose Hello was refused);
+//! - with no privilege, as the issue ran it: a throwaway user (`useradd --system`,
+//!   removed in every outcome) holds a segment inside
+//!   `unshare --user --map-current-user --time`, and its own sweep runs outside;
 //!
 //! none unlinks the live holder's segment, both read the same token for it, and once
 //! the holder is SIGKILLed the segment is reclaimed. A process whose shift cannot be
 //! known to the tick (here: a time namespace whose offset is 100.005 s, half a tick past
 //! whole ticks) is refused a slot with `Error::TimeNamespace`, and its sweep takes no
-//! live process for dead. (The other unknown shifts, which the kernel makes only for a
-//! leader thread that called `unshare` itself, are checked by `timens.rs`'s unit tests.)
+//! live process for dead. (The other causes of an unknown shift, a leader that called
+//! `unshare` itself, its own start wrapped below zero, an unreadable `/proc`, are
+//! checked by the unit tests of `src/os/posix/timens.rs`.)
 //!
 //! Every scene runs in a mount namespace of its own with a private `/dev/shm` (a
 //! manager sweeps every namespace of its user: it must never meet another test's
 //! segments, nor, on a build without the fix, unlink them), and a private runtime
-//! directory. It needs root (or unprivileged user namespaces are not enough for the
-//! mount) and util-linux's `unshare` with `--time` (Linux 5.6). Where that is missing
-//! the tests say why and pass, unless `SHMRC_REQUIRE_ROOT=1`, which makes it a
-//! failure. Every child runs under a time limit and is killed by its pid past it.
+//! directory. It needs root (to mount it and to make the throwaway user), util-linux's
+//! `unshare` with `--time` (Linux 5.6), and, for the unprivileged scene, user
+//! namespaces that an unprivileged user may make. Where one is missing the tests say
+//! why and pass, unless `SHMRC_REQUIRE_ROOT=1`, which makes it a failure. Every child
+//! runs under a time limit and is killed by its pid past it.
 //!
 //! # Safety
 //! One `unsafe` block: the `pre_exec` closure that makes a time namespace with an
@@ -30,6 +36,7 @@
 
 use std::ffi::CStr;
 use std::io::BufRead;
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -94,10 +101,16 @@ fn can_make_time_namespaces(test: &str) -> bool {
     let Some(why) = time_namespaces_unavailable() else {
         return true;
     };
+    skip(test, &why);
+    false
+}
+
+/// Says loudly that `test` could not set up its attack, and why; fails the test
+/// instead when `SHMRC_REQUIRE_ROOT=1`.
+fn skip(test: &str, why: &str) {
     let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
     assert!(!required, "SHMRC_REQUIRE_ROOT=1 but {why}");
     eprintln!("{test}: SKIPPED, the attack could not be set up: {why}");
-    false
 }
 
 /// This binary as `role`, with `env`, run under `unshare ARGS` (none: directly).
@@ -146,8 +159,19 @@ fn run_scene(scene: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success(), "the scene {scene} failed:\n{said}");
+    if let Some(at) = said.find(SCENE_SKIPPED) {
+        let why = said[at + SCENE_SKIPPED.len()..]
+            .lines()
+            .next()
+            .unwrap_or_default();
+        skip(scene, why);
+        return;
+    }
     assert!(said.contains("scene done"), "{said}");
 }
+
+/// What a scene prints when the machine cannot run it, before the reason.
+const SCENE_SKIPPED: &str = "scene cannot run: ";
 
 #[test]
 fn a_sweep_outside_keeps_a_segment_held_inside_a_time_namespace() {
@@ -171,6 +195,13 @@ fn a_manager_outside_watches_a_client_inside_a_time_namespace() {
 }
 
 #[test]
+fn an_unprivileged_users_time_namespace_does_not_fool_the_users_sweep() {
+    if can_make_time_namespaces("an_unprivileged_users_time_namespace_does_not_fool") {
+        run_scene("scene-unprivileged");
+    }
+}
+
+#[test]
 fn a_process_whose_shift_is_unknown_holds_no_slot_and_judges_no_one_dead() {
     if can_make_time_namespaces("a_process_whose_shift_is_unknown_holds_no_slot") {
         run_scene("scene-unknown-shift");
@@ -188,6 +219,7 @@ fn time_namespace_role() {
         "scene-holder-outside" => scene_holder_outside(),
         "scene-unknown-shift" => scene_unknown_shift(),
         "scene-client-inside" => scene_client_inside(),
+        "scene-unprivileged" => scene_unprivileged(),
         "holder" => holder(),
         "sweep" => sweep_role(),
         "manager" => manager_role(),
@@ -208,7 +240,12 @@ impl Holder {
     fn start(unshare: &[&str], t: &TestNamespace, extra: &[(&str, String)]) -> Holder {
         let mut env = vec![(PREFIX, t.ns.prefix().to_owned())];
         env.extend_from_slice(extra);
-        let talker = Talker::start(&mut role_under(unshare, "holder", &env), STEP_LIMIT);
+        Holder::of(&mut role_under(unshare, "holder", &env))
+    }
+
+    /// Started by `command` (the holder role, maybe under `unshare`).
+    fn of(command: &mut Command) -> Holder {
+        let talker = Talker::start(command, STEP_LIMIT);
         let said = talker.expect("holding");
         let mut words = said.split_ascii_whitespace().skip(1);
         let mut next = |what: &str| -> u64 {
@@ -394,6 +431,158 @@ fn scene_client_inside() {
     }
     reap_within(manager, STEP_LIMIT);
     println!("scene done");
+}
+
+/// The attack as the issue ran it, with no privilege: a throwaway unprivileged user
+/// makes a user and time namespace of its own
+/// (`unshare --user --map-current-user --time --boottime 100000`) and holds a segment
+/// there; the same user's sweep outside keeps it, and reclaims it once the holder is
+/// SIGKILLed.
+fn scene_unprivileged() {
+    let user = ThrowawayUser::create();
+    let dir = tempfile::tempdir().expect("a temporary directory");
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the directory");
+    // Ours may sit under a directory only root can enter.
+    let copy = dir.path().join("probe");
+    std::fs::copy(std::env::current_exe().expect("the test binary"), &copy)
+        .expect("copy the test binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the copy");
+    let prefix = format!("shmrc-t-timens-user-{}", std::process::id());
+    let as_user = |command: &mut Command, role: &str| {
+        command
+            .args(["--exact", ROLE_TEST, "--nocapture", "--test-threads=1"])
+            .env(ROLE, role)
+            .env(PREFIX, &prefix)
+            .uid(user.uid)
+            .gid(user.gid)
+            .current_dir(dir.path());
+    };
+    // The kernel (or a security module) may forbid unprivileged user namespaces.
+    let mut probe = Command::new("unshare");
+    probe
+        .args(["--user", "--map-current-user"])
+        .args(IN_TIME_NAMESPACE)
+        .arg("true")
+        .uid(user.uid)
+        .gid(user.gid)
+        .current_dir(dir.path());
+    let out = output_within(&mut probe, STEP_LIMIT);
+    if !out.status.success() {
+        println!(
+            "{SCENE_SKIPPED}an unprivileged user cannot make a user and time namespace: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return;
+    }
+    let mut command = Command::new("unshare");
+    command
+        .args(["--user", "--map-current-user"])
+        .args(IN_TIME_NAMESPACE)
+        .arg(&copy);
+    as_user(&mut command, "holder");
+    let holder = Holder::of(&mut command);
+    let names = names_with(&prefix);
+    assert_eq!(names.len(), 1, "the holder's segment: {names:?}");
+    println!(
+        "uid {} holds {names:?} in a user and time namespace",
+        user.uid
+    );
+    assert_eq!(holder.token.start_ticks(), start_read_here(holder.pid));
+
+    let sweep = || {
+        let mut command = Command::new(&copy);
+        as_user(&mut command, "sweep");
+        let out = output_within(&mut command, STEP_LIMIT);
+        let said = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "the user's sweep failed:\n{said}");
+        said
+    };
+    let said = sweep();
+    assert_eq!(said_number(&said, "holder alive"), 1, "{said}");
+    assert_eq!(said_number(&said, "unlinked"), 0, "{said}");
+    assert_eq!(
+        names_with(&prefix),
+        names,
+        "the user's sweep kept it:\n{said}"
+    );
+
+    holder.kill();
+    let said = sweep();
+    assert_eq!(said_number(&said, "unlinked"), 1, "{said}");
+    assert!(names_with(&prefix).is_empty(), "reclaimed:\n{said}");
+    println!("scene done");
+}
+
+/// The names in `/dev/shm` (the scene's own) that start with `prefix`, sorted.
+fn names_with(prefix: &str) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir("/dev/shm")
+        .expect("list /dev/shm")
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(prefix))
+        .collect();
+    names.sort();
+    names
+}
+
+/// An unprivileged system user made for one scene (`useradd --system`), removed
+/// (`userdel`) when dropped, whatever the scene's outcome.
+struct ThrowawayUser {
+    name: String,
+    uid: u32,
+    gid: u32,
+}
+
+impl ThrowawayUser {
+    fn create() -> ThrowawayUser {
+        let name = format!("shmrc-tns-{}", std::process::id());
+        // Another test may hold the password file's lock for a moment: try again.
+        let made = (0..50).any(|_| {
+            let out = output_within(
+                Command::new("useradd").args([
+                    "--system",
+                    "--no-create-home",
+                    "--shell",
+                    "/usr/sbin/nologin",
+                    &name,
+                ]),
+                STEP_LIMIT,
+            );
+            out.status.success() || {
+                std::thread::sleep(Duration::from_millis(100));
+                false
+            }
+        });
+        assert!(made, "useradd --system {name} failed 50 times");
+        let user = nix::unistd::User::from_name(&name)
+            .expect("look the user up")
+            .unwrap_or_else(|| panic!("{name} was made but is unknown"));
+        let made = ThrowawayUser {
+            name,
+            uid: user.uid.as_raw(),
+            gid: user.gid.as_raw(),
+        };
+        assert_ne!(made.uid, 0, "an unprivileged user");
+        made
+    }
+}
+
+impl Drop for ThrowawayUser {
+    fn drop(&mut self) {
+        for _ in 0..50 {
+            let out = output_within(Command::new("userdel").arg(&self.name), STEP_LIMIT);
+            if out.status.success() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        eprintln!("userdel {} failed 50 times: remove it by hand", self.name);
+    }
 }
 
 /// Reaps our child `pid` (a manager started with `start_detached`, which exits once its
