@@ -57,8 +57,8 @@ pub(super) fn kept(slot: Slot) -> Option<u64> {
     Some(word(slot)?.load(Ordering::Relaxed)).filter(|value| *value != 0)
 }
 
-/// Keeps `value` (not 0) in `slot` until this process forks; `false` when there is no
-/// page to keep it in.
+/// Keeps `value` in `slot` until this process forks (0 forgets what was kept);
+/// `false` when there is no page to keep it in.
 pub(super) fn keep(slot: Slot, value: u64) -> bool {
     match word(slot) {
         Some(word) => {

@@ -90,9 +90,9 @@ impl Unknown {
                 "its boottime offset ({offset_nanos} ns) is not a whole number of clock ticks \
                  ({tick_nanos} ns), so a start time read in it is one of two"
             ),
-            Unknown::ChildrenGoElsewhere => "it has left its time namespace for its children \
-                 (unshare(CLONE_NEWTIME) without exec since), whose offsets are all the kernel \
-                 shows"
+            Unknown::ChildrenGoElsewhere => "its children go to another time namespace \
+                 (it called unshare(CLONE_NEWTIME) and has not exec'd since), whose offsets \
+                 are all the kernel shows it"
                 .to_owned(),
             Unknown::Unreadable(what) => format!("{what} cannot be read or understood"),
             Unknown::OwnStartBeforeZero => {
@@ -104,9 +104,11 @@ impl Unknown {
 }
 
 /// The frame of this process: read once, and again after a `fork` (a child may be in
-/// another time namespace). A process that `setns`es into another time namespace
-/// keeps its token (the unshifted start time does not change) and is caught by
-/// [`frame_again`], which a liveness check asks before it says "dead".
+/// another time namespace); read every time where it is unknown, or where the kernel
+/// cannot wipe a page on fork (before Linux 4.14, which has no time namespaces: one
+/// failed `stat`). A process that `setns`es into another time namespace keeps its token
+/// (the unshifted start time does not change) and is caught by [`frame_again`], which
+/// a liveness check asks before it says "dead".
 pub(super) fn frame() -> Frame {
     match kept(Slot::TimeShift) {
         Some(word) => Frame::Shifted((word as i64) >> 1),
@@ -114,14 +116,17 @@ pub(super) fn frame() -> Frame {
     }
 }
 
-/// The frame of this process read afresh, and kept for [`frame`] when it is known.
+/// The frame of this process read afresh, and kept for [`frame`] when it is known
+/// (forgotten when it is not).
 pub(super) fn frame_again() -> Frame {
     let frame = read_frame();
-    if let Frame::Shifted(ticks) = frame {
+    let word = match frame {
         // Offsets are below 2^39 ticks (the kernel's KTIME_SEC_MAX / 2): no bit is lost,
         // and the low bit makes the word non-zero.
-        keep(Slot::TimeShift, (ticks << 1) as u64 | 1);
-    }
+        Frame::Shifted(ticks) => (ticks << 1) as u64 | 1,
+        Frame::Unknown(_) => 0,
+    };
+    keep(Slot::TimeShift, word);
     frame
 }
 
@@ -345,6 +350,7 @@ mod tests {
         });
         assert_eq!(elsewhere, Unknown::ChildrenGoElsewhere);
         assert!(elsewhere.describe().contains("unshare(CLONE_NEWTIME)"));
+        assert!(elsewhere.describe().contains("children"));
         let unreadable = [
             (
                 Seen {
