@@ -160,6 +160,23 @@ pub enum Error {
         ours: u64,
     },
 
+    /// This process cannot hold a slot: its time namespace shifts the start times it
+    /// reads from `/proc` by an amount it cannot tell to the clock tick, so other
+    /// processes could not judge its token, nor it theirs (a live holder could be taken
+    /// for dead). `why` names the cause: a boottime offset that is not a whole number
+    /// of clock ticks (set it in whole seconds, as `unshare --boottime` does), or a
+    /// process that left for its children's time namespace without `exec`. Use
+    /// [`Strategy::FileDescriptor`] without a pool (no slots), or run the process in a
+    /// time namespace whose offset is whole ticks.
+    #[error(
+        "this process cannot hold shmrc segments: {why}; holder liveness cannot be checked \
+         across its time namespace"
+    )]
+    TimeNamespace {
+        /// The cause.
+        why: String,
+    },
+
     /// A header field is inconsistent (checksum, capacity, offsets) or a handle does not
     /// match the segment it names (the name was reused, or the handle was forged). The
     /// segment is not used; share a fresh buffer. A sweep leaves a corrupted segment in

@@ -118,6 +118,10 @@
 //!   an [`Error`] on attach and never makes shmrc itself misbehave.
 //! - Holders in different pid namespaces cannot share a file_system segment (liveness
 //!   cannot be checked across them): attaching says [`Error::OtherPidNamespace`].
+//!   Time namespaces are served: start times are compared as the initial time
+//!   namespace reads them, except in a process whose namespace's boottime offset is
+//!   not a whole number of clock ticks (or cannot be read), which is refused a slot
+//!   with [`Error::TimeNamespace`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 

@@ -373,6 +373,9 @@ pub fn validate<O: Os, M: Mapping>(
         });
     }
     let pid_namespace = load(W_PIDNS);
+    if capacity > 0 {
+        os.check_time_namespace()?;
+    }
     if capacity > 0 && pid_namespace != os.pid_namespace() {
         return Err(Error::OtherPidNamespace {
             segment: seg(),
@@ -452,6 +455,9 @@ pub fn create<O: Os>(
         ));
     }
     let layout = Layout::new(data_len, capacity)?;
+    if capacity > 0 {
+        os.check_time_namespace()?;
+    }
     let me = os.current();
     let fields = Fields {
         layout,

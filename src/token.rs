@@ -1,7 +1,10 @@
 //! Process tokens: one `u64` that names a process for the life of the machine.
 //!
 //! A token packs the pid (22 bits, Linux's largest `pid_max`) and the process start
-//! time in clock ticks since boot (40 bits: centuries at 100 Hz). A pid is reused, a
+//! time in clock ticks since boot (40 bits: centuries at 100 Hz), as the initial time
+//! namespace reads it: `/proc` shows it shifted by the reader's time namespace, and the
+//! production backend takes that shift off (`os/posix/timens.rs`), so a token means
+//! the same in every time namespace. A pid is reused, a
 //! (pid, start time) pair is not, so `is_alive(token)` is true exactly while that very
 //! process runs. Bit 62 is always 0 and bit 63 is left to the holder protocol (its
 //! in-flight flag), so a token is never 0 (free slot) nor all ones (tombstone).
@@ -86,7 +89,8 @@ impl Token {
         (self.0 & PID_MASK) as u32
     }
 
-    /// The start time in clock ticks since boot, truncated to 40 bits.
+    /// The start time in clock ticks since boot (as the initial time namespace reads
+    /// it), truncated to 40 bits.
     ///
     /// ```
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -106,7 +110,8 @@ impl Token {
     }
 
     #[doc(hidden)]
-    /// Whether `start_ticks` (as read from `/proc`) names the same start as this token.
+    /// Whether `start_ticks` (read from `/proc`, its time namespace's shift taken off)
+    /// names the same start as this token.
     pub fn matches_start(self, start_ticks: u64) -> bool {
         self.start_ticks() == start_ticks & START_MASK
     }

@@ -150,6 +150,14 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     fn uid(&self) -> u32;
     /// This process's pid namespace id (the inode of `/proc/self/ns/pid`).
     fn pid_namespace(&self) -> u64;
+    /// `Ok` when every process can judge this process's token and this process can
+    /// judge theirs: its time namespace shifts the start times it reads by a known
+    /// number of clock ticks (see `posix/timens.rs`). [`crate::Error::TimeNamespace`]
+    /// naming the cause otherwise; asked before this process takes a holder slot.
+    /// Backends without time namespaces always say `Ok`.
+    fn check_time_namespace(&self) -> Result<()> {
+        Ok(())
+    }
     /// Wall-clock time, nanoseconds since the Unix epoch.
     fn now_unix_nanos(&self) -> u64;
     /// 128 unpredictable bits (segment nonces).
@@ -164,7 +172,8 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// name) a file_system segment of the namespace whose prefix is `namespace`, before
     /// it takes any slot there. A hook for wrappers (the production OS,
     /// `crate::DefaultOs`, tells the user's manager, so that this process's death gets
-    /// that segment swept); the backends themselves do nothing.
+    /// that segment swept); the POSIX backend refuses a process whose time namespace it
+    /// cannot serve ([`Os::check_time_namespace`]), the simulated one does nothing.
     fn before_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
         let _ = (namespace, segment);
         Ok(())
@@ -258,6 +267,9 @@ impl<L: Layer> Os for L {
     }
     fn pid_namespace(&self) -> u64 {
         self.inner().pid_namespace()
+    }
+    fn check_time_namespace(&self) -> Result<()> {
+        self.inner().check_time_namespace()
     }
     fn now_unix_nanos(&self) -> u64 {
         self.inner().now_unix_nanos()

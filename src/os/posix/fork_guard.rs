@@ -1,10 +1,10 @@
 //! What a process keeps about itself and a fork must forget (its pid, its token, its
-//! pid namespace, whether its table of watched processes is its own: [`Slot`]), kept
-//! without a system call to check it: in words of a page marked `MADV_WIPEONFORK`,
-//! which the kernel hands to the child of any `fork` zero-filled (libc's `fork`,
-//! `_Fork`, a raw `clone` without `CLONE_VM` alike); a `pthread_atfork` child handler
-//! clears it as well, for a kernel or emulator that accepts the advice without acting
-//! on it. A word that reads 0 was not set in this process, whose pid may even be one
+//! pid namespace, the shift of its time namespace, whether its table of watched
+//! processes is its own: [`Slot`]), kept without a system call to check it: in words
+//! of a page marked `MADV_WIPEONFORK`, which the kernel hands to the child of any
+//! `fork` zero-filled (libc's `fork`, `_Fork`, a raw `clone` without `CLONE_VM` alike);
+//! a `pthread_atfork` child handler clears it as well, for a kernel or emulator that
+//! accepts the advice without acting on it. A word that reads 0 was not set in this process, whose pid may even be one
 //! its parent's parent had: the value is computed again and kept. [`this_pid`] is
 //! `getpid` asked once per process.
 //!
@@ -44,8 +44,10 @@ pub(super) enum Slot {
     PidNamespace = 2,
     /// Set once its table of watched processes was made in this process.
     WatchedTable = 3,
+    /// The shift of its readings of start times, once known (`timens.rs`).
+    TimeShift = 4,
 }
-const SLOTS: usize = 4;
+const SLOTS: usize = 5;
 
 /// The value kept in `slot` since this process last forked; `None` when none is (or
 /// the kernel cannot wipe the page: [`wiped_on_fork`] is then `false`).
@@ -55,8 +57,8 @@ pub(super) fn kept(slot: Slot) -> Option<u64> {
     Some(word(slot)?.load(Ordering::Relaxed)).filter(|value| *value != 0)
 }
 
-/// Keeps `value` (not 0) in `slot` until this process forks; `false` when there is no
-/// page to keep it in.
+/// Keeps `value` in `slot` until this process forks (0 forgets what was kept);
+/// `false` when there is no page to keep it in.
 pub(super) fn keep(slot: Slot, value: u64) -> bool {
     match word(slot) {
         Some(word) => {

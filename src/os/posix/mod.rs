@@ -20,6 +20,8 @@
 //! - `socket`: bytes and descriptors over a stream socket (`SCM_RIGHTS`, `unsafe`);
 //! - `process`: this process's token, liveness through `/proc`, uid, pid namespace,
 //!   clock and random numbers;
+//! - `timens`: how this process's time namespace shifts the start times it reads, and
+//!   taking that shift off, so that tokens compare across time namespaces;
 //! - `pidfd`: process descriptors (`unsafe`), and the table of those kept on processes
 //!   found alive, so that liveness asked again is one `poll`;
 //! - `fork_guard`: this process's pid without a `getpid` per question, from a page the
@@ -46,6 +48,7 @@ mod pidfd;
 mod process;
 mod shm;
 mod socket;
+mod timens;
 
 pub use limits::raise_fd_limit;
 pub use map::{DataRegion, PosixMap, SealedMap};
@@ -184,6 +187,10 @@ impl Os for PosixOs {
         process::pid_namespace()
     }
 
+    fn check_time_namespace(&self) -> Result<()> {
+        timens::check()
+    }
+
     fn now_unix_nanos(&self) -> u64 {
         process::now_unix_nanos()
     }
@@ -199,5 +206,11 @@ impl Os for PosixOs {
     #[inline]
     fn crash_point(&self) -> Result<()> {
         Ok(())
+    }
+
+    /// Refuses a process whose token others could not judge ([`Os::check_time_namespace`])
+    /// before it tells a manager about it or takes a slot.
+    fn before_named_use(&self, _namespace: &str, _segment: Option<&str>) -> Result<()> {
+        timens::check()
     }
 }

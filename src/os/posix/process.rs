@@ -1,7 +1,8 @@
 //! This process and the others: its token (pid and start time, from `/proc`), whether
 //! another token's process still runs (`/proc/<pid>/stat`, `kill(pid, 0)`, then a
 //! process descriptor kept on it), its uid and pid namespace, the clock, random
-//! numbers, and its process-local protocol state.
+//! numbers, and its process-local protocol state. Start times are read shifted by this
+//! process's time namespace and unshifted by `timens.rs` before they are compared.
 
 use std::fs;
 use std::io;
@@ -14,6 +15,7 @@ use nix::unistd::geteuid;
 
 use super::fork_guard::{Slot, keep, kept, this_pid, wiped_on_fork};
 use super::pidfd::{Watched, pidfd_open};
+use super::timens::{self, Frame};
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
 use crate::token::Token;
@@ -58,7 +60,15 @@ fn parse_proc_stat(content: &[u8]) -> Option<ProcStat> {
     })
 }
 
-/// This process's token, read from `/proc/self/stat`.
+/// The start time (as read, shifted by this process's time namespace) in the content
+/// of a `/proc/<pid>/stat`.
+pub(super) fn parse_start_ticks(content: &[u8]) -> Option<u64> {
+    parse_proc_stat(content).map(|stat| stat.start_ticks)
+}
+
+/// This process's token, read from `/proc/self/stat`, its start time unshifted to the
+/// initial time namespace's (as read where its frame is unknown: such a process holds
+/// no slot, see [`timens::check`]).
 ///
 /// # Panics
 /// When `/proc` cannot tell this process's start time, or is the `/proc` of another
@@ -75,8 +85,10 @@ fn read_own_token(pid: u32) -> Token {
          namespace, so shmrc cannot check holder liveness",
         stat.pid
     );
-    Token::new(pid, stat.start_ticks)
-        .unwrap_or_else(|| panic!("pid {pid} does not fit a shmrc token"))
+    let start = timens::frame()
+        .unshift(stat.start_ticks)
+        .unwrap_or(stat.start_ticks);
+    Token::new(pid, start).unwrap_or_else(|| panic!("pid {pid} does not fit a shmrc token"))
 }
 
 /// The token of this process as last computed (0: none yet). A forked child sees its
@@ -176,13 +188,18 @@ enum Liveness {
     /// Its stat names the token's start time, and the process is not a zombie.
     Running,
     /// Counted alive without having been seen: `/proc` hides or cannot show it (a
-    /// possible leak, never a premature unlink), or a zombie leader's threads still run.
+    /// possible leak, never a premature unlink), a zombie leader's threads still run,
+    /// or its start time cannot be told in this process's time namespace.
     Presumed,
     /// Gone, reused by another process, or a zombie that takes no further step.
     Dead,
 }
 
-/// [`Liveness`] of `token`, from `/proc/<pid>/stat`.
+/// [`Liveness`] of `token`, from `/proc/<pid>/stat`. The start time read there is
+/// shifted by this process's time namespace: it is compared with the token's once
+/// unshifted, never as read. A difference is believed only after this process's frame
+/// is read afresh (it may have `setns`ed into another time namespace since it was
+/// kept); a start time that cannot be unshifted decides nothing.
 fn liveness(token: Token) -> Liveness {
     let pid = token.pid();
     let mut stack = [0u8; STAT_BUF];
@@ -201,14 +218,27 @@ fn liveness(token: Token) -> Liveness {
         Err(_) => Liveness::Presumed,
         Ok(content) => match parse_proc_stat(content.as_ref()) {
             Some(st) if st.pid == pid => {
-                if !token.matches_start(st.start_ticks) || st.state == b'X' {
+                let same_start = |frame: Frame| {
+                    frame
+                        .unshift(st.start_ticks)
+                        .map(|start| token.matches_start(start))
+                };
+                let same = match same_start(timens::frame()) {
+                    Some(false) => same_start(timens::frame_again()),
+                    same => same,
+                };
+                // A zombie or a dead task holds the pid: the token's process is that
+                // one, or had the pid before it and is gone; either way it takes no
+                // further step, except a zombie thread-group leader whose main thread
+                // exited while other threads still run.
+                if same == Some(false) || st.state == b'X' {
                     Liveness::Dead
                 } else if st.state == b'Z' {
-                    // A zombie takes no further step, except a thread-group leader
-                    // whose main thread exited while other threads still run.
                     presumed_if(other_threads_run(pid))
-                } else {
+                } else if same == Some(true) {
                     Liveness::Running
+                } else {
+                    Liveness::Presumed
                 }
             }
             _ => Liveness::Presumed,
@@ -401,7 +431,8 @@ mod tests {
         assert_eq!(st.pid, std::process::id());
         assert!(matches!(st.state, b'R' | b'S'));
         let os = PosixOs::new();
-        assert!(os.current().matches_start(st.start_ticks));
+        let unshifted = timens::frame().unshift(st.start_ticks).unwrap();
+        assert!(os.current().matches_start(unshifted));
     }
 
     #[test]
