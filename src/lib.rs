@@ -118,6 +118,9 @@
 //!   an [`Error`] on attach and never makes shmrc itself misbehave.
 //! - Holders in different pid namespaces cannot share a file_system segment (liveness
 //!   cannot be checked across them): attaching says [`Error::OtherPidNamespace`].
+//!
+//! Against whom each promise holds (another user, a setuid program, namespaces) and the
+//! limits that stay: `docs/SECURITY.md` in the repository.
 //!   Time namespaces are served: start times are compared as the initial time
 //!   namespace reads them, except in a process whose namespace's boottime offset is
 //!   not a whole number of clock ticks (or cannot be read), which is refused a slot

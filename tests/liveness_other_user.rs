@@ -1,0 +1,127 @@
+//! Liveness judged by an unprivileged user about another user's processes (issue 31,
+//! item 2, in part): `kill(pid, 0)` answers `EPERM` for a live process of another user,
+//! and under `hidepid=2` its `/proc/<pid>` is not there at all. Both must read as
+//! *alive* (a root service holding a user's segment is not dead), and a pid that no
+//! process has must still read as dead.
+//!
+//! A probe (a copy of this test binary) runs as a throwaway user (`useradd --system`,
+//! removed in every outcome): once with `/proc` as it is, once in a mount namespace of
+//! its own with `/proc` mounted `hidepid=2`. It judges the token of this test process
+//! (root) and of a child of ours that was reaped (its pid unused since). Needs root and
+//! util-linux's `unshare`, `mount` and `setpriv`; without them the test says so, and
+//! fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
+#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+use std::time::Duration;
+
+use shmrc::Token;
+use shmrc::os::Os;
+use shmrc::os::posix::PosixOs;
+use shmrc_testkit::process::output_within;
+use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
+
+const LIVE: &str = "SHMRC_TEST_LIVENESS_LIVE";
+const DEAD: &str = "SHMRC_TEST_LIVENESS_DEAD";
+
+/// The probe: prints `live: BOOL`, `dead: BOOL` and whether it can see `/proc/<pid>`
+/// of the live token's process. Returns at once in a normal test run.
+#[test]
+fn probe() {
+    let (Ok(live), Ok(dead)) = (std::env::var(LIVE), std::env::var(DEAD)) else {
+        return;
+    };
+    let token = |word: String| Token::from_word(word.parse().unwrap()).unwrap();
+    let (live, dead) = (token(live), token(dead));
+    println!(
+        "probe: uid {} sees /proc/{}: {}",
+        nix::unistd::geteuid(),
+        live.pid(),
+        std::path::Path::new(&format!("/proc/{}", live.pid())).exists()
+    );
+    println!("probe: live: {}", PosixOs.is_alive(live));
+    println!("probe: dead: {}", PosixOs.is_alive(dead));
+}
+
+/// A token of a process that existed and was reaped.
+fn dead_token() -> Token {
+    let mut child = Command::new("true").spawn().unwrap();
+    let pid = child.id();
+    let token = Token::new(pid, 1).unwrap();
+    child.wait().unwrap();
+    token
+}
+
+fn run(user: &ThrowawayUser, probe: &std::path::Path, hidepid: bool) -> String {
+    let live = PosixOs.current();
+    let dead = dead_token();
+    let mut command = if hidepid {
+        let mut c = Command::new("unshare");
+        c.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t proc -o hidepid=2 proc /proc && exec setpriv --reuid {} --regid {} \
+             --clear-groups {} --exact probe --nocapture --test-threads=1",
+                user.uid,
+                user.gid,
+                probe.display()
+            ));
+        c
+    } else {
+        let mut c = Command::new(probe);
+        c.args(["--exact", "probe", "--nocapture", "--test-threads=1"])
+            .uid(user.uid)
+            .gid(user.gid);
+        c
+    };
+    command
+        .env(LIVE, live.word().to_string())
+        .env(DEAD, dead.word().to_string())
+        .current_dir("/");
+    let out = output_within(&mut command, Duration::from_secs(60));
+    let said =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "the probe failed: {said}");
+    said
+}
+
+#[test]
+fn another_users_live_process_is_alive_even_when_proc_hides_it() {
+    const TEST: &str = "another_users_live_process_is_alive";
+    let user = match ThrowawayUser::create("live") {
+        Ok(user) => user,
+        Err(why) => return cannot_attack(TEST, &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = dir.path().join("probe");
+    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+
+    let plain = run(&user, &probe, false);
+    println!("{plain}");
+    assert!(
+        plain.contains(&format!("probe: uid {} ", user.uid)),
+        "{plain}"
+    );
+    assert!(
+        plain.contains("probe: live: true"),
+        "EPERM is not death: {plain}"
+    );
+    assert!(plain.contains("probe: dead: false"), "{plain}");
+
+    let hidden = run(&user, &probe, true);
+    println!("{hidden}");
+    if !hidden.contains(": false\n") || !hidden.contains("probe: live:") {
+        return cannot_attack(
+            TEST,
+            &format!("/proc with hidepid=2 did not hide root's process: {hidden}"),
+        );
+    }
+    assert!(
+        hidden.contains("probe: live: true"),
+        "a hidden process is not dead: {hidden}"
+    );
+    assert!(hidden.contains("probe: dead: false"), "{hidden}");
+    drop(user);
+}
