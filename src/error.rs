@@ -207,16 +207,27 @@ pub enum Error {
     /// a socket were dropped by the kernel for that reason (a connection that lost
     /// descriptors is out of step: close it). Release buffers, raise `RLIMIT_NOFILE`
     /// (`ulimit -n`), or switch to [`Strategy::FileSystem`], which keeps no descriptor
-    /// open per buffer.
+    /// open per buffer. shmrc's own share of the descriptors is counted: the process
+    /// descriptors it kept to judge other processes' liveness quickly (at most 64, and at
+    /// most 1/16 of the limit) are closed when the limit is hit, and their number is
+    /// `liveness_fds`.
     #[error(
-        "too many open files in {call} (RLIMIT_NOFILE soft limit {limit}): release buffers, \
-         raise the limit, or switch to the file_system strategy"
+        "too many open files in {call} (RLIMIT_NOFILE soft limit {limit}{}): release \
+         buffers, raise the limit, or switch to the file_system strategy",
+        if *liveness_fds > 0 {
+            format!("; {liveness_fds} were shmrc's liveness descriptors, closed now")
+        } else {
+            String::new()
+        }
     )]
     TooManyFds {
         /// The call that hit the limit.
         call: &'static str,
         /// The soft limit in force.
         limit: u64,
+        /// How many of the open descriptors were shmrc's liveness descriptors (closed
+        /// since, leaving that many free).
+        liveness_fds: u32,
     },
 
     /// Every holder slot of the segment is held by a live process or a handle in flight.

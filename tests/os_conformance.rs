@@ -1013,7 +1013,9 @@ mod posix_only {
         let result = os.recv(&sb, &mut [0u8; 32], &mut files);
         setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
         match result {
-            Err(Error::TooManyFds { call, limit: said }) => {
+            Err(Error::TooManyFds {
+                call, limit: said, ..
+            }) => {
                 assert_eq!(call, "recvmsg");
                 assert_eq!(said, limit);
             }

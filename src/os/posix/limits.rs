@@ -59,6 +59,7 @@ pub(super) fn fd_error(call: &'static str, errno: Errno) -> Error {
         Errno::EMFILE | Errno::ENFILE => Error::TooManyFds {
             call,
             limit: fd_limit(),
+            liveness_fds: super::process::release_watched(),
         },
         e => Error::os(call, e),
     }

@@ -181,6 +181,16 @@ impl Watched {
         }
     }
 
+    /// Closes every descriptor of the table (each only if it is still the file it was
+    /// when kept) and returns how many processes it watched.
+    pub fn release_all(&mut self) -> usize {
+        let released = self.pidfds.len();
+        for (_, kept) in self.pidfds.drain() {
+            kept.let_go();
+        }
+        released
+    }
+
     /// How many processes are watched.
     #[cfg(test)]
     pub fn len(&self) -> usize {

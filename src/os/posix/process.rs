@@ -161,8 +161,30 @@ pub(super) fn is_alive(token: Token) -> bool {
 }
 
 /// The processes [`is_alive`] watches by descriptor: at most this many (each holds a
-/// descriptor, close-on-exec; one per distinct peer is all a pipeline needs).
+/// descriptor, close-on-exec; one per distinct peer is all a pipeline needs), and at
+/// most 1/16 of the descriptor limit ([`watched_capacity`]).
 const WATCHED_PROCESSES: usize = 64;
+
+/// How many processes the liveness table may watch: [`WATCHED_PROCESSES`], or 1/16 of
+/// the `RLIMIT_NOFILE` soft limit when that is less (4 of a 64-descriptor budget).
+fn watched_capacity() -> usize {
+    let share = super::limits::fd_limit() / 16;
+    WATCHED_PROCESSES.min(usize::try_from(share).unwrap_or(usize::MAX))
+}
+
+/// Closes every descriptor of this process's liveness table (it has hit its descriptor
+/// limit: they are the ones shmrc can give back) and returns how many it closed. The
+/// table fills again, one process at a time, as liveness is asked.
+pub(super) fn release_watched() -> u32 {
+    let me = this_pid();
+    let mut table = match WATCHED.try_lock() {
+        Ok(table) => table,
+        // Held by this very thread's liveness check, or another's: nothing to count.
+        Err(_) => return 0,
+    };
+    let released = watched_by(&mut table, me).release_all();
+    u32::try_from(released).unwrap_or(u32::MAX)
+}
 
 /// Made on first need (a `const` empty lock, not a `LazyLock`: a child forked while a
 /// thread of its parent was making it must not wait for a thread it does not have).
@@ -171,7 +193,7 @@ static WATCHED: Mutex<Option<Watched>> = Mutex::new(None);
 /// The table of process `me`: made on first need, made afresh in a forked child (told
 /// by the wipe-on-fork page, or without it by the owner's pid).
 fn watched_by(table: &mut Option<Watched>, me: u32) -> &mut Watched {
-    let watched = table.get_or_insert_with(|| Watched::new(WATCHED_PROCESSES, me));
+    let watched = table.get_or_insert_with(|| Watched::new(watched_capacity(), me));
     if !wiped_on_fork() {
         return watched.for_process(me);
     }

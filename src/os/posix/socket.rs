@@ -197,6 +197,7 @@ fn recv_with_fds(fd: BorrowedFd<'_>, buf: &mut [u8], files: &mut Vec<PosixFile>)
         return Err(Error::TooManyFds {
             call: "recvmsg",
             limit: fd_limit(),
+            liveness_fds: super::process::release_watched(),
         });
     }
     Ok(received)

@@ -154,6 +154,7 @@ impl State {
             return Err(Error::TooManyFds {
                 call,
                 limit: p.fd_limit as u64,
+                liveness_fds: 0,
             });
         }
         Ok(())

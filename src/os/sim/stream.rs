@@ -204,6 +204,7 @@ pub(super) fn recv(
             return Err(Error::TooManyFds {
                 call: "recvmsg",
                 limit: limit as u64,
+                liveness_fds: 0,
             });
         }
         let mut received = Vec::with_capacity(arrived.len());

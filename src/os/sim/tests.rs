@@ -623,7 +623,8 @@ mod plain {
                 err,
                 Error::TooManyFds {
                     call: "recvmsg",
-                    limit: 1
+                    limit: 1,
+                    ..
                 }
             ),
             "{err:?}"
