@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::namespace::Namespace;
-use crate::os::Os;
-use crate::sweep::{SweepReport, sweep_after_deaths};
+use crate::os::{Listed, Os};
+use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed};
 use crate::token::Token;
 
 /// The most namespaces one client may register: each costs a sweep at its death, and
@@ -158,28 +158,43 @@ impl Sweep {
 }
 
 /// Sweeps every shmrc namespace of `os`'s user found among the named objects (the
-/// start and grace sweeps); the listing's error when it cannot be read.
+/// start and grace sweeps); the listing's error when it cannot be read. `/dev/shm` is
+/// listed once for all of them ([`segments_found`]), and only the user's own names
+/// count.
 pub fn sweep_everything<O: Os>(os: &O) -> Result<Vec<(Namespace, Result<SweepReport>)>> {
-    let found = namespaces_found(os)?;
-    Ok(found
+    Ok(segments_found(os)?
         .into_iter()
-        .map(|ns| {
-            let report = sweep_after_deaths(os, &ns, &[], None);
-            (ns, report)
+        .map(|(ns, names)| {
+            let report = sweep_listed(os, &ns, names);
+            (ns, Ok(report))
         })
         .collect())
 }
 
 /// Every shmrc namespace of user `os.uid()` that has a segment, sorted.
 pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
+    Ok(segments_found(os)?.into_keys().collect())
+}
+
+/// The segment names of every shmrc namespace of user `os.uid()`, by namespace, from
+/// one listing: a name counts only when it parses as a segment of the user's and the
+/// user owns it. Another user can create any number of files whose names parse so (an
+/// empty file is enough); they are never opened, and count for no namespace.
+pub fn segments_found<O: Os>(os: &O) -> Result<BTreeMap<Namespace, Vec<String>>> {
     let uid = os.uid();
-    let found: BTreeSet<String> = os
-        .shm_list(crate::namespace::DEFAULT_PREFIX)?
-        .iter()
-        .filter_map(|name| Namespace::of_segment(name, uid).ok())
-        .map(|(ns, _)| ns.prefix().to_owned())
-        .collect();
-    found.into_iter().map(Namespace::new).collect()
+    let listed = os.shm_list_owned(crate::namespace::DEFAULT_PREFIX, &mut |name| {
+        Namespace::of_segment(name, uid).is_ok()
+    })?;
+    let mut found: BTreeMap<Namespace, Vec<String>> = BTreeMap::new();
+    for Listed { name, owner } in listed {
+        if owner != uid {
+            continue;
+        }
+        if let Ok((ns, _)) = Namespace::of_segment(&name, uid) {
+            found.entry(ns).or_default().push(name);
+        }
+    }
+    Ok(found)
 }
 
 /// What the timer says ([`Registry::tick`]).

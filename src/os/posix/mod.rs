@@ -33,7 +33,7 @@ use std::os::unix::net::UnixStream;
 
 use crate::error::Result;
 use crate::local::ProcessLocal;
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, Listed, Os};
 use crate::token::Token;
 
 mod fork_guard;
@@ -122,6 +122,14 @@ impl Os for PosixOs {
 
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         shm::list(start)
+    }
+
+    fn shm_list_owned(
+        &self,
+        start: &str,
+        wanted: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Listed>> {
+        shm::list_owned(start, wanted)
     }
 
     fn memfd_create(&self, debug_name: &str) -> Result<PosixFile> {

@@ -1,20 +1,20 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
-//! listing), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
+//! listing, with each wanted name's owner), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
 //! `posix_fallocate`) and `fstat`.
 
 use std::fs;
 use std::os::fd::AsFd;
 
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
+use nix::fcntl::{AtFlags, FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
 use nix::sys::memfd::{MFdFlags, memfd_create as sys_memfd_create};
-use nix::sys::stat::{Mode, fchmod, fstat, stat as sys_stat};
+use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
 use nix::unistd::ftruncate;
 
 use super::limits::{ensure_fd_limit_raised, fd_error};
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, Listed, Os};
 
 /// Where Linux shows the named shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -111,6 +111,37 @@ pub(super) fn list(start: &str) -> Result<Vec<String>> {
     }
     names.sort_unstable();
     Ok(names)
+}
+
+/// [`Os::shm_list_owned`]: one listing of `/dev/shm`, then an `fstatat` on a descriptor
+/// of that directory for each name `wanted` accepted. A symbolic link is judged by its
+/// own owner, never followed.
+pub(super) fn list_owned(start: &str, wanted: &mut dyn FnMut(&str) -> bool) -> Result<Vec<Listed>> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let dir = retry_eintr(|| nix::fcntl::open(SHM_DIR, flags, Mode::empty()))
+        .map_err(|e| fd_error("open /dev/shm", e))?;
+    let mut names = Vec::new();
+    for entry in fs::read_dir(SHM_DIR).map_err(|e| Error::os("opendir", e))? {
+        let entry = entry.map_err(|e| Error::os("readdir", e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            if name.starts_with(start) && wanted(name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    let mut listed = Vec::with_capacity(names.len());
+    for name in names {
+        match retry_eintr(|| fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)) {
+            Ok(st) => listed.push(Listed {
+                name,
+                owner: st.st_uid,
+            }),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(Error::os("fstatat", e)),
+        }
+    }
+    listed.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    Ok(listed)
 }
 
 /// [`Os::memfd_create`].

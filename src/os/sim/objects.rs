@@ -13,7 +13,7 @@ use super::map::Storage;
 use super::process::SimOs;
 use super::{NAME_MAX, os_error};
 use crate::error::{Error, Result};
-use crate::os::FileInfo;
+use crate::os::{FileInfo, Listed};
 
 /// A shared-memory object: a named one or a memfd, alive while anything references it.
 pub(super) struct Object {
@@ -215,6 +215,32 @@ pub(super) fn shm_list(os: &SimOs, start: &str) -> Result<Vec<String>> {
             .cloned()
             .collect())
     })
+}
+
+/// [`Os::shm_list_owned`](crate::os::Os::shm_list_owned): one step, as
+/// [`shm_list`]; `wanted` is asked outside the kernel's lock (it may be any code).
+pub(super) fn shm_list_owned(
+    os: &SimOs,
+    start: &str,
+    wanted: &mut dyn FnMut(&str) -> bool,
+) -> Result<Vec<Listed>> {
+    let listed: Vec<Listed> = os.with(|st, _| {
+        st.caller(os.pid)?;
+        Ok::<_, Error>(
+            st.names
+                .range::<str, _>((Bound::Included(start), Bound::Unbounded))
+                .take_while(|(name, _)| name.starts_with(start))
+                .filter_map(|(name, object)| {
+                    let owner = st.objects.get(object)?.uid;
+                    Some(Listed {
+                        name: name.clone(),
+                        owner,
+                    })
+                })
+                .collect(),
+        )
+    })?;
+    Ok(listed.into_iter().filter(|l| wanted(&l.name)).collect())
 }
 
 /// [`Os::memfd_create`](crate::os::Os::memfd_create) (the debug name is not kept).
