@@ -595,4 +595,58 @@ mod tests {
             }
         );
     }
+
+    /// Another user plants names of this user's shape, in many namespaces and in one
+    /// of ours with a dead "creator": they count for no namespace, the sweeps of the
+    /// manager leave them out (and alone), and ours are swept as ever.
+    #[test]
+    fn another_users_names_count_for_no_namespace_and_are_left_alone() {
+        use crate::os::sim::SimKernel;
+        use crate::sweep::Action;
+        use crate::{CreateOptions, ShmBuf, Strategy};
+        const UID: u32 = 1000;
+        let kernel = SimKernel::new(26);
+        let (creator, stranger) = (kernel.spawn(UID), kernel.spawn(UID + 1));
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns("mine"));
+        let ours = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let ours_name = ours.name().unwrap().to_owned();
+        let nobody = Token::new(1, 1).unwrap();
+        let pid_namespace = creator.pid_namespace();
+        let mut planted: Vec<String> = (0..50u128)
+            .map(|i| ns(&format!("p{i}")).segment_name(UID, pid_namespace, nobody, i))
+            .chain((0..50u128).map(|i| ns("mine").segment_name(UID, pid_namespace, nobody, i)))
+            .collect();
+        for name in &planted {
+            drop(stranger.shm_create(name).unwrap());
+        }
+        kernel.kill(creator.pid());
+        let manager = kernel.spawn(UID);
+
+        assert_eq!(namespaces_found(&manager).unwrap(), vec![ns("mine")]);
+        let swept = sweep_everything(&manager).unwrap();
+        assert_eq!(swept.len(), 1, "{swept:?}");
+        let (namespace, report) = &swept[0];
+        let report = report.as_ref().unwrap();
+        assert_eq!(namespace, &ns("mine"));
+        let names: Vec<&str> = report.segments.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec![ours_name.as_str()], "only ours, unlinked");
+        assert!(matches!(report.segments[0].action, Action::Unlinked));
+        planted.sort();
+        assert_eq!(kernel.names(), planted, "another user's names stay");
+
+        // A death's sweep of the whole namespace leaves them out too; the user's own
+        // sweep reports them, unopened.
+        let whole = sweep_after_deaths(&manager, &ns("mine"), &[nobody], None).unwrap();
+        assert!(whole.segments.is_empty(), "{whole:?}");
+        let own = crate::sweep::sweep_with(&manager, &ns("mine"), false).unwrap();
+        assert_eq!(own.segments.len(), 50);
+        assert!(own.segments.iter().all(|s| matches!(
+            s.action,
+            Action::Skipped(crate::Error::OtherUser { owner, .. }) if owner == UID + 1
+        )));
+        assert_eq!(kernel.names(), planted);
+        drop(ours);
+    }
 }

@@ -240,3 +240,83 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         mode: st.st_mode & 0o7777,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start of every name test `test` makes in `/dev/shm`.
+    fn start(test: &str) -> String {
+        format!("shmrc-shm-test-{}-{test}-", std::process::id())
+    }
+
+    /// A name of test `test` in `/dev/shm`, unlinked when dropped.
+    struct Named(String);
+
+    impl Named {
+        fn new(test: &str, what: &str) -> Named {
+            let name = format!("{}{what}", start(test));
+            drop(create(&name).unwrap());
+            Named(name)
+        }
+    }
+
+    impl Drop for Named {
+        fn drop(&mut self) {
+            let _ = unlink(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_listing_gives_each_wanted_names_owner_and_asks_of_every_name_once() {
+        let test = "wanted";
+        let (mine, unwanted) = (Named::new(test, "mine"), Named::new(test, "unwanted"));
+        let mut asked = Vec::new();
+        let listed = list_owned(&start(test), &mut |name| {
+            asked.push(name.to_owned());
+            name != unwanted.0
+        })
+        .unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let expected = Listed {
+            name: mine.0.clone(),
+            owner: me,
+        };
+        assert_eq!(listed, vec![expected]);
+        asked.sort();
+        assert_eq!(asked, vec![mine.0.clone(), unwanted.0.clone()]);
+    }
+
+    #[test]
+    fn a_listed_name_removed_before_its_look_up_is_left_out() {
+        let test = "vanish";
+        let (gone, stays) = (Named::new(test, "gone"), Named::new(test, "stays"));
+        let listed = list_owned(&start(test), &mut |name| {
+            if name == gone.0 {
+                unlink(name).unwrap();
+            }
+            true
+        })
+        .unwrap();
+        let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, vec![stays.0.as_str()]);
+    }
+
+    #[test]
+    fn another_users_object_is_listed_with_its_owner() {
+        if !nix::unistd::geteuid().is_root() {
+            let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
+            assert!(!required, "SHMRC_REQUIRE_ROOT=1 but not root: cannot chown");
+            eprintln!("another_users_object_is_listed_with_its_owner: SKIPPED, not root");
+            return;
+        }
+        let theirs = Named::new("theirs", "x");
+        std::os::unix::fs::lchown(format!("{SHM_DIR}/{}", theirs.0), Some(65534), None).unwrap();
+        let listed = list_owned(&start("theirs"), &mut |_| true).unwrap();
+        let expected = Listed {
+            name: theirs.0.clone(),
+            owner: 65534,
+        };
+        assert_eq!(listed, vec![expected]);
+    }
+}
