@@ -210,12 +210,21 @@ fn sweep_pass<O: Os>(
     };
     // Names of the namespace's shape only (anything else is not ours to touch), and,
     // with `only`, just the dead's: decided from the name, before it is looked up.
-    let listed = os.shm_list_owned(&ns.name_start(uid), &mut |name| {
-        ns.parse(name, uid).is_ok_and(|parts| {
-            only.is_none_or(|attached| {
-                creators_first.contains(&parts.creator) || attached.contains(name)
-            })
-        })
+    // With `only`, a name is first matched as text against the dead's tokens: another
+    // user may plant any number of names in the namespace, and each death's sweep
+    // passes over all of them.
+    let start = ns.name_start(uid);
+    let created_by_dead = CreatedBy::new(creators_first);
+    let listed = os.shm_list_owned(&start, &mut |name| match only {
+        None => ns.parse(name, uid).is_ok(),
+        Some(attached) => {
+            let theirs =
+                attached.contains(name) || created_by_dead.may_have_made(&name[start.len()..]);
+            theirs
+                && ns.parse(name, uid).is_ok_and(|parts| {
+                    creators_first.contains(&parts.creator) || attached.contains(name)
+                })
+        }
     })?;
     let mut ours = Vec::new();
     for Listed { name, owner } in listed {
@@ -269,6 +278,30 @@ fn sweep_names<O: Os>(
     }
     report.segments.sort_by(|a, b| a.name.cmp(&b.name));
     report
+}
+
+/// The creators of a sweep after deaths, as the text of the names they made: a cheap
+/// first test, before a name is parsed.
+struct CreatedBy(Vec<String>);
+
+impl CreatedBy {
+    fn new(creators: &[Token]) -> CreatedBy {
+        CreatedBy(
+            creators
+                .iter()
+                .map(|t| format!("{}.{}.", t.pid(), t.start_ticks()))
+                .collect(),
+        )
+    }
+
+    /// Whether `tail`, a name past its namespace's start (`<pidns>.<pid>.<start>.
+    /// <nonce>`), may name a segment one of them created; `false` only when it cannot.
+    fn may_have_made(&self, tail: &str) -> bool {
+        let after_pid_namespace = tail.split_once('.').map_or("", |(_, rest)| rest);
+        self.0
+            .iter()
+            .any(|c| after_pid_namespace.starts_with(c.as_str()))
+    }
 }
 
 impl SegmentReport {
