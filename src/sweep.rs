@@ -185,6 +185,40 @@ pub fn sweep_listed<O: Os>(os: &O, ns: &Namespace, ours: Vec<String>) -> SweepRe
     sweep_names(os, ns, ours, false, &[], SweepReport::default())
 }
 
+/// Sweeps, after the processes `dead` died, just the segments of namespace `ns` named
+/// in `names` (what they created, as the manager saw it happen, and what they
+/// attached), with no listing of `/dev/shm`: each name's owner is looked up
+/// ([`Os::shm_owner`]), another user's are left out unopened, names of another
+/// namespace ignored, and a name gone meanwhile reported [`Action::Vanished`].
+pub fn sweep_named<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    dead: &[Token],
+    names: &BTreeSet<String>,
+) -> SweepReport {
+    let os = &Remembering::new(os.clone());
+    let uid = os.uid();
+    let mut report = SweepReport::default();
+    let mut ours = Vec::new();
+    for name in names {
+        let Ok(parts) = ns.parse(name, uid) else {
+            continue;
+        };
+        match os.shm_owner(name) {
+            Ok(owner) if owner == uid => ours.push((name.clone(), parts)),
+            Ok(_) => {}
+            Err(e) => {
+                let mut seg = SegmentReport::skipped(name.clone(), parts, e);
+                if matches!(seg.action, Action::Skipped(Error::Gone { .. })) {
+                    seg.action = Action::Vanished;
+                }
+                report.segments.push(seg);
+            }
+        }
+    }
+    sweep_names(os, ns, ours, false, dead, report)
+}
+
 /// What a pass does with a name of the namespace's shape that another user owns: it
 /// is never opened; a user's own sweep or inspection reports it, the manager's leave
 /// it out.

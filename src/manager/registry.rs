@@ -28,7 +28,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::namespace::Namespace;
 use crate::os::{Listed, Os};
-use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed};
+use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed, sweep_named};
 use crate::token::Token;
 
 /// The most namespaces one client may register: each costs a sweep at its death, and
@@ -144,14 +144,33 @@ impl Sweep {
     /// Sweeps each namespace on `os` (`sweep_after_deaths`), in order; one result per
     /// namespace. A sweeper killed part-way gets [`crate::Error::Killed`] from then on.
     pub fn carry_out<O: Os>(&self, os: &O) -> Vec<(Namespace, Result<SweepReport>)> {
+        self.carry_out_knowing(os, None)
+    }
+
+    /// [`Sweep::carry_out`], knowing `created`: every name of `/dev/shm` that carries a
+    /// dead client's token, as the shell saw them created and not yet removed. A
+    /// namespace of scope [`Scope::DeadsOwn`] is then swept from those names and the
+    /// attached ones alone ([`sweep_named`]), with no listing of `/dev/shm`; a whole one
+    /// is listed as ever. `None`: not known (the shell lost events, or does not watch).
+    pub fn carry_out_knowing<O: Os>(
+        &self,
+        os: &O,
+        created: Option<&BTreeSet<String>>,
+    ) -> Vec<(Namespace, Result<SweepReport>)> {
         self.namespaces
             .iter()
             .map(|(ns, scope)| {
-                let only = match scope {
-                    Scope::Whole => None,
-                    Scope::DeadsOwn(attached) => Some(attached),
+                let report = match (scope, created) {
+                    (Scope::Whole, _) => sweep_after_deaths(os, ns, &self.dead, None),
+                    (Scope::DeadsOwn(attached), None) => {
+                        sweep_after_deaths(os, ns, &self.dead, Some(attached))
+                    }
+                    (Scope::DeadsOwn(attached), Some(created)) => {
+                        let names: BTreeSet<String> = created.union(attached).cloned().collect();
+                        Ok(sweep_named(os, ns, &self.dead, &names))
+                    }
                 };
-                (ns.clone(), sweep_after_deaths(os, ns, &self.dead, only))
+                (ns.clone(), report)
             })
             .collect()
     }
@@ -648,5 +667,63 @@ mod tests {
         )));
         assert_eq!(kernel.names(), planted);
         drop(ours);
+    }
+
+    /// Knowing what the dead created, a death's sweep opens just those names and the
+    /// attached ones: a segment of the dead's that the shell did not report stays for a
+    /// later sweep, a forged name of another user's is left out unopened, and one gone
+    /// meanwhile is reported vanished.
+    #[test]
+    fn a_sweep_knowing_what_the_dead_created_sweeps_just_those_names() {
+        use crate::os::sim::SimKernel;
+        use crate::sweep::Action;
+        use crate::{CreateOptions, ShmBuf, Strategy};
+        const UID: u32 = 1000;
+        let kernel = SimKernel::new(27);
+        let (creator, stranger) = (kernel.spawn(UID), kernel.spawn(UID + 1));
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns("k"));
+        let reported = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let unreported = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let (reported_name, unreported_name) = (
+            reported.name().unwrap().to_owned(),
+            unreported.name().unwrap().to_owned(),
+        );
+        let pid_namespace = creator.pid_namespace();
+        let forged = ns("k").segment_name(UID, pid_namespace, creator.token(), 1);
+        drop(stranger.shm_create(&forged).unwrap());
+        let gone = ns("k").segment_name(UID, pid_namespace, creator.token(), 2);
+        let mut r = Registry::new(GRACE);
+        r.hello(creator.token(), []).unwrap();
+        r.uses(creator.token(), Use::Created(ns("k"))).unwrap();
+        kernel.kill(creator.pid());
+        let sweep = r.died(&[creator.token()]).unwrap();
+        let created: BTreeSet<String> =
+            [reported_name.clone(), forged.clone(), gone.clone()].into();
+        let manager = kernel.spawn(UID);
+        let done = sweep.carry_out_knowing(&manager, Some(&created));
+        let report = done[0].1.as_ref().unwrap();
+        let seen: Vec<(&str, bool)> = report
+            .segments
+            .iter()
+            .map(|s| (s.name.as_str(), matches!(s.action, Action::Unlinked)))
+            .collect();
+        let mut expected = vec![(reported_name.as_str(), true), (gone.as_str(), false)];
+        expected.sort();
+        assert_eq!(seen, expected, "{report:?}");
+        assert!(
+            report
+                .segments
+                .iter()
+                .any(|s| matches!(s.action, Action::Vanished))
+        );
+        let mut left = vec![unreported_name, forged];
+        left.sort();
+        assert_eq!(kernel.names(), left);
+        // Not knowing, it lists the namespace: the unreported one goes too.
+        let listed = sweep.carry_out(&manager);
+        assert_eq!(listed[0].1.as_ref().unwrap().unlinked, 1);
+        drop((reported, unreported));
     }
 }

@@ -6,8 +6,13 @@
 //! dead registered; at start and before exiting a sweep of every shmrc namespace of
 //! this user) and answers.
 //!
+//! A death's sweep of what the dead created and attached opens those names alone: the
+//! names each client created are known from an inotify watch on `/dev/shm`
+//! (`creations.rs`), so no listing of `/dev/shm` (which any user can fill) is
+//! needed unless events were lost.
+//!
 //! A sweep of everything (at start, when the grace period is over) runs on a thread of
-//! its own ([`Background`]) while the loop goes on answering: its length depends on
+//! its own (`Background`) while the loop goes on answering: its length depends on
 //! what is in `/dev/shm`, which other users can fill, and no Hello waits for it. Its
 //! end wakes the `poll` (the thread's end of a socket pair closes).
 //!
@@ -17,13 +22,14 @@
 //! pidfd watches that very process). Anything else is refused, logged, and changes
 //! nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::creations::Creations;
 use super::log::{info, warning};
 pub use super::registry::{MAX_NAMESPACES, namespaces_found};
 use super::registry::{Registry, Sweep, Tick, Use};
@@ -161,6 +167,8 @@ struct Ready {
     connections: Vec<usize>,
     /// Clients whose pidfd turned readable: they died.
     dead: Vec<Token>,
+    /// Events of `/dev/shm` wait.
+    created: bool,
     /// The sweep of everything in progress has ended.
     swept: bool,
 }
@@ -212,6 +220,8 @@ struct Manager<'a> {
     /// A pidfd on each client the registry watches.
     pidfds: HashMap<Token, PidFd>,
     connections: Vec<Connection>,
+    /// What each client created, for its death's sweep.
+    creations: Creations,
     /// The sweep of everything in progress, if any.
     sweeping: Option<Background>,
     /// When the last grace-over sweep began, once it has ended with no client since:
@@ -228,6 +238,7 @@ impl<'a> Manager<'a> {
             registry: Registry::new(config.grace),
             pidfds: HashMap::new(),
             connections: Vec::new(),
+            creations: Creations::new(uid, PosixOs.pid_namespace()),
             sweeping: None,
             grace_swept: None,
         }
@@ -265,6 +276,9 @@ impl<'a> Manager<'a> {
             if ready.listener {
                 self.accept_all(listener);
             }
+            if ready.created {
+                self.creations.drain();
+            }
             self.bury(&ready.dead);
             if ready.swept {
                 self.finish_sweep();
@@ -291,12 +305,16 @@ impl<'a> Manager<'a> {
         let mut fds: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
         fds.extend(self.connections.iter().map(|c| c.stream.as_fd()));
         fds.extend(tokens.iter().map(|t| self.pidfds[t].as_fd()));
+        let creations = fds.len();
+        fds.extend(self.creations.fd());
+        let sweep_end = fds.len();
         fds.extend(self.sweeping.iter().map(|b| b.ended.as_fd()));
         let ready = sys::poll_readable(&fds, timeout)?;
         let conns = &ready[1..1 + self.connections.len()];
         let pidfds = &ready[1 + self.connections.len()..][..tokens.len()];
-        let swept =
-            self.sweeping.is_some() && ready.last().is_some_and(|r| r.readable || r.hung_up);
+        let at = |i: usize| ready.get(i).is_some_and(|r| r.readable || r.hung_up);
+        let created = self.creations.fd().is_some() && at(creations);
+        let swept = self.sweeping.is_some() && at(sweep_end);
         Ok(Ready {
             listener: ready[0].readable,
             connections: (0..conns.len())
@@ -308,6 +326,7 @@ impl<'a> Manager<'a> {
                 .filter(|(_, r)| r.readable || r.hung_up)
                 .map(|(t, _)| *t)
                 .collect(),
+            created,
             swept,
         })
     }
@@ -431,6 +450,7 @@ impl<'a> Manager<'a> {
                 }
                 // A second Hello of the same process keeps the first pidfd.
                 self.pidfds.entry(token).or_insert(pidfd);
+                self.creations.watch(token);
                 self.connections[i].client = Some(token);
                 info!("client {token} watched for {:?}", self.namespaces_of(token));
                 Ok(self.welcome())
@@ -526,8 +546,11 @@ impl<'a> Manager<'a> {
         }
         self.connections
             .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
+        // Every name the dead created was reported before they died: read it all.
+        self.creations.drain();
+        let created = self.creations.forget(dead);
         if let Some(sweep) = self.registry.died(dead) {
-            self.carry_out(&sweep);
+            self.carry_out(&sweep, created.as_ref());
         }
     }
 
@@ -547,8 +570,9 @@ impl<'a> Manager<'a> {
         }
     }
 
-    fn carry_out(&mut self, sweep: &Sweep) {
-        for (ns, report) in sweep.carry_out(&PosixOs) {
+    /// Carries out a death's sweep, knowing what the dead created (`None`: unknown).
+    fn carry_out(&mut self, sweep: &Sweep, created: Option<&BTreeSet<String>>) {
+        for (ns, report) in sweep.carry_out_knowing(&PosixOs, created) {
             self.log_sweep("client death", &ns, &report);
             self.registry.swept(&report);
         }

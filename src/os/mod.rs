@@ -117,6 +117,10 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
         start: &str,
         wanted: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Vec<Listed>>;
+    /// The owner's uid of the named object `name` (`fstatat`, not following a symbolic
+    /// link: the object is never opened); [`Error::Gone`](crate::Error::Gone) when there
+    /// is no such name.
+    fn shm_owner(&self, name: &str) -> Result<u32>;
 
     /// Creates an anonymous object (memfd, close-on-exec, sealing allowed).
     fn memfd_create(&self, debug_name: &str) -> Result<Self::File>;
@@ -240,6 +244,9 @@ impl<L: Layer> Os for L {
         wanted: &mut dyn FnMut(&str) -> bool,
     ) -> Result<Vec<Listed>> {
         self.inner().shm_list_owned(start, wanted)
+    }
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        self.inner().shm_owner(name)
     }
     fn memfd_create(&self, debug_name: &str) -> Result<Self::File> {
         self.inner().memfd_create(debug_name)

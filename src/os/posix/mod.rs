@@ -132,6 +132,10 @@ impl Os for PosixOs {
         shm::list_owned(start, wanted)
     }
 
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        shm::owner(name)
+    }
+
     fn memfd_create(&self, debug_name: &str) -> Result<PosixFile> {
         shm::memfd_create(debug_name)
     }

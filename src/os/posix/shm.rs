@@ -6,7 +6,7 @@ use std::fs;
 use std::os::fd::AsFd;
 
 use nix::errno::Errno;
-use nix::fcntl::{AtFlags, FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
+use nix::fcntl::{AT_FDCWD, AtFlags, FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
 use nix::sys::memfd::{MFdFlags, memfd_create as sys_memfd_create};
 use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
 use nix::unistd::ftruncate;
@@ -142,6 +142,18 @@ pub(super) fn list_owned(start: &str, wanted: &mut dyn FnMut(&str) -> bool) -> R
     }
     listed.sort_unstable_by(|a, b| a.name.cmp(&b.name));
     Ok(listed)
+}
+
+/// [`Os::shm_owner`].
+pub(super) fn owner(name: &str) -> Result<u32> {
+    let path = format!("{SHM_DIR}{}", shm_path(name)?);
+    match retry_eintr(|| fstatat(AT_FDCWD, path.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)) {
+        Ok(st) => Ok(st.st_uid),
+        Err(Errno::ENOENT) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(e) => Err(Error::os("fstatat", e)),
+    }
 }
 
 /// [`Os::memfd_create`].
@@ -303,6 +315,17 @@ mod tests {
     }
 
     #[test]
+    fn an_objects_owner_is_looked_up_and_a_missing_one_is_gone() {
+        let test = "owner";
+        let named = Named::new(test, "x");
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(owner(&named.0).unwrap(), me);
+        unlink(&named.0).unwrap();
+        assert!(matches!(owner(&named.0), Err(Error::Gone { .. })));
+        assert!(matches!(owner("a/b"), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
     fn another_users_object_is_listed_with_its_owner() {
         if !nix::unistd::geteuid().is_root() {
             let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
@@ -313,6 +336,7 @@ mod tests {
         let theirs = Named::new("theirs", "x");
         std::os::unix::fs::lchown(format!("{SHM_DIR}/{}", theirs.0), Some(65534), None).unwrap();
         let listed = list_owned(&start("theirs"), &mut |_| true).unwrap();
+        assert_eq!(owner(&theirs.0).unwrap(), 65534);
         let expected = Listed {
             name: theirs.0.clone(),
             owner: 65534,

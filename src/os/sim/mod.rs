@@ -122,6 +122,10 @@ impl Os for SimOs {
         objects::shm_list_owned(self, start, wanted)
     }
 
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        objects::shm_owner(self, name)
+    }
+
     fn memfd_create(&self, _debug_name: &str) -> Result<SimFile> {
         objects::memfd_create(self)
     }

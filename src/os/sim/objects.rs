@@ -243,6 +243,21 @@ pub(super) fn shm_list_owned(
     Ok(listed.into_iter().filter(|l| wanted(&l.name)).collect())
 }
 
+/// [`Os::shm_owner`](crate::os::Os::shm_owner).
+pub(super) fn shm_owner(os: &SimOs, name: &str) -> Result<u32> {
+    check_name(name, "fstatat")?;
+    os.with(|st, _| {
+        st.caller(os.pid)?;
+        st.names
+            .get(name)
+            .and_then(|object| st.objects.get(object))
+            .map(|o| o.uid)
+            .ok_or_else(|| Error::Gone {
+                segment: name.to_owned(),
+            })
+    })
+}
+
 /// [`Os::memfd_create`](crate::os::Os::memfd_create) (the debug name is not kept).
 pub(super) fn memfd_create(os: &SimOs) -> Result<SimFile> {
     let uid = os.uid;
