@@ -252,8 +252,8 @@ fn sweep_pass<O: Os>(
     let listed = os.shm_list_owned(&start, &mut |name| match only {
         None => ns.parse(name, uid).is_ok(),
         Some(attached) => {
-            let theirs =
-                attached.contains(name) || created_by_dead.may_have_made(&name[start.len()..]);
+            let tail = name.strip_prefix(start.as_str()).unwrap_or_default();
+            let theirs = attached.contains(name) || created_by_dead.may_have_made(tail);
             theirs
                 && ns.parse(name, uid).is_ok_and(|parts| {
                     creators_first.contains(&parts.creator) || attached.contains(name)
