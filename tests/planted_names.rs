@@ -200,6 +200,103 @@ fn names_planted_by_another_user_neither_count_nor_are_opened_nor_delay_a_hello(
     );
 }
 
+/// The grace-over sweep, too, runs while Hellos are answered: a client that comes
+/// while it runs is watched at once, and the manager stays for it. The victim's first
+/// process starts the manager and dies after its start sweep; meanwhile the victim's
+/// earlier processes' 20,000 half-created segments appeared, which the grace-over sweep
+/// removes (long enough to come during it). A second process of the victim creates as
+/// soon as that sweep has removed the first of them.
+#[test]
+fn a_client_that_comes_during_the_grace_over_sweep_is_answered_and_kept() {
+    let Some(victim) = ThrowawayUser::create("g") else {
+        return;
+    };
+    let prefix = format!("shmrc-t-grace-{}", std::process::id());
+    let _left = Planted(prefix.clone());
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = copy_of_this_test(dir.path());
+    let runtime = dir.path().join("runtime");
+    std::fs::create_dir(&runtime).unwrap();
+    std::os::unix::fs::chown(&runtime, Some(victim.uid), Some(victim.gid)).unwrap();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    let log = runtime.join("manager.log");
+    let _manager = ManagerOf(runtime.clone());
+    let victim_process = || {
+        let mut command = role(&probe, VICTIM, &victim, dir.path());
+        command
+            .env(PREFIX, &prefix)
+            .env("SHMRC_RUNTIME_DIR", &runtime)
+            .env("SHMRC_MANAGER", "auto")
+            .env("SHMRC_MANAGER_GRACE_MS", "500")
+            .env_remove("SHMRC_MANAGER_PROGRAM");
+        Talker::start(&mut command, LIMIT)
+    };
+
+    let first = victim_process();
+    let line = first.expect("victim: ");
+    assert!(line.starts_with("victim: created "), "{line}");
+    // The leftovers must come after the start sweep (which would remove them): it has
+    // ended once its summary is logged; a manager that logs no start of its sweep
+    // sweeps before it answers anyone, so that it has ended already.
+    let text = std::fs::read_to_string(&log).unwrap();
+    if text.contains("start: sweeping") {
+        wait_for_line(&log, "start sweep: ");
+    }
+    let pid = manager_pid(&log).expect("the manager logged its pid");
+    let mut leave = role(&probe, LEAVE, &victim, dir.path());
+    leave
+        .env(PREFIX, &prefix)
+        .env(VICTIM_UID, victim.uid.to_string());
+    let out = output_within(&mut leave, LIMIT);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let pid_namespace = std::fs::metadata("/proc/self/ns/pid").unwrap().ino();
+    // The leftovers' creator, pid 1 with start time 2 (`leave`).
+    let leftovers = format!("{prefix}.{}.{pid_namespace}.1.2.", victim.uid);
+
+    let watch = Watch::start();
+    first.kill();
+    let deadline = Instant::now() + LIMIT;
+    while !watch.deleted_starting(&leftovers) {
+        assert!(Instant::now() < deadline, "no grace-over sweep");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let second = victim_process();
+    let line = second.expect("victim: ");
+    println!("during the grace-over sweep: {line}");
+    assert!(line.starts_with("victim: created "), "{line}");
+    // Each namespace the sweep covered is logged once it has ended.
+    let swept = wait_for_line(&log, "grace period over: swept ");
+    println!("manager: {swept}");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let hellos: Vec<usize> = text
+        .match_indices("watched for")
+        .map(|(at, _)| at)
+        .collect();
+    assert_eq!(hellos.len(), 2, "{text}");
+    assert!(
+        hellos[1] < text.find("grace period over: swept ").unwrap(),
+        "the second Hello waited for the grace-over sweep:\n{text}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        Path::new(&format!("/proc/{pid}")).exists(),
+        "the manager left its client:\n{text}"
+    );
+    assert_eq!(manager_pid(&log), Some(pid));
+    second.kill();
+    wait_gone(pid, Duration::from_secs(30));
+    drop(watch);
+    assert!(
+        names_starting(&prefix).is_empty(),
+        "the grace sweeps left something"
+    );
+}
+
 /// The copy of this binary as the planter or the victim (see the module docs).
 #[test]
 #[ignore = "a role of names_planted_by_another_user_..., run as another user"]
@@ -359,6 +456,16 @@ impl Watch {
     /// Whether `name` was deleted.
     fn deleted(&self, name: &str) -> bool {
         self.seen.lock().unwrap().deleted.contains(name)
+    }
+
+    /// Whether a name that starts with `start` was deleted.
+    fn deleted_starting(&self, start: &str) -> bool {
+        let seen = self.seen.lock().unwrap();
+        let first = seen
+            .deleted
+            .range::<str, _>((std::ops::Bound::Included(start), std::ops::Bound::Unbounded))
+            .next();
+        first.is_some_and(|name| name.starts_with(start))
     }
 
     /// Stops watching; what was seen.
