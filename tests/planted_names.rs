@@ -21,6 +21,9 @@
 //!   victim would succeed), and every one is still there;
 //! - the manager exits after its grace period.
 //!
+//! A second test has the victim's client come while the grace-over sweep runs (long,
+//! for its own leftovers): it is answered at once, and the manager stays for it.
+//!
 //! Timings are printed, not asserted beyond the client's 10 s: the targets (≤ 0.5 s,
 //! p99 ≤ 100 ms) are measured by `shmrc bench --only planted-names`.
 //!
