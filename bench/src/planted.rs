@@ -44,10 +44,29 @@ pub fn victim_user() -> std::result::Result<(u32, u32), String> {
     if !nix::unistd::geteuid().is_root() {
         return Err("not root: no other user to run the victim as".into());
     }
-    match nix::unistd::User::from_name("nobody") {
-        Ok(Some(user)) => Ok((user.uid.as_raw(), user.gid.as_raw())),
-        other => Err(format!("no user nobody ({other:?})")),
+    let user = match nix::unistd::User::from_name("nobody") {
+        Ok(Some(user)) => (user.uid.as_raw(), user.gid.as_raw()),
+        other => return Err(format!("no user nobody ({other:?})")),
+    };
+    let program = std::env::current_exe().map_err(|e| format!("current_exe: {e}"))?;
+    if !anyone_can_run(&program) {
+        return Err(format!(
+            "nobody cannot run {} (a directory above it, or the file, is not \
+             executable by others)",
+            program.display()
+        ));
     }
+    Ok(user)
+}
+
+/// Whether a user with no special rights can run `program`: it, and every directory
+/// above it, has the execute bit for others.
+fn anyone_can_run(program: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    program.ancestors().all(|path| {
+        path.as_os_str().is_empty()
+            || std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o001 != 0)
+    })
 }
 
 /// The first-create rows: `rounds` rounds with nothing planted, then as many with
@@ -201,5 +220,34 @@ impl Runtime {
 impl Drop for Runtime {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn a_program_under_a_closed_directory_cannot_be_run_by_anyone() {
+        let dir = std::env::temp_dir().join(format!("shmrc-planted-test-{}", std::process::id()));
+        let inner = dir.join("inner");
+        std::fs::create_dir_all(&inner).unwrap();
+        let program = inner.join("program");
+        std::fs::write(&program, b"").unwrap();
+        let mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        mode(&program, 0o755);
+        mode(&inner, 0o755);
+        mode(&dir, 0o755);
+        let open = anyone_can_run(&program);
+        mode(&inner, 0o700);
+        let closed_directory = anyone_can_run(&program);
+        mode(&inner, 0o755);
+        mode(&program, 0o700);
+        let closed_file = anyone_can_run(&program);
+        let _ = std::fs::remove_dir_all(&dir);
+        assert_eq!((open, closed_directory, closed_file), (true, false, false));
     }
 }
