@@ -4,17 +4,19 @@
 //! segments whose creator died before publishing the header.
 //!
 //! A sweep only ever touches names that parse as segments of the namespace for this
-//! uid (P2), never unlinks a segment a live process holds or has in flight (P1), and
-//! leaves damaged segments (bad magic, wrong version, corrupted, truncated, another
-//! user's or another pid namespace's) in place, reporting why.
+//! uid (P2) and that this uid owns: it lists `/dev/shm` once, with the owner of each
+//! name of the namespace's shape (`fstatat`), and never opens another user's, however
+//! many are planted there. It never unlinks a segment a live process holds or has in
+//! flight (P1), and leaves damaged segments (bad magic, wrong version, corrupted,
+//! truncated, another user's or another pid namespace's) in place, reporting why.
 
 use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
 use crate::holders::{self, Census, Outcome};
 use crate::namespace::{NameParts, Namespace};
-use crate::os::Os;
 use crate::os::remembering::Remembering;
+use crate::os::{Listed, Os};
 use crate::segment::{self, Fields, Header};
 use crate::token::Token;
 
@@ -145,26 +147,85 @@ pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
 }
 
 /// Sweeps the segments of namespace `ns` for the calling user. With `dry_run`, reports
-/// what it would do and changes nothing.
+/// what it would do and changes nothing. A name of the namespace's shape that another
+/// user owns is reported [`Action::Skipped`] with [`Error::OtherUser`], unopened.
 ///
 /// The pass asks about each process's liveness once ([`Remembering`]: the slots of
 /// many segments name the same few processes).
 pub fn sweep_with<O: Os>(os: &O, ns: &Namespace, dry_run: bool) -> Result<SweepReport> {
-    sweep_pass(os, ns, dry_run, &[], None)
+    sweep_pass(os, ns, dry_run, &[], None, Strangers::Report)
 }
 
 /// Sweeps namespace `ns` after the processes `dead` died: as [`sweep_with`], but the
 /// segments they created (their names say so) come first, so that what the dead most
 /// likely held last goes without waiting for the rest of the namespace. With `only`,
 /// just the dead's own segments are opened: those they created, and those named in
-/// `only` (the ones they attached); the rest of the namespace is not touched.
+/// `only` (the ones they attached); the rest of the namespace is not touched. Names
+/// other users own are left out of the report (the manager's sweeps: another user
+/// may plant any number of them).
 pub fn sweep_after_deaths<O: Os>(
     os: &O,
     ns: &Namespace,
     dead: &[Token],
     only: Option<&BTreeSet<String>>,
 ) -> Result<SweepReport> {
-    sweep_pass(os, ns, false, dead, only)
+    sweep_pass(os, ns, false, dead, only, Strangers::LeaveOut)
+}
+
+/// Sweeps the segments `ours` of namespace `ns`, already listed (with the rest of
+/// `/dev/shm`, in one listing) and found to be this user's: the manager's sweep of
+/// everything. Names of `ours` that are not segments of `ns` are ignored.
+pub fn sweep_listed<O: Os>(os: &O, ns: &Namespace, ours: Vec<String>) -> SweepReport {
+    let os = &Remembering::new(os.clone());
+    let uid = os.uid();
+    let ours = ours
+        .into_iter()
+        .filter_map(|name| ns.parse(&name, uid).ok().map(|parts| (name, parts)))
+        .collect();
+    sweep_names(os, ns, ours, false, &[], SweepReport::default())
+}
+
+/// Sweeps, after the processes `dead` died, just the segments of namespace `ns` named
+/// in `names` (what they created, as the manager saw it happen, and what they
+/// attached), with no listing of `/dev/shm`: each name's owner is looked up
+/// ([`Os::shm_owner`]), another user's are left out unopened, names of another
+/// namespace ignored, and a name gone meanwhile reported [`Action::Vanished`].
+pub fn sweep_named<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    dead: &[Token],
+    names: &BTreeSet<String>,
+) -> SweepReport {
+    let os = &Remembering::new(os.clone());
+    let uid = os.uid();
+    let mut report = SweepReport::default();
+    let mut ours = Vec::new();
+    for name in names {
+        let Ok(parts) = ns.parse(name, uid) else {
+            continue;
+        };
+        match os.shm_owner(name) {
+            Ok(owner) if owner == uid => ours.push((name.clone(), parts)),
+            Ok(_) => {}
+            Err(e) => {
+                let mut seg = SegmentReport::skipped(name.clone(), parts, e);
+                if matches!(seg.action, Action::Skipped(Error::Gone { .. })) {
+                    seg.action = Action::Vanished;
+                }
+                report.segments.push(seg);
+            }
+        }
+    }
+    sweep_names(os, ns, ours, false, dead, report)
+}
+
+/// What a pass does with a name of the namespace's shape that another user owns: it
+/// is never opened; a user's own sweep or inspection reports it, the manager's leave
+/// it out.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Strangers {
+    Report,
+    LeaveOut,
 }
 
 fn sweep_pass<O: Os>(
@@ -173,35 +234,75 @@ fn sweep_pass<O: Os>(
     dry_run: bool,
     creators_first: &[Token],
     only: Option<&BTreeSet<String>>,
+    strangers: Strangers,
 ) -> Result<SweepReport> {
     let os = &Remembering::new(os.clone());
     let uid = os.uid();
-    let pass = Pass {
-        me: os.current(),
-        uid,
-        pid_namespace: os.pid_namespace(),
-        dry_run,
-    };
     let mut report = SweepReport {
         dry_run,
         ..SweepReport::default()
     };
-    // Names of the namespace's shape only: anything else is not ours to touch.
-    let mut ours: Vec<(String, NameParts)> = os
-        .shm_list(&ns.name_start(uid))?
-        .into_iter()
-        .filter_map(|name| ns.parse(&name, uid).ok().map(|parts| (name, parts)))
-        .filter(|(name, parts)| {
-            only.is_none_or(|attached| {
-                creators_first.contains(&parts.creator) || attached.contains(name)
-            })
-        })
-        .collect();
+    // Names of the namespace's shape only (anything else is not ours to touch), and,
+    // with `only`, just the dead's: decided from the name, before it is looked up.
+    // With `only`, a name is first matched as text against the dead's tokens: another
+    // user may plant any number of names in the namespace, and each death's sweep
+    // passes over all of them.
+    let start = ns.name_start(uid);
+    let created_by_dead = CreatedBy::new(creators_first);
+    let listed = os.shm_list_owned(&start, &mut |name| match only {
+        None => ns.parse(name, uid).is_ok(),
+        Some(attached) => {
+            let tail = name.strip_prefix(start.as_str()).unwrap_or_default();
+            let theirs = attached.contains(name) || created_by_dead.may_have_made(tail);
+            theirs
+                && ns.parse(name, uid).is_ok_and(|parts| {
+                    creators_first.contains(&parts.creator) || attached.contains(name)
+                })
+        }
+    })?;
+    let mut ours = Vec::new();
+    for Listed { name, owner } in listed {
+        let Ok(parts) = ns.parse(&name, uid) else {
+            continue;
+        };
+        if owner == uid {
+            ours.push((name, parts));
+        } else if strangers == Strangers::Report {
+            let why = Error::OtherUser {
+                segment: name.clone(),
+                owner,
+                me: uid,
+            };
+            report
+                .segments
+                .push(SegmentReport::skipped(name, parts, why));
+        }
+    }
+    Ok(sweep_names(os, ns, ours, dry_run, creators_first, report))
+}
+
+/// Sweeps `ours`, names of `ns` that this user owns, the creations of `creators_first`
+/// first, adding to `report`.
+fn sweep_names<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    mut ours: Vec<(String, NameParts)>,
+    dry_run: bool,
+    creators_first: &[Token],
+    mut report: SweepReport,
+) -> SweepReport {
+    let pass = Pass {
+        me: os.current(),
+        uid: os.uid(),
+        pid_namespace: os.pid_namespace(),
+        dry_run,
+    };
+    report.dry_run = dry_run;
     ours.sort_by_key(|(_, parts)| !creators_first.contains(&parts.creator));
     for (name, parts) in ours {
-        // One segment that cannot be swept (a name planted by another user that cannot
-        // be removed, an unlink the kernel refuses) is reported `Skipped` by
-        // `sweep_one`, and the pass goes on.
+        // One segment that cannot be swept (an unlink the kernel refuses, a name whose
+        // owner changed since the listing) is reported `Skipped` by `sweep_one`, and
+        // the pass goes on.
         let seg = sweep_one(os, ns, name, parts, &pass);
         report.reclaimed += seg.reclaimed;
         if matches!(seg.action, Action::Unlinked | Action::RemovedHalfCreated) {
@@ -210,7 +311,31 @@ fn sweep_pass<O: Os>(
         report.segments.push(seg);
     }
     report.segments.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(report)
+    report
+}
+
+/// The creators of a sweep after deaths, as the text of the names they made: a cheap
+/// first test, before a name is parsed.
+struct CreatedBy(Vec<String>);
+
+impl CreatedBy {
+    fn new(creators: &[Token]) -> CreatedBy {
+        CreatedBy(
+            creators
+                .iter()
+                .map(|t| format!("{}.{}.", t.pid(), t.start_ticks()))
+                .collect(),
+        )
+    }
+
+    /// Whether `tail`, a name past its namespace's start (`<pidns>.<pid>.<start>.
+    /// <nonce>`), may name a segment one of them created; `false` only when it cannot.
+    fn may_have_made(&self, tail: &str) -> bool {
+        let after_pid_namespace = tail.split_once('.').map_or("", |(_, rest)| rest);
+        self.0
+            .iter()
+            .any(|c| after_pid_namespace.starts_with(c.as_str()))
+    }
 }
 
 impl SegmentReport {

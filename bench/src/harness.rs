@@ -18,6 +18,7 @@ use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy
 use crate::floor::{self, FloorMap};
 use crate::kill_latency;
 use crate::payload::Payload;
+use crate::planted;
 use crate::table::{Table, bytes};
 use crate::workloads::{
     Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
@@ -512,7 +513,7 @@ pub fn run(args: &BenchOptions) -> Result<()> {
 }
 
 /// The workloads `--only` may name.
-pub const WORKLOADS: [&str; 10] = [
+pub const WORKLOADS: [&str; 11] = [
     "ping-pong",
     "channel ping-pong",
     "stream",
@@ -523,6 +524,7 @@ pub const WORKLOADS: [&str; 10] = [
     "sweep",
     "creation",
     "sigkill-to-unlink",
+    "planted-names",
 ];
 
 fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> Result<Vec<Row>> {
@@ -572,6 +574,60 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
         };
         let ns = Namespace::new(format!("{}-kill", ns.prefix()))?;
         rows.extend(sigkill_to_unlink(&ns, rounds, others)?);
+    }
+    if wanted("planted-names") {
+        let ns = Namespace::new(format!("{}-planted", ns.prefix()))?;
+        let (first_rounds, death_rounds) = if quick { (3, 20) } else { (10, 200) };
+        rows.extend(planted_names(&ns, first_rounds, death_rounds)?);
+    }
+    Ok(rows)
+}
+
+/// What names another user planted cost the victim ([`planted`]): its first create
+/// (p50, max) with 10,000 planted namespaces, and SIGKILL to unlink (p50, p99) with
+/// 100,000 planted names in its namespace, each against nothing planted.
+fn planted_names(ns: &Namespace, first_rounds: usize, death_rounds: usize) -> Result<Vec<Row>> {
+    let victim = match planted::victim_user() {
+        Ok(victim) => victim,
+        Err(why) => {
+            eprintln!("planted-names: skipped: {why}");
+            return Ok(Vec::new());
+        }
+    };
+    let mut rows = Vec::new();
+    let mut pair = |what: &str, p: &str, nothing: Duration, planted: Duration, with: &str| {
+        let baseline = format!("{what} {p}, nothing planted");
+        rows.push(Row {
+            workload: "planted-names",
+            size: None,
+            contender: baseline.clone(),
+            nanos: nothing.as_nanos() as f64,
+            unit: Unit::Millis,
+            ratios: Vec::new(),
+        });
+        rows.push(Row {
+            workload: "planted-names",
+            size: None,
+            contender: format!("{what} {p}, {with}"),
+            nanos: planted.as_nanos() as f64,
+            unit: Unit::Millis,
+            ratios: vec![(
+                baseline,
+                planted.as_nanos() as f64 / nothing.as_nanos() as f64,
+            )],
+        });
+    };
+    let first = planted::first_create(ns, victim, first_rounds)?;
+    let with = format!("{} planted namespaces", planted::NAMESPACES);
+    for (p, pick) in [("p50", 50.0), ("max", 100.0)] {
+        let at = |row: &planted::FirstCreate| kill_latency::percentile(&row.samples, pick);
+        pair("first create", p, at(&first[0]), at(&first[1]), &with);
+    }
+    let death = planted::death(ns, victim, death_rounds)?;
+    let with = format!("{} planted in its namespace", planted::IN_NAMESPACE);
+    for (p, pick) in [("p50", 50.0), ("p99", 99.0)] {
+        let at = |row: &planted::Death| kill_latency::percentile(&row.unlink, pick);
+        pair("sigkill-to-unlink", p, at(&death[0]), at(&death[1]), &with);
     }
     Ok(rows)
 }

@@ -13,6 +13,7 @@
 use std::ffi::OsStr;
 use std::io::{BufRead, BufReader, Write};
 use std::os::fd::AsFd;
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -140,7 +141,7 @@ fn round(
 }
 
 /// Waits for `name`'s `IN_DELETE` in `/dev/shm`; `None` after [`GIVE_UP`].
-fn wait_unlinked(watch: &Inotify, name: &str) -> Result<Option<Instant>> {
+pub fn wait_unlinked(watch: &Inotify, name: &str) -> Result<Option<Instant>> {
     let deadline = Instant::now() + GIVE_UP;
     loop {
         for event in watch.read_events().unwrap_or_default() {
@@ -159,7 +160,7 @@ fn wait_unlinked(watch: &Inotify, name: &str) -> Result<Option<Instant>> {
 }
 
 /// A victim: this binary as `bench-victim`, driven over its stdin and stdout.
-struct VictimProcess {
+pub struct VictimProcess {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
@@ -167,13 +168,27 @@ struct VictimProcess {
 
 impl VictimProcess {
     fn start(runtime: &Path) -> Result<VictimProcess> {
+        VictimProcess::start_as(runtime, None, 1000)
+    }
+
+    /// A victim whose manager is at `runtime` (started with a grace period of
+    /// `grace_ms`), as the user `(uid, gid)` if one is given.
+    pub fn start_as(
+        runtime: &Path,
+        user: Option<(u32, u32)>,
+        grace_ms: u64,
+    ) -> Result<VictimProcess> {
         let program = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
-        let mut child = Command::new(&program)
+        let mut command = Command::new(&program);
+        if let Some((uid, gid)) = user {
+            command.uid(uid).gid(gid);
+        }
+        let mut child = command
             .arg("bench-victim")
             .env("SHMRC_RUNTIME_DIR", runtime)
             .env("SHMRC_MANAGER", "auto")
             .env("SHMRC_MANAGER_PROGRAM", &program)
-            .env("SHMRC_MANAGER_GRACE_MS", "1000")
+            .env("SHMRC_MANAGER_GRACE_MS", grace_ms.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -191,7 +206,7 @@ impl VictimProcess {
     }
 
     /// Sends one command line; its answer (an `error …` answer is an error).
-    fn ask(&mut self, command: &str) -> Result<String> {
+    pub fn ask(&mut self, command: &str) -> Result<String> {
         writeln!(self.stdin, "{command}").map_err(|e| Error::os("write to bench-victim", e))?;
         let mut line = String::new();
         self.stdout
@@ -206,7 +221,7 @@ impl VictimProcess {
     }
 
     /// SIGKILLs it (by pid: our child) and reaps it.
-    fn kill(&mut self) -> Result<()> {
+    pub fn kill(&mut self) -> Result<()> {
         self.child
             .kill()
             .map_err(|e| Error::os("kill bench-victim", e))?;

@@ -1,7 +1,8 @@
 //! shmrc's benchmarks (not published): the raw-syscall [`floor`] every ratio is taken
 //! against, the [`workloads`] shared by `shmrc bench` and the criterion benches, the
 //! [`harness`] behind `shmrc bench`, the SIGKILL-to-unlink measurement
-//! ([`kill_latency`]), what the workloads write and check in each buffer
+//! ([`kill_latency`]), what names another user plants in `/dev/shm` cost a victim
+//! ([`planted`]), what the workloads write and check in each buffer
 //! ([`payload`]: one byte, or every byte) and the report [`table`]s. `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -10,5 +11,6 @@ pub mod floor;
 pub mod harness;
 pub mod kill_latency;
 pub mod payload;
+pub mod planted;
 pub mod table;
 pub mod workloads;

@@ -88,7 +88,8 @@ struct BenchArgs {
     #[arg(long)]
     json: bool,
     /// Run only this workload (ping-pong, "channel ping-pong", stream, fill,
-    /// attach/release, clone/drop, finalize, sweep, creation, sigkill-to-unlink).
+    /// attach/release, clone/drop, finalize, sweep, creation, sigkill-to-unlink,
+    /// planted-names).
     #[arg(long)]
     only: Option<String>,
 }

@@ -18,7 +18,9 @@
 //! - [`serve`]: a program serving as the manager ([`serve::start_detached`]).
 //! - [`runtime`]: where the manager lives (socket, lock, log).
 //! - `registry`: the manager's decisions (whom it watches, what to sweep when), pure
-//!   and generic over the OS; `server`: the poll loop that feeds it and carries them out.
+//!   and generic over the OS; `server`: the poll loop that feeds it and carries them out;
+//!   `creations`: what each client created in `/dev/shm`, from inotify, so that its
+//!   death's sweep needs no listing.
 //!
 //! ```
 //! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -51,6 +53,9 @@ pub use mode::{ManagerMode, manager_mode, set_manager_mode};
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod client;
+// What the clients create in /dev/shm (inotify), for their deaths' sweeps.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod creations;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod log;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

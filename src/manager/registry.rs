@@ -27,8 +27,8 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::namespace::Namespace;
-use crate::os::Os;
-use crate::sweep::{SweepReport, sweep_after_deaths};
+use crate::os::{Listed, Os};
+use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed, sweep_named};
 use crate::token::Token;
 
 /// The most namespaces one client may register: each costs a sweep at its death, and
@@ -144,42 +144,76 @@ impl Sweep {
     /// Sweeps each namespace on `os` (`sweep_after_deaths`), in order; one result per
     /// namespace. A sweeper killed part-way gets [`crate::Error::Killed`] from then on.
     pub fn carry_out<O: Os>(&self, os: &O) -> Vec<(Namespace, Result<SweepReport>)> {
+        self.carry_out_knowing(os, None)
+    }
+
+    /// [`Sweep::carry_out`], knowing `created`: every name of `/dev/shm` that carries a
+    /// dead client's token, as the shell saw them created and not yet removed. A
+    /// namespace of scope [`Scope::DeadsOwn`] is then swept from those names and the
+    /// attached ones alone ([`sweep_named`]), with no listing of `/dev/shm`; a whole one
+    /// is listed as ever. `None`: not known (the shell lost events, or does not watch).
+    pub fn carry_out_knowing<O: Os>(
+        &self,
+        os: &O,
+        created: Option<&BTreeSet<String>>,
+    ) -> Vec<(Namespace, Result<SweepReport>)> {
         self.namespaces
             .iter()
             .map(|(ns, scope)| {
-                let only = match scope {
-                    Scope::Whole => None,
-                    Scope::DeadsOwn(attached) => Some(attached),
+                let report = match (scope, created) {
+                    (Scope::Whole, _) => sweep_after_deaths(os, ns, &self.dead, None),
+                    (Scope::DeadsOwn(attached), None) => {
+                        sweep_after_deaths(os, ns, &self.dead, Some(attached))
+                    }
+                    (Scope::DeadsOwn(attached), Some(created)) => {
+                        let names: BTreeSet<String> = created.union(attached).cloned().collect();
+                        Ok(sweep_named(os, ns, &self.dead, &names))
+                    }
                 };
-                (ns.clone(), sweep_after_deaths(os, ns, &self.dead, only))
+                (ns.clone(), report)
             })
             .collect()
     }
 }
 
 /// Sweeps every shmrc namespace of `os`'s user found among the named objects (the
-/// start and grace sweeps); the listing's error when it cannot be read.
+/// start and grace sweeps); the listing's error when it cannot be read. `/dev/shm` is
+/// listed once for all of them ([`segments_found`]), and only the user's own names
+/// count.
 pub fn sweep_everything<O: Os>(os: &O) -> Result<Vec<(Namespace, Result<SweepReport>)>> {
-    let found = namespaces_found(os)?;
-    Ok(found
+    Ok(segments_found(os)?
         .into_iter()
-        .map(|ns| {
-            let report = sweep_after_deaths(os, &ns, &[], None);
-            (ns, report)
+        .map(|(ns, names)| {
+            let report = sweep_listed(os, &ns, names);
+            (ns, Ok(report))
         })
         .collect())
 }
 
 /// Every shmrc namespace of user `os.uid()` that has a segment, sorted.
 pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
+    Ok(segments_found(os)?.into_keys().collect())
+}
+
+/// The segment names of every shmrc namespace of user `os.uid()`, by namespace, from
+/// one listing: a name counts only when it parses as a segment of the user's and the
+/// user owns it. Another user can create any number of files whose names parse so (an
+/// empty file is enough); they are never opened, and count for no namespace.
+pub fn segments_found<O: Os>(os: &O) -> Result<BTreeMap<Namespace, Vec<String>>> {
     let uid = os.uid();
-    let found: BTreeSet<String> = os
-        .shm_list(crate::namespace::DEFAULT_PREFIX)?
-        .iter()
-        .filter_map(|name| Namespace::of_segment(name, uid).ok())
-        .map(|(ns, _)| ns.prefix().to_owned())
-        .collect();
-    found.into_iter().map(Namespace::new).collect()
+    let listed = os.shm_list_owned(crate::namespace::DEFAULT_PREFIX, &mut |name| {
+        Namespace::of_segment(name, uid).is_ok()
+    })?;
+    let mut found: BTreeMap<Namespace, Vec<String>> = BTreeMap::new();
+    for Listed { name, owner } in listed {
+        if owner != uid {
+            continue;
+        }
+        if let Ok((ns, _)) = Namespace::of_segment(&name, uid) {
+            found.entry(ns).or_default().push(name);
+        }
+    }
+    Ok(found)
 }
 
 /// What the timer says ([`Registry::tick`]).
@@ -579,5 +613,117 @@ mod tests {
                 refused: 1
             }
         );
+    }
+
+    /// Another user plants names of this user's shape, in many namespaces and in one
+    /// of ours with a dead "creator": they count for no namespace, the sweeps of the
+    /// manager leave them out (and alone), and ours are swept as ever.
+    #[test]
+    fn another_users_names_count_for_no_namespace_and_are_left_alone() {
+        use crate::os::sim::SimKernel;
+        use crate::sweep::Action;
+        use crate::{CreateOptions, ShmBuf, Strategy};
+        const UID: u32 = 1000;
+        let kernel = SimKernel::new(26);
+        let (creator, stranger) = (kernel.spawn(UID), kernel.spawn(UID + 1));
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns("mine"));
+        let ours = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let ours_name = ours.name().unwrap().to_owned();
+        let nobody = Token::new(1, 1).unwrap();
+        let pid_namespace = creator.pid_namespace();
+        let mut planted: Vec<String> = (0..50u128)
+            .map(|i| ns(&format!("p{i}")).segment_name(UID, pid_namespace, nobody, i))
+            .chain((0..50u128).map(|i| ns("mine").segment_name(UID, pid_namespace, nobody, i)))
+            .collect();
+        for name in &planted {
+            drop(stranger.shm_create(name).unwrap());
+        }
+        kernel.kill(creator.pid());
+        let manager = kernel.spawn(UID);
+
+        assert_eq!(namespaces_found(&manager).unwrap(), vec![ns("mine")]);
+        let swept = sweep_everything(&manager).unwrap();
+        assert_eq!(swept.len(), 1, "{swept:?}");
+        let (namespace, report) = &swept[0];
+        let report = report.as_ref().unwrap();
+        assert_eq!(namespace, &ns("mine"));
+        let names: Vec<&str> = report.segments.iter().map(|s| s.name.as_str()).collect();
+        assert_eq!(names, vec![ours_name.as_str()], "only ours, unlinked");
+        assert!(matches!(report.segments[0].action, Action::Unlinked));
+        planted.sort();
+        assert_eq!(kernel.names(), planted, "another user's names stay");
+
+        // A death's sweep of the whole namespace leaves them out too; the user's own
+        // sweep reports them, unopened.
+        let whole = sweep_after_deaths(&manager, &ns("mine"), &[nobody], None).unwrap();
+        assert!(whole.segments.is_empty(), "{whole:?}");
+        let own = crate::sweep::sweep_with(&manager, &ns("mine"), false).unwrap();
+        assert_eq!(own.segments.len(), 50);
+        assert!(own.segments.iter().all(|s| matches!(
+            s.action,
+            Action::Skipped(crate::Error::OtherUser { owner, .. }) if owner == UID + 1
+        )));
+        assert_eq!(kernel.names(), planted);
+        drop(ours);
+    }
+
+    /// Knowing what the dead created, a death's sweep opens just those names and the
+    /// attached ones: a segment of the dead's that the shell did not report stays for a
+    /// later sweep, a forged name of another user's is left out unopened, and one gone
+    /// meanwhile is reported vanished.
+    #[test]
+    fn a_sweep_knowing_what_the_dead_created_sweeps_just_those_names() {
+        use crate::os::sim::SimKernel;
+        use crate::sweep::Action;
+        use crate::{CreateOptions, ShmBuf, Strategy};
+        const UID: u32 = 1000;
+        let kernel = SimKernel::new(27);
+        let (creator, stranger) = (kernel.spawn(UID), kernel.spawn(UID + 1));
+        let options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(ns("k"));
+        let reported = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let unreported = ShmBuf::create_with(&creator, 64, &options).unwrap();
+        let (reported_name, unreported_name) = (
+            reported.name().unwrap().to_owned(),
+            unreported.name().unwrap().to_owned(),
+        );
+        let pid_namespace = creator.pid_namespace();
+        let forged = ns("k").segment_name(UID, pid_namespace, creator.token(), 1);
+        drop(stranger.shm_create(&forged).unwrap());
+        let gone = ns("k").segment_name(UID, pid_namespace, creator.token(), 2);
+        let mut r = Registry::new(GRACE);
+        r.hello(creator.token(), []).unwrap();
+        r.uses(creator.token(), Use::Created(ns("k"))).unwrap();
+        kernel.kill(creator.pid());
+        let sweep = r.died(&[creator.token()]).unwrap();
+        let created: BTreeSet<String> =
+            [reported_name.clone(), forged.clone(), gone.clone()].into();
+        let manager = kernel.spawn(UID);
+        let done = sweep.carry_out_knowing(&manager, Some(&created));
+        let report = done[0].1.as_ref().unwrap();
+        let seen: Vec<(&str, bool)> = report
+            .segments
+            .iter()
+            .map(|s| (s.name.as_str(), matches!(s.action, Action::Unlinked)))
+            .collect();
+        let mut expected = vec![(reported_name.as_str(), true), (gone.as_str(), false)];
+        expected.sort();
+        assert_eq!(seen, expected, "{report:?}");
+        assert!(
+            report
+                .segments
+                .iter()
+                .any(|s| matches!(s.action, Action::Vanished))
+        );
+        let mut left = vec![unreported_name, forged];
+        left.sort();
+        assert_eq!(kernel.names(), left);
+        // Not knowing, it lists the namespace: the unreported one goes too.
+        let listed = sweep.carry_out(&manager);
+        assert_eq!(listed[0].1.as_ref().unwrap().unlinked, 1);
+        drop((reported, unreported));
     }
 }

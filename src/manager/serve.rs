@@ -80,11 +80,7 @@ fn serve_when_asked() {
     // A panic must not unwind out of a constructor (the loader would abort the
     // process without a word): it is reported like any other failure.
     let outcome = std::panic::catch_unwind(|| run_role(&role)).unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| (*s).to_owned())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "a panic".into());
+        let what = server::panic_message(panic.as_ref());
         Err(Error::InvalidArgument(format!(
             "the {role:?} role panicked: {what}"
         )))

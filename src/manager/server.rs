@@ -6,18 +6,30 @@
 //! dead registered; at start and before exiting a sweep of every shmrc namespace of
 //! this user) and answers.
 //!
+//! A death's sweep of what the dead created and attached opens those names alone: the
+//! names each client created are known from an inotify watch on `/dev/shm`
+//! (`creations.rs`), so no listing of `/dev/shm` (which any user can fill) is
+//! needed unless events were lost.
+//!
+//! A sweep of everything (at start, when the grace period is over) runs on a thread of
+//! its own (`Background`) while the loop goes on answering: its length depends on
+//! what is in `/dev/shm`, which other users can fill, and no Hello waits for it. Its
+//! end wakes the `poll` (the thread's end of a socket pair closes).
+//!
 //! A Hello is believed only when the kernel agrees: the socket's peer (`SO_PEERCRED`)
 //! has this uid and the pid the Hello names, the token's pid is that pid, and the
 //! process with that pid has the token's start time after its pidfd was opened (so the
 //! pidfd watches that very process). Anything else is refused, logged, and changes
 //! nothing.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::{self, Read};
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::creations::Creations;
 use super::log::{info, warning};
 pub use super::registry::{MAX_NAMESPACES, namespaces_found};
 use super::registry::{Registry, Sweep, Tick, Use};
@@ -108,7 +120,7 @@ pub fn run(config: &Config) -> Result<Ended> {
         warning!("cannot raise the open-file limit: {e}");
     }
     let mut manager = Manager::new(uid, config);
-    manager.sweep_everything("start");
+    manager.start_sweep(Everything::Start);
     manager.serve(&listener)?;
     // Unlink the socket before the lock goes, so a new manager never finds ours.
     let _ = std::fs::remove_file(&socket);
@@ -139,10 +151,58 @@ fn take_lock(runtime: &RuntimeDir, socket: &std::path::Path) -> Result<Option<sy
 struct Connection {
     stream: UnixStream,
     peer: Peer,
+    /// When it was accepted (time since the manager started).
+    accepted: Duration,
     /// Bytes received and not yet decoded.
     pending: Vec<u8>,
     /// The client this connection said Hello for.
     client: Option<Token>,
+}
+
+/// What one `poll` found ready.
+struct Ready {
+    /// The listener has connections waiting.
+    listener: bool,
+    /// Connections (by index) readable or hung up.
+    connections: Vec<usize>,
+    /// Clients whose pidfd turned readable: they died.
+    dead: Vec<Token>,
+    /// Events of `/dev/shm` wait.
+    created: bool,
+    /// The sweep of everything in progress has ended.
+    swept: bool,
+}
+
+/// Which sweep of everything.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Everything {
+    /// At start: what an earlier manager or a crash left.
+    Start,
+    /// When no client has lived for the grace period, before exiting.
+    GraceOver,
+}
+
+impl Everything {
+    fn why(self) -> &'static str {
+        match self {
+            Everything::Start => "start",
+            Everything::GraceOver => "grace period over",
+        }
+    }
+}
+
+/// What a sweep of everything returns: one report per namespace, or the listing's
+/// error.
+type Swept = Result<Vec<(Namespace, Result<SweepReport>)>>;
+
+/// A sweep of everything running on a thread of its own.
+struct Background {
+    which: Everything,
+    /// When it began (time since the manager started).
+    began: Duration,
+    thread: JoinHandle<Swept>,
+    /// Hung up when the thread ends (it holds the other end): polled with the rest.
+    ended: UnixStream,
 }
 
 /// What one poll round asks of the loop after reading a connection.
@@ -160,6 +220,13 @@ struct Manager<'a> {
     /// A pidfd on each client the registry watches.
     pidfds: HashMap<Token, PidFd>,
     connections: Vec<Connection>,
+    /// What each client created, for its death's sweep.
+    creations: Creations,
+    /// The sweep of everything in progress, if any.
+    sweeping: Option<Background>,
+    /// When the last grace-over sweep began, once it has ended with no client since:
+    /// the loop exits then, unless someone connected meanwhile.
+    grace_swept: Option<Duration>,
 }
 
 impl<'a> Manager<'a> {
@@ -171,61 +238,97 @@ impl<'a> Manager<'a> {
             registry: Registry::new(config.grace),
             pidfds: HashMap::new(),
             connections: Vec::new(),
+            creations: Creations::new(uid, PosixOs.pid_namespace()),
+            sweeping: None,
+            grace_swept: None,
         }
     }
 
-    /// The poll loop; returns when the grace period has passed with no live client and
-    /// no connection is waiting to be accepted.
+    /// The poll loop; returns when the grace period has passed with no live client,
+    /// the sweep of everything that followed has ended, and nobody connected since it
+    /// began.
     fn serve(&mut self, listener: &UnixListener) -> Result<()> {
         loop {
             let timeout = match self.registry.tick(self.started.elapsed()) {
-                Tick::Wait(timeout) => timeout,
-                Tick::GraceOver => {
-                    self.sweep_everything("grace period over");
-                    let waiting = sys::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
-                    if !waiting[0].readable {
-                        return Ok(());
-                    }
-                    // Someone is connecting: stay, and give it a fresh grace period.
-                    self.registry.stay(self.started.elapsed());
-                    continue;
+                Tick::Wait(timeout) => {
+                    self.grace_swept = None;
+                    timeout
                 }
+                // A sweep runs: wait for it (its end wakes the poll), serving meanwhile.
+                Tick::GraceOver if self.sweeping.is_some() => None,
+                Tick::GraceOver => match self.grace_swept.take() {
+                    None => {
+                        self.start_sweep(Everything::GraceOver);
+                        continue;
+                    }
+                    Some(began) if !self.someone_came(listener, began)? => return Ok(()),
+                    Some(_) => {
+                        // Someone is connecting: stay, and give it a fresh grace period.
+                        self.registry.stay(self.started.elapsed());
+                        continue;
+                    }
+                },
             };
-            let (listener_ready, conns_ready, dead) = self.wait(listener, timeout)?;
+            let ready = self.wait(listener, timeout)?;
             // Connections that hung up are closed before new ones are counted against
             // MAX_CONNECTIONS (a newcomer is not refused for room that is free).
-            self.read_connections(&conns_ready);
-            if listener_ready {
+            self.read_connections(&ready.connections);
+            if ready.listener {
                 self.accept_all(listener);
             }
-            self.bury(&dead);
+            if ready.created {
+                self.creations.drain();
+            }
+            self.bury(&ready.dead);
+            if ready.swept {
+                self.finish_sweep();
+            }
         }
     }
 
-    /// One `poll`: whether the listener has connections, which connections (by index)
-    /// are readable or hung up, and which clients died.
-    fn wait(
-        &self,
-        listener: &UnixListener,
-        timeout: Option<Duration>,
-    ) -> Result<(bool, Vec<usize>, Vec<Token>)> {
+    /// Whether someone came since `began` (time since start), when the grace-over
+    /// sweep began: a connection waits on the listener, or one accepted since then has
+    /// not said Hello yet (it is about to).
+    fn someone_came(&self, listener: &UnixListener, began: Duration) -> Result<bool> {
+        let accepted_since = self
+            .connections
+            .iter()
+            .any(|c| c.client.is_none() && c.accepted >= began);
+        let waiting = sys::poll_readable(&[listener.as_fd()], Some(Duration::ZERO))?;
+        Ok(accepted_since || waiting[0].readable)
+    }
+
+    /// One `poll` over the listener, the connections, the clients' pidfds and the end
+    /// of the sweep of everything in progress.
+    fn wait(&self, listener: &UnixListener, timeout: Option<Duration>) -> Result<Ready> {
         let tokens: Vec<Token> = self.pidfds.keys().copied().collect();
         let mut fds: Vec<BorrowedFd<'_>> = vec![listener.as_fd()];
         fds.extend(self.connections.iter().map(|c| c.stream.as_fd()));
         fds.extend(tokens.iter().map(|t| self.pidfds[t].as_fd()));
+        let creations = fds.len();
+        fds.extend(self.creations.fd());
+        let sweep_end = fds.len();
+        fds.extend(self.sweeping.iter().map(|b| b.ended.as_fd()));
         let ready = sys::poll_readable(&fds, timeout)?;
         let conns = &ready[1..1 + self.connections.len()];
-        let pidfds = &ready[1 + self.connections.len()..];
-        let conns_ready = (0..conns.len())
-            .filter(|&i| conns[i].readable || conns[i].hung_up)
-            .collect();
-        let dead = tokens
-            .iter()
-            .zip(pidfds)
-            .filter(|(_, r)| r.readable || r.hung_up)
-            .map(|(t, _)| *t)
-            .collect();
-        Ok((ready[0].readable, conns_ready, dead))
+        let pidfds = &ready[1 + self.connections.len()..][..tokens.len()];
+        let at = |i: usize| ready.get(i).is_some_and(|r| r.readable || r.hung_up);
+        let created = self.creations.fd().is_some() && at(creations);
+        let swept = self.sweeping.is_some() && at(sweep_end);
+        Ok(Ready {
+            listener: ready[0].readable,
+            connections: (0..conns.len())
+                .filter(|&i| conns[i].readable || conns[i].hung_up)
+                .collect(),
+            dead: tokens
+                .iter()
+                .zip(pidfds)
+                .filter(|(_, r)| r.readable || r.hung_up)
+                .map(|(t, _)| *t)
+                .collect(),
+            created,
+            swept,
+        })
     }
 
     fn accept_all(&mut self, listener: &UnixListener) {
@@ -264,6 +367,7 @@ impl<'a> Manager<'a> {
         Ok(Connection {
             stream,
             peer,
+            accepted: self.started.elapsed(),
             pending: Vec::new(),
             client: None,
         })
@@ -346,6 +450,7 @@ impl<'a> Manager<'a> {
                 }
                 // A second Hello of the same process keeps the first pidfd.
                 self.pidfds.entry(token).or_insert(pidfd);
+                self.creations.watch(token);
                 self.connections[i].client = Some(token);
                 info!("client {token} watched for {:?}", self.namespaces_of(token));
                 Ok(self.welcome())
@@ -441,8 +546,11 @@ impl<'a> Manager<'a> {
         }
         self.connections
             .retain(|c| c.client.is_none_or(|t| !dead.contains(&t)));
+        // Every name the dead created was reported before they died: read it all.
+        self.creations.drain();
+        let created = self.creations.forget(dead);
         if let Some(sweep) = self.registry.died(dead) {
-            self.carry_out(&sweep);
+            self.carry_out(&sweep, created.as_ref());
         }
     }
 
@@ -462,22 +570,84 @@ impl<'a> Manager<'a> {
         }
     }
 
-    fn carry_out(&mut self, sweep: &Sweep) {
-        for (ns, report) in sweep.carry_out(&PosixOs) {
+    /// Carries out a death's sweep, knowing what the dead created (`None`: unknown).
+    fn carry_out(&mut self, sweep: &Sweep, created: Option<&BTreeSet<String>>) {
+        for (ns, report) in sweep.carry_out_knowing(&PosixOs, created) {
             self.log_sweep("client death", &ns, &report);
             self.registry.swept(&report);
         }
     }
 
-    fn sweep_everything(&mut self, why: &str) {
-        match super::registry::sweep_everything(&PosixOs) {
-            Ok(swept) => {
-                for (ns, report) in swept {
-                    self.log_sweep(why, &ns, &report);
-                    self.registry.swept(&report);
-                }
+    /// Starts the sweep of everything `which` on a thread of its own; if no thread can
+    /// be started, sweeps here and now (the loop then waits for it, as it always did).
+    fn start_sweep(&mut self, which: Everything) {
+        let began = self.started.elapsed();
+        let started = UnixStream::pair()
+            .map_err(|e| e.to_string())
+            .and_then(|(ended, end)| {
+                let thread = std::thread::Builder::new()
+                    .name("shmrc-sweep".into())
+                    .spawn(move || {
+                        // Dropped when the thread ends, unwinding included: the loop's
+                        // end of the pair hangs up.
+                        let _end = end;
+                        super::registry::sweep_everything(&PosixOs)
+                    })
+                    .map_err(|e| e.to_string())?;
+                Ok(Background {
+                    which,
+                    began,
+                    thread,
+                    ended,
+                })
+            });
+        match started {
+            Ok(background) => self.sweeping = Some(background),
+            Err(e) => {
+                warning!(
+                    "cannot start the {} sweep's thread: {e}; sweeping here",
+                    which.why()
+                );
+                let swept = super::registry::sweep_everything(&PosixOs);
+                self.swept_everything(which, began, swept);
             }
-            Err(e) => warning!("cannot list /dev/shm for the {why} sweep: {e}"),
+        }
+    }
+
+    /// Collects the sweep of everything that has ended.
+    fn finish_sweep(&mut self) {
+        let Some(background) = self.sweeping.take() else {
+            return;
+        };
+        let swept = background.thread.join().unwrap_or_else(|panic| {
+            let what = panic_message(panic.as_ref());
+            Err(Error::InvalidArgument(format!(
+                "its thread panicked: {what}"
+            )))
+        });
+        self.swept_everything(background.which, background.began, swept);
+    }
+
+    /// Logs and counts a sweep of everything `which` that began at `began`.
+    fn swept_everything(&mut self, which: Everything, began: Duration, swept: Swept) {
+        let why = which.why();
+        match swept {
+            Ok(swept) => {
+                for (ns, report) in &swept {
+                    self.log_sweep(why, ns, report);
+                    self.registry.swept(report);
+                }
+                let took = self.started.elapsed().saturating_sub(began);
+                info!(
+                    "{why} sweep: {} namespace(s) of this user in {} ms",
+                    swept.len(),
+                    took.as_millis()
+                );
+            }
+            Err(e) => warning!("the {why} sweep failed: {e}"),
+        }
+        if which == Everything::GraceOver {
+            self.grace_swept = Some(began);
         }
     }
 
@@ -519,6 +689,16 @@ impl<'a> Manager<'a> {
             rows,
         }
     }
+}
+
+/// What a panic's payload says (`panic!` with a message carries a `&str` or a
+/// `String`).
+pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Reads and drops what the peer has already sent (at most 64 KiB), so that closing the

@@ -53,6 +53,15 @@ pub struct FileInfo {
     pub mode: u32,
 }
 
+/// A named object as [`Os::shm_list_owned`] found it.
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct Listed {
+    /// Its name (no leading `/`).
+    pub name: String,
+    /// Its owner's uid, as the object's inode says (never from its name).
+    pub owner: u32,
+}
+
 /// A mapped segment: header words the protocol can operate on atomically, and a data
 /// region it can copy bytes in and out of.
 pub trait Mapping: Send + Sync + 'static {
@@ -98,6 +107,20 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     fn shm_unlink(&self, name: &str) -> Result<()>;
     /// The names of all named objects that start with `start` (no leading `/`).
     fn shm_list(&self, start: &str) -> Result<Vec<String>>;
+    /// The named objects whose names start with `start` and that `wanted` accepts, in
+    /// name order, each with its owner's uid: one listing, `wanted` asked of each name
+    /// first, and only the names it accepts looked up (`fstatat` in the listed
+    /// directory: the object is never opened). A name removed between the listing and
+    /// the look-up is left out.
+    fn shm_list_owned(
+        &self,
+        start: &str,
+        wanted: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Listed>>;
+    /// The owner's uid of the named object `name` (`fstatat`, not following a symbolic
+    /// link: the object is never opened); [`Error::Gone`](crate::Error::Gone) when there
+    /// is no such name.
+    fn shm_owner(&self, name: &str) -> Result<u32>;
 
     /// Creates an anonymous object (memfd, close-on-exec, sealing allowed).
     fn memfd_create(&self, debug_name: &str) -> Result<Self::File>;
@@ -223,6 +246,16 @@ impl<L: Layer> Os for L {
     }
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         self.inner().shm_list(start)
+    }
+    fn shm_list_owned(
+        &self,
+        start: &str,
+        wanted: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Listed>> {
+        self.inner().shm_list_owned(start, wanted)
+    }
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        self.inner().shm_owner(name)
     }
     fn memfd_create(&self, debug_name: &str) -> Result<Self::File> {
         self.inner().memfd_create(debug_name)

@@ -37,7 +37,7 @@ use std::os::unix::net::UnixStream;
 
 use crate::error::Result;
 use crate::local::ProcessLocal;
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, Listed, Os};
 use crate::token::Token;
 
 mod capacity;
@@ -128,6 +128,18 @@ impl Os for PosixOs {
 
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         shm::list(start)
+    }
+
+    fn shm_list_owned(
+        &self,
+        start: &str,
+        wanted: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Listed>> {
+        shm::list_owned(start, wanted)
+    }
+
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        shm::owner(name)
     }
 
     fn memfd_create(&self, debug_name: &str) -> Result<PosixFile> {

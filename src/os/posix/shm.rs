@@ -1,20 +1,20 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
-//! listing), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
+//! listing, with each wanted name's owner), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
 //! `posix_fallocate`) and `fstat`.
 
 use std::fs;
 use std::os::fd::AsFd;
 
 use nix::errno::Errno;
-use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
+use nix::fcntl::{AT_FDCWD, AtFlags, FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
 use nix::sys::memfd::{MFdFlags, memfd_create as sys_memfd_create};
-use nix::sys::stat::{Mode, fchmod, fstat, stat as sys_stat};
+use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
 use nix::unistd::ftruncate;
 
 use super::limits::{ensure_fd_limit_raised, fd_error};
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, Listed, Os};
 
 /// Where Linux shows the named shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -111,6 +111,49 @@ pub(super) fn list(start: &str) -> Result<Vec<String>> {
     }
     names.sort_unstable();
     Ok(names)
+}
+
+/// [`Os::shm_list_owned`]: one listing of `/dev/shm`, then an `fstatat` on a descriptor
+/// of that directory for each name `wanted` accepted. A symbolic link is judged by its
+/// own owner, never followed.
+pub(super) fn list_owned(start: &str, wanted: &mut dyn FnMut(&str) -> bool) -> Result<Vec<Listed>> {
+    let flags = OFlag::O_RDONLY | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let dir = retry_eintr(|| nix::fcntl::open(SHM_DIR, flags, Mode::empty()))
+        .map_err(|e| fd_error("open /dev/shm", e))?;
+    let mut names = Vec::new();
+    for entry in fs::read_dir(SHM_DIR).map_err(|e| Error::os("opendir", e))? {
+        let entry = entry.map_err(|e| Error::os("readdir", e))?;
+        if let Some(name) = entry.file_name().to_str() {
+            if name.starts_with(start) && wanted(name) {
+                names.push(name.to_owned());
+            }
+        }
+    }
+    let mut listed = Vec::with_capacity(names.len());
+    for name in names {
+        match retry_eintr(|| fstatat(&dir, name.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)) {
+            Ok(st) => listed.push(Listed {
+                name,
+                owner: st.st_uid,
+            }),
+            Err(Errno::ENOENT) => {}
+            Err(e) => return Err(Error::os("fstatat", e)),
+        }
+    }
+    listed.sort_unstable_by(|a, b| a.name.cmp(&b.name));
+    Ok(listed)
+}
+
+/// [`Os::shm_owner`].
+pub(super) fn owner(name: &str) -> Result<u32> {
+    let path = format!("{SHM_DIR}{}", shm_path(name)?);
+    match retry_eintr(|| fstatat(AT_FDCWD, path.as_str(), AtFlags::AT_SYMLINK_NOFOLLOW)) {
+        Ok(st) => Ok(st.st_uid),
+        Err(Errno::ENOENT) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(e) => Err(Error::os("fstatat", e)),
+    }
 }
 
 /// [`Os::memfd_create`].
@@ -210,4 +253,96 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         uid: st.st_uid,
         mode: st.st_mode & 0o7777,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The start of every name test `test` makes in `/dev/shm`.
+    fn start(test: &str) -> String {
+        format!("shmrc-shm-test-{}-{test}-", std::process::id())
+    }
+
+    /// A name of test `test` in `/dev/shm`, unlinked when dropped.
+    struct Named(String);
+
+    impl Named {
+        fn new(test: &str, what: &str) -> Named {
+            let name = format!("{}{what}", start(test));
+            drop(create(&name).unwrap());
+            Named(name)
+        }
+    }
+
+    impl Drop for Named {
+        fn drop(&mut self) {
+            let _ = unlink(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_listing_gives_each_wanted_names_owner_and_asks_of_every_name_once() {
+        let test = "wanted";
+        let (mine, unwanted) = (Named::new(test, "mine"), Named::new(test, "unwanted"));
+        let mut asked = Vec::new();
+        let listed = list_owned(&start(test), &mut |name| {
+            asked.push(name.to_owned());
+            name != unwanted.0
+        })
+        .unwrap();
+        let me = nix::unistd::geteuid().as_raw();
+        let expected = Listed {
+            name: mine.0.clone(),
+            owner: me,
+        };
+        assert_eq!(listed, vec![expected]);
+        asked.sort();
+        assert_eq!(asked, vec![mine.0.clone(), unwanted.0.clone()]);
+    }
+
+    #[test]
+    fn a_listed_name_removed_before_its_look_up_is_left_out() {
+        let test = "vanish";
+        let (gone, stays) = (Named::new(test, "gone"), Named::new(test, "stays"));
+        let listed = list_owned(&start(test), &mut |name| {
+            if name == gone.0 {
+                unlink(name).unwrap();
+            }
+            true
+        })
+        .unwrap();
+        let names: Vec<&str> = listed.iter().map(|l| l.name.as_str()).collect();
+        assert_eq!(names, vec![stays.0.as_str()]);
+    }
+
+    #[test]
+    fn an_objects_owner_is_looked_up_and_a_missing_one_is_gone() {
+        let test = "owner";
+        let named = Named::new(test, "x");
+        let me = nix::unistd::geteuid().as_raw();
+        assert_eq!(owner(&named.0).unwrap(), me);
+        unlink(&named.0).unwrap();
+        assert!(matches!(owner(&named.0), Err(Error::Gone { .. })));
+        assert!(matches!(owner("a/b"), Err(Error::InvalidArgument(_))));
+    }
+
+    #[test]
+    fn another_users_object_is_listed_with_its_owner() {
+        if !nix::unistd::geteuid().is_root() {
+            let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
+            assert!(!required, "SHMRC_REQUIRE_ROOT=1 but not root: cannot chown");
+            eprintln!("another_users_object_is_listed_with_its_owner: SKIPPED, not root");
+            return;
+        }
+        let theirs = Named::new("theirs", "x");
+        std::os::unix::fs::lchown(format!("{SHM_DIR}/{}", theirs.0), Some(65534), None).unwrap();
+        let listed = list_owned(&start("theirs"), &mut |_| true).unwrap();
+        assert_eq!(owner(&theirs.0).unwrap(), 65534);
+        let expected = Listed {
+            name: theirs.0.clone(),
+            owner: 65534,
+        };
+        assert_eq!(listed, vec![expected]);
+    }
 }

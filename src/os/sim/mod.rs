@@ -50,7 +50,7 @@ use std::io;
 
 use crate::error::{Error, Result};
 use crate::local::ProcessLocal;
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, Listed, Os};
 use crate::token::Token;
 
 mod faults;
@@ -112,6 +112,18 @@ impl Os for SimOs {
 
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         objects::shm_list(self, start)
+    }
+
+    fn shm_list_owned(
+        &self,
+        start: &str,
+        wanted: &mut dyn FnMut(&str) -> bool,
+    ) -> Result<Vec<Listed>> {
+        objects::shm_list_owned(self, start, wanted)
+    }
+
+    fn shm_owner(&self, name: &str) -> Result<u32> {
+        objects::shm_owner(self, name)
     }
 
     fn memfd_create(&self, _debug_name: &str) -> Result<SimFile> {

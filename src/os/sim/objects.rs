@@ -13,7 +13,7 @@ use super::map::Storage;
 use super::process::SimOs;
 use super::{NAME_MAX, os_error};
 use crate::error::{Error, Result};
-use crate::os::FileInfo;
+use crate::os::{FileInfo, Listed};
 
 /// A shared-memory object: a named one or a memfd, alive while anything references it.
 pub(super) struct Object {
@@ -214,6 +214,47 @@ pub(super) fn shm_list(os: &SimOs, start: &str) -> Result<Vec<String>> {
             .take_while(|name| name.starts_with(start))
             .cloned()
             .collect())
+    })
+}
+
+/// [`Os::shm_list_owned`](crate::os::Os::shm_list_owned): one step, as
+/// [`shm_list`]; `wanted` is asked outside the kernel's lock (it may be any code).
+pub(super) fn shm_list_owned(
+    os: &SimOs,
+    start: &str,
+    wanted: &mut dyn FnMut(&str) -> bool,
+) -> Result<Vec<Listed>> {
+    let listed: Vec<Listed> = os.with(|st, _| {
+        st.caller(os.pid)?;
+        Ok::<_, Error>(
+            st.names
+                .range::<str, _>((Bound::Included(start), Bound::Unbounded))
+                .take_while(|(name, _)| name.starts_with(start))
+                .filter_map(|(name, object)| {
+                    let owner = st.objects.get(object)?.uid;
+                    Some(Listed {
+                        name: name.clone(),
+                        owner,
+                    })
+                })
+                .collect(),
+        )
+    })?;
+    Ok(listed.into_iter().filter(|l| wanted(&l.name)).collect())
+}
+
+/// [`Os::shm_owner`](crate::os::Os::shm_owner).
+pub(super) fn shm_owner(os: &SimOs, name: &str) -> Result<u32> {
+    check_name(name, "fstatat")?;
+    os.with(|st, _| {
+        st.caller(os.pid)?;
+        st.names
+            .get(name)
+            .and_then(|object| st.objects.get(object))
+            .map(|o| o.uid)
+            .ok_or_else(|| Error::Gone {
+                segment: name.to_owned(),
+            })
     })
 }
 
