@@ -31,7 +31,9 @@ use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
 use shmrc::holders::Slot;
-use shmrc::manager::registry::{Registry, Scope, Sweep, Tick, Use, sweep_everything};
+use shmrc::manager::registry::{
+    MAX_NAMESPACES, Registry, Scope, Sweep, Tick, Use, sweep_everything,
+};
 use shmrc::os::Os;
 use shmrc::os::sim::{SimKernel, SimOs};
 use shmrc::segment::HEADER_BYTES;
@@ -82,6 +84,10 @@ enum Op {
     Share { c: u8, buf: u8, to: u8 },
     /// Client `c` releases its buffer `buf`.
     Release { c: u8, buf: u8 },
+    /// Client `c`, watched, says Hello again (another connection of the same process)
+    /// naming more namespaces than a client may: refused, and it must stay watched for
+    /// what it used before (issue 29, item 5).
+    HelloTooMany { c: u8 },
     /// Client `c` is SIGKILLed.
     KillClient { c: u8 },
     /// A new process takes dead client `c`'s place.
@@ -287,6 +293,25 @@ impl World {
                 buf.release()
                     .map(|_| ())
                     .map_err(|e| format!("release failed: {e}"))
+            }
+            Op::HelloTooMany { c } => {
+                let c = usize::from(c) % CLIENTS;
+                let Some(client) = self.clients[c].as_ref() else {
+                    return Ok(());
+                };
+                let (watcher, token) = (client.watcher, client.os.token());
+                let Some(manager) = self.manager_of(watcher) else {
+                    return Ok(());
+                };
+                let too_many = (0..=MAX_NAMESPACES)
+                    .map(|i| Namespace::new(format!("shmrc-registry-many-{i}")).unwrap());
+                match manager.registry.hello(token, too_many) {
+                    Err(_) => Ok(()),
+                    Ok(()) => Err(format!(
+                        "a Hello naming {} namespaces was accepted",
+                        MAX_NAMESPACES + 1
+                    )),
+                }
             }
             Op::KillClient { c } => {
                 let c = usize::from(c) % CLIENTS;
@@ -664,6 +689,7 @@ impl ReferenceStateMachine for Reference {
                     .boxed(),
             ));
             arms.push((3, c().prop_map(|c| Op::KillClient { c }).boxed()));
+            arms.push((1, c().prop_map(|c| Op::HelloTooMany { c }).boxed()));
         }
         if !holders.is_empty() {
             let h = || select(holders.clone());
@@ -712,7 +738,7 @@ impl ReferenceStateMachine for Reference {
             }
             Op::KillClient { c } => state.clients[c as usize] = None,
             Op::Respawn { c } => state.clients[c as usize] = Some(0),
-            Op::Connect { .. } | Op::Share { .. } => {}
+            Op::Connect { .. } | Op::Share { .. } | Op::HelloTooMany { .. } => {}
         }
         state
     }
@@ -851,6 +877,18 @@ fn a_manager_killed_mid_sweep_is_made_good_by_its_restart() {
         killed >= 10 && completed > 0,
         "{killed} killed, {completed} completed"
     );
+}
+
+#[test]
+fn a_refused_second_hello_keeps_the_client_watched() {
+    let ops = [
+        Op::Connect { c: 0, m: 0 },
+        create(0, 0),
+        Op::HelloTooMany { c: 0 },
+        Op::KillClient { c: 0 },
+        poll(0),
+    ];
+    scenario(&ops).unwrap();
 }
 
 #[test]

@@ -269,23 +269,23 @@ impl Registry {
     /// A client said Hello (the shell checked that `token` is the connecting process,
     /// alive, and watched by a pidfd) using `namespaces`. Saying Hello again (another
     /// connection of the same process, after a manager restart) adds to what it uses.
-    /// `Err` is the reason to refuse it; a refused client is not watched.
+    /// `Err` is the reason to refuse it, and nothing of that Hello is taken: a new
+    /// client is not watched, and a known one stays watched for what it used before
+    /// (refusing its second Hello must not forget its death).
     pub fn hello(
         &mut self,
         token: Token,
         namespaces: impl IntoIterator<Item = Namespace>,
     ) -> std::result::Result<(), String> {
-        let known = self.clients.contains_key(&token);
-        let client = self.clients.entry(token).or_default();
+        let known = self.clients.get(&token);
+        let mut client = known.cloned().unwrap_or_default();
         for ns in namespaces {
-            if let Err(why) = client.add(Use::Namespace(ns)) {
-                self.clients.remove(&token);
-                return Err(why);
-            }
+            client.add(Use::Namespace(ns))?;
         }
-        if !known {
+        if known.is_none() {
             self.counters.clients_ever += 1;
         }
+        self.clients.insert(token, client);
         Ok(())
     }
 

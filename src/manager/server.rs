@@ -445,7 +445,10 @@ impl<'a> Manager<'a> {
                 }
                 let pidfd = vet_hello(self.connections[i].peer, token, pid)?;
                 if let Err(why) = self.registry.hello(token, namespaces) {
-                    self.pidfds.remove(&token);
+                    // A known client stays watched (its first Hello's pidfd stays).
+                    if !self.registry.watches(token) {
+                        self.pidfds.remove(&token);
+                    }
                     return Err(why);
                 }
                 // A second Hello of the same process keeps the first pidfd.
