@@ -185,15 +185,15 @@ def install(strategy=None, namespace=None, pool=False):
     :class:`shmrc.ShmPool` per process, of ``strategy`` (``None``: the process-wide
     strategy when the process makes its pool). Calling it again changes the options."""
     global _SAVED
-    if strategy is not None and strategy not in shmrc.get_all_sharing_strategies():
-        raise shmrc.UnknownStrategyError(
-            "unknown sharing strategy %r (known: %s)"
-            % (strategy, ", ".join(sorted(shmrc.get_all_sharing_strategies())))
-        )
+    # Every argument is checked before anything changes: a bad one raises here, not
+    # at the first allocation (inside a worker).
+    strategy = shmrc._check_strategy(strategy)
+    namespace = shmrc._check_namespace(namespace)
+    pool = shmrc._check_flag(pool, "pool")
     with _LOCK:
         _OPTIONS["strategy"] = strategy
         _OPTIONS["namespace"] = namespace
-        _OPTIONS["pool"] = bool(pool)
+        _OPTIONS["pool"] = pool
         _POOLS.clear()
         if _SAVED is not None:
             return
