@@ -16,15 +16,26 @@ With ``pool=True`` (either strategy) each process allocates from a
 segment of a batch the main process has let go of (zeroed, as a new one would be)
 instead of a new segment whose pages the kernel must reserve and clear.
 
-Workers started with ``fork`` (torch's default on Linux) inherit the installation;
-with ``spawn`` or ``forkserver`` call ``install()`` in ``worker_init_fn`` too.
+Every child process of ``multiprocessing`` (``DataLoader`` workers, ``torch.multiprocessing``
+processes and pools, ``torch.multiprocessing.spawn``) uses shmrc too, whatever its
+start method and wherever ``install()`` ran (module top level, inside ``main()``): a
+``fork`` child inherits the installation; a ``spawn`` or ``forkserver`` child gets it
+with its process object, which multiprocessing pickles through
+``multiprocessing.reduction.dump`` (wrapped while installed: unpickled in the child,
+the process object installs shmrc.torch with the parent's options before the child
+runs anything). Children started *before* ``install()`` cannot be reached: install()
+warns once and names the fix. Calling ``install()`` in ``worker_init_fn`` (or a
+``Pool`` initializer) alone also works.
 
 Tensors that are not on the CPU, sparse, or that require grad without being leaves
 go through torch's own reducers, unchanged.
 """
 
+import multiprocessing
+import multiprocessing.reduction
 import os
 import threading
+import warnings
 import weakref
 
 import torch
@@ -177,6 +188,66 @@ _REDUCERS = {
 }
 
 
+class _InstallFirst:
+    """A process object on its way to a ``spawn`` or ``forkserver`` child, with the
+    installation it must have: unpickled there, it installs shmrc.torch with the
+    parent's options (and the parent's process-wide strategy), then hands the process
+    object to multiprocessing, before the child runs anything of its own."""
+
+    __slots__ = ("process",)
+
+    def __init__(self, process):
+        self.process = process
+
+    def __reduce__(self):
+        options = dict(_OPTIONS)
+        return (_install_then, (options, shmrc.get_sharing_strategy(), self.process))
+
+
+def _install_then(options, sharing_strategy, process):
+    shmrc.set_sharing_strategy(sharing_strategy)
+    install(**options)
+    return process
+
+
+def _dump(obj, file, protocol=None):
+    """``multiprocessing.reduction.dump`` while installed: what a ``spawn`` or
+    ``forkserver`` Popen sends a new child (its preparation data, then the process
+    object) goes as before, the process object wrapped in :class:`_InstallFirst`."""
+    if isinstance(obj, multiprocessing.process.BaseProcess):
+        obj = _InstallFirst(obj)
+    ForkingPickler(file, protocol).dump(obj)
+
+
+_WARNED = set()
+
+
+def _warn_once(key, message):
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+def _warn_of_children_started_before():
+    """The one path install() cannot cover: a ``spawn`` or ``forkserver`` child started
+    before it (a ``Pool`` made, or a ``DataLoader`` iterated with persistent workers,
+    before ``install()``) runs without shmrc. Says so once, with the fix."""
+    started = [
+        p
+        for p in multiprocessing.active_children()
+        if getattr(p, "_start_method", None) in ("spawn", "forkserver")
+    ]
+    if started:
+        _warn_once(
+            "started-before",
+            "shmrc.torch.install(): %d %s process(es) started before it (e.g. %s) do "
+            "not use shmrc memory: call install() before creating the Pool or "
+            "DataLoader, or in the children themselves (worker_init_fn=, "
+            "Pool(initializer=shmrc.torch.install))"
+            % (len(started), started[0]._start_method, started[0].name),
+        )
+
+
 def install(strategy=None, namespace=None, pool=False):
     """Makes CPU tensors and storages cross processes in shmrc buffers (see the module
     docs). ``strategy``: ``"file_descriptor"`` or ``"file_system"`` (``None``:
@@ -197,7 +268,10 @@ def install(strategy=None, namespace=None, pool=False):
         _POOLS.clear()
         if _SAVED is not None:
             return
+        _warn_of_children_started_before()
         saved = {cls: ForkingPickler._extra_reducers.get(cls) for cls in _REDUCERS}
+        saved["dump"] = multiprocessing.reduction.dump
+        multiprocessing.reduction.dump = _dump
         saved["_new_shared"] = torch.UntypedStorage.__dict__.get("_new_shared")
         saved["bound_new_shared"] = torch.UntypedStorage._new_shared
         for cls, reducer in _REDUCERS.items():
@@ -218,6 +292,7 @@ def uninstall():
                 ForkingPickler._extra_reducers.pop(cls, None)
             else:
                 ForkingPickler.register(cls, original)
+        multiprocessing.reduction.dump = _SAVED["dump"]
         if _SAVED["_new_shared"] is None:
             del torch.UntypedStorage._new_shared
         else:
