@@ -36,6 +36,7 @@ import operator
 import os
 import sys
 import weakref
+from typing import Literal, TypedDict
 
 from . import _shmrc
 from ._errors import (  # noqa: F401  (the exception classes, re-exported)
@@ -73,6 +74,9 @@ from ._errors import (  # noqa: F401  (the exception classes, re-exported)
 from ._errors import make as _make_error
 
 __version__ = _shmrc.__version__
+
+#: The sharing strategies, by torch's names (for type annotations).
+Strategy = Literal["file_descriptor", "file_system"]
 
 __doc__ += "".join(
     "\n    %s%s: %s" % (name, " (%s)" % base.__name__ if base else "", doc)
@@ -401,6 +405,18 @@ class ShmBuf:
     def __repr__(self):
         where = (" %s" % self.name) if self.name else ""
         return "ShmBuf(%d bytes, %s%s)" % (len(self), self.strategy, where)
+
+
+class PoolStats(TypedDict):
+    """What :meth:`ShmPool.stats` returns."""
+
+    created: int
+    recycled: int
+    given_back: int
+    idle: int
+    idle_bytes: int
+    lent: int
+    in_use: int
 
 
 class ShmPool:
