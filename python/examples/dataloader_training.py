@@ -1,6 +1,7 @@
 """A few training steps on batches that DataLoader workers build in shmrc memory,
 with shmrc.torch.install() called inside main() and the workers started with
 "spawn" (or the start method given as the first argument): the workers use shmrc too.
+The loader is shmrc.torch.DataLoader, which survives a worker's SIGKILL.
 Run: python dataloader_training.py [fork|spawn|forkserver] (CI runs it, and checks it
 with mypy --strict)."""
 import sys
@@ -23,7 +24,11 @@ class Squares(Dataset[tuple[torch.Tensor, torch.Tensor]]):
 
 def main(start_method: str) -> None:
     shmrc.torch.install("file_system", namespace="shmrc-example", pool=True)
-    loader = DataLoader(Squares(), batch_size=16, num_workers=2, multiprocessing_context=start_method)
+    # shmrc.torch.DataLoader: torch's, plus a replacement for a worker killed by a
+    # signal (its batches are requested again: the epoch goes on).
+    loader: DataLoader[tuple[torch.Tensor, torch.Tensor]] = shmrc.torch.DataLoader(
+        Squares(), batch_size=16, num_workers=2, multiprocessing_context=start_method
+    )
     model = torch.nn.Linear(8, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
     in_shmrc = 0

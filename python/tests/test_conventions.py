@@ -54,7 +54,7 @@ def test_the_package_ships_stubs_that_match_it():
     except ImportError:  # no torch: the stub is still checked against the file's __all__
         return
     assert set(shmrc_torch.__all__) <= torch_stub
-    assert all(hasattr(shmrc_torch, n) for n in torch_stub)
+    assert all(hasattr(shmrc_torch, n) for n in torch_stub if not n.startswith("_"))
 
 
 def test_help_is_readable():
