@@ -91,3 +91,15 @@ def test_otherwise_it_fails_as_torchs_loader_does():
     plain = shmrc.torch.DataLoader(Items(), batch_size=8)
     assert [b[0, 0].item() for b in plain] == [0.0, 8.0, 16.0, 24.0]
     assert isinstance(plain, torch.utils.data.DataLoader)
+
+
+class Stream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter(range(4))
+
+
+@pytest.mark.timeout(60)
+def test_an_iterable_dataset_gets_torchs_iterator():
+    it = iter(shmrc.torch.DataLoader(Stream(), num_workers=1))
+    assert type(it) is torch.utils.data.dataloader._MultiProcessingDataLoaderIter
+    assert [int(b) for b in it] == [0, 1, 2, 3]
