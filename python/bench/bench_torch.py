@@ -1,7 +1,12 @@
 """DataLoader epochs and queue ping-pong under torch's file_descriptor, torch's
-file_system, and shmrc (both strategies, and file_system with recycling:
-``shmrc.torch.install(..., pool=True)``), all in one run: each configuration in a
-fresh process, the configurations interleaved round by round, the median reported.
+file_system, and shmrc (both strategies, file_system with recycling:
+``shmrc.torch.install(..., pool=True)``, and that with ``shmrc.torch.DataLoader``, the
+loader that replaces killed workers), all in one run: each configuration in a fresh
+process, the configurations interleaved round by round, the median reported.
+
+Workloads: a whole epoch with worker start-up (``epoch_*``), and the steady-state
+epoch: the second epoch of a loader with persistent workers, the first untimed
+(``steady_epoch_1MiB``).
 
     python bench/bench_torch.py --out docs/python-bench.json --plot docs/python-bench.png
 
@@ -15,12 +20,15 @@ import subprocess
 import sys
 import time
 
+LOAD_AT_START = None
+
 CONFIGS = [
     "torch_file_descriptor",
     "torch_file_system",
     "shmrc_file_descriptor",
     "shmrc_file_system",
     "shmrc_file_system_pooled",
+    "shmrc_file_system_pooled_resilient",
 ]
 
 
@@ -33,14 +41,26 @@ def setup(config):
         import shmrc.torch
 
         strategy = config[len("shmrc_"):]
+        if strategy.endswith("_resilient"):
+            strategy = strategy[: -len("_resilient")]
         pool = strategy.endswith("_pooled")
         strategy = strategy[: -len("_pooled")] if pool else strategy
         shmrc.torch.install(strategy, "shmrc-bench-%d" % os.getpid(), pool=pool)
 
 
-def epoch(batch_mib, batches, workers):
+def loader_class(config):
+    if config.endswith("_resilient"):
+        import shmrc.torch
+
+        return shmrc.torch.DataLoader
+    from torch.utils.data import DataLoader
+
+    return DataLoader
+
+
+def epoch(config, batch_mib, batches, workers, steady=False):
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     item = torch.ones(batch_mib * (1 << 20) // 16 // 4)  # 16 float32 items per batch
 
@@ -51,14 +71,21 @@ def epoch(batch_mib, batches, workers):
         def __getitem__(self, i):
             return item
 
-    loader = DataLoader(Items(), batch_size=16, num_workers=workers, prefetch_factor=2)
+    loader = loader_class(config)(
+        Items(), batch_size=16, num_workers=workers, prefetch_factor=2, persistent_workers=steady
+    )
+
+    def one_epoch():
+        total = 0.0
+        for batch in loader:
+            total += float(batch[0, 0])  # touch the batch, as a training step would
+        assert total == batches
+
+    if steady:
+        one_epoch()  # workers started, pools filled
     start = time.perf_counter()
-    total = 0.0
-    for batch in loader:
-        total += float(batch[0, 0])  # touch the batch, as a training step would
-    elapsed = time.perf_counter() - start
-    assert total == batches
-    return elapsed
+    one_epoch()
+    return time.perf_counter() - start
 
 
 def _pong(inbox, outbox, rounds):
@@ -91,8 +118,9 @@ def ping_pong(mib, rounds):
 def one(config, args):
     setup(config)
     return {
-        "epoch_1MiB": epoch(1, args.batches_1mib, 4),
-        "epoch_16MiB": epoch(16, args.batches_16mib, 4),
+        "epoch_1MiB": epoch(config, 1, args.batches_1mib, 4),
+        "epoch_16MiB": epoch(config, 16, args.batches_16mib, 4),
+        "steady_epoch_1MiB": epoch(config, 1, args.batches_1mib, 4, steady=True),
         "pingpong_1MiB": ping_pong(1, args.rounds),
     }
 
@@ -110,6 +138,8 @@ def main():
     if args.only:
         print(json.dumps(one(args.only, args)))
         return
+    global LOAD_AT_START
+    LOAD_AT_START = os.getloadavg()
     results = {c: {} for c in CONFIGS}
     for _ in range(args.rounds_of_all):
         for config in CONFIGS:
@@ -129,6 +159,9 @@ def main():
         },
         "seconds": results,
         "median": {c: {k: statistics.median(v) for k, v in r.items()} for c, r in results.items()},
+        "min": {c: {k: min(v) for k, v in r.items()} for c, r in results.items()},
+        "max": {c: {k: max(v) for k, v in r.items()} for c, r in results.items()},
+        "load_average_at_start_and_end": [LOAD_AT_START, os.getloadavg()],
     }
     text = json.dumps(summary, indent=1)
     print(text)

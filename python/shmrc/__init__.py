@@ -14,19 +14,33 @@ nothing else installed, unlinks it within milliseconds of the death of its last
 holder, even a SIGKILLed one).
 
 ``shmrc.torch.install()`` makes torch's CPU tensors cross processes in shmrc memory.
-Every failure raises a subclass of :class:`ShmrcError` named after its cause
-(:class:`NoSpaceError`, :class:`GoneError`, ...). The logic is the Rust library's;
-this package is a skin over it (``shmrc._shmrc``).
+The logic is the Rust library's; this package is a skin over it (``shmrc._shmrc``).
+
+A namespace (``namespace=`` of ShmBuf, ShmPool, ls, sweep, shmrc.torch.install) is
+a prefix of the job's own that starts with ``shmrc``, of at most 48 bytes of ASCII
+letters, digits, ``-`` and ``_`` (e.g. ``"shmrc-train-42"``). Every argument is
+checked when it is passed: a bad type is a ``TypeError``, a bad value a
+``ValueError`` subclass below.
+
+Exceptions: every failure raises a subclass of ShmrcError named after its cause,
+importable from ``shmrc`` and picklable (they cross process boundaries, e.g. from
+a DataLoader worker); some are builtin exceptions too (``shmrc.ERRORS`` maps every
+name to its class):
 """
 
 import ctypes
 import json
+import math
+import numbers
+import operator
 import os
 import sys
 import weakref
+from typing import Literal, TypedDict
 
 from . import _shmrc
-from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
+from ._errors import (  # noqa: F401  (the exception classes, re-exported)
+    CAUSES as _CAUSES,
     BadMagicError,
     BadNamespaceError,
     CorruptedError,
@@ -49,6 +63,7 @@ from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
     ShmrcError,
     SocketPathTooLongError,
     StaleError,
+    TimedOutError,
     TooManyFdsError,
     TruncatedError,
     UnknownStrategyError,
@@ -56,7 +71,25 @@ from ._shmrc import (  # noqa: F401  (the exception classes, re-exported)
     WrongStrategyError,
     WrongVersionError,
 )
+from ._errors import make as _make_error
 
+__version__ = _shmrc.__version__
+
+#: The sharing strategies, by torch's names (for type annotations).
+Strategy = Literal["file_descriptor", "file_system"]
+
+__doc__ += "".join(
+    "\n    %s%s: %s" % (name, " (%s)" % base.__name__ if base else "", doc)
+    for name, base, doc, _ in _CAUSES
+)
+
+#: Every exception class, by name: the causes of ``shmrc::Error`` (and ShmrcError).
+ERRORS = {"ShmrcError": ShmrcError}
+ERRORS.update((name, globals()[name]) for name, _, _, _ in _CAUSES)
+
+# What `from shmrc import *` and help(shmrc) show: the API and the base exception.
+# The cause classes are listed in the module docs (each one's page, help(shmrc.X),
+# repeats the builtin's inherited methods: dozens of lines each).
 __all__ = [
     "ShmBuf",
     "ShmPool",
@@ -67,7 +100,72 @@ __all__ = [
     "sweep",
     "ls",
     "manager_status",
-] + sorted(name for name in dir(_shmrc) if name.endswith("Error"))
+    "ShmrcError",
+    "ERRORS",
+]
+
+
+def _type_name(value):
+    return type(value).__name__
+
+
+def _check_size(value, what, minimum):
+    """``value`` as an int >= ``minimum`` (``TypeError`` for a non-integer,
+    :class:`InvalidArgumentError` below the minimum)."""
+    if isinstance(value, bool):
+        raise TypeError("%s must be an int, not bool" % what)
+    try:
+        number = operator.index(value)
+    except TypeError:
+        raise TypeError("%s must be an int, not %s" % (what, _type_name(value))) from None
+    if number < minimum:
+        raise InvalidArgumentError("%s must be at least %d, not %d" % (what, minimum, number))
+    return number
+
+
+def _check_strategy(strategy, allow_none=True):
+    """``strategy``: one of :func:`get_all_sharing_strategies` (or ``None``)."""
+    if strategy is None and allow_none:
+        return None
+    if not isinstance(strategy, str):
+        raise TypeError(
+            "strategy must be %s, not %s"
+            % ("a str or None" if allow_none else "a str", _type_name(strategy))
+        )
+    known = _shmrc.get_all_sharing_strategies()
+    if strategy not in known:
+        raise UnknownStrategyError(
+            "unknown sharing strategy %r (known: %s)" % (strategy, ", ".join(sorted(known)))
+        )
+    return strategy
+
+
+def _check_namespace(namespace):
+    """``namespace``: ``None`` or a prefix by the library's rule (it starts with
+    ``shmrc``, at most 48 bytes of ASCII letters, digits, ``-`` and ``_``)."""
+    if namespace is None:
+        return None
+    if not isinstance(namespace, str):
+        raise TypeError("namespace must be a str or None, not %s" % _type_name(namespace))
+    _shmrc.check_namespace(namespace)
+    return namespace
+
+
+def _check_flag(value, what):
+    if not isinstance(value, bool):
+        raise TypeError("%s must be True or False, not %r" % (what, value))
+    return value
+
+
+def _check_seconds(value, what):
+    # Any real number (int, float, numpy's, Fraction), not a bool or a str.
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError("%s must be a number of seconds, not %s" % (what, _type_name(value)))
+    if not math.isfinite(value) or value < 0:
+        raise InvalidArgumentError(
+            "%s must be a finite number of seconds >= 0, not %r" % (what, value)
+        )
+    return float(value)
 
 
 def _manager_command():
@@ -90,7 +188,7 @@ def set_sharing_strategy(strategy):
     """Sets the strategy (``"file_descriptor"`` or ``"file_system"``) of buffers created
     from now on in this process, as ``torch.multiprocessing.set_sharing_strategy``.
     An unknown name raises :class:`UnknownStrategyError`."""
-    _shmrc.set_sharing_strategy(strategy)
+    _shmrc.set_sharing_strategy(_check_strategy(strategy, allow_none=False))
 
 
 def get_sharing_strategy():
@@ -107,7 +205,7 @@ def get_all_sharing_strategies():
 def ls(namespace=None):
     """This user's shmrc segments (of ``namespace``, or of every shmrc namespace), with
     their holders and the manager: the same data as ``shmrc ls --json``."""
-    return json.loads(_shmrc.ls_json(namespace))
+    return json.loads(_shmrc.ls_json(_check_namespace(namespace)))
 
 
 def sweep(namespace=None, dry_run=False):
@@ -115,7 +213,9 @@ def sweep(namespace=None, dry_run=False):
     ``namespace``, or every shmrc namespace of this user); returns what it did, as
     ``shmrc sweep --json``. The manager does this by itself within milliseconds of a
     death; call it when the manager is off."""
-    return json.loads(_shmrc.sweep_json(namespace, dry_run))
+    return json.loads(
+        _shmrc.sweep_json(_check_namespace(namespace), _check_flag(dry_run, "dry_run"))
+    )
 
 
 def manager_status():
@@ -146,8 +246,9 @@ class ShareHandle:
 
     def _take(self):
         if self._spent:
-            raise InvalidArgumentError(
-                "this handle was already attached or sent: call ShmBuf.share() again"
+            raise _make_error(
+                "InvalidArgumentError",
+                "this handle was already attached or sent: call ShmBuf.share() again",
             )
         self._spent = True
 
@@ -217,7 +318,8 @@ def _receive_fd(dupfd):
         if isinstance(e, RuntimeError) and "ancdata" not in str(e):
             raise
         soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-        raise TooManyFdsError(
+        raise _make_error(
+            "TooManyFdsError",
             "cannot receive a file_descriptor buffer: this process is at its open-file "
             "limit (RLIMIT_NOFILE %d soft, %d hard; %s). Raise the limit (ulimit -n), "
             "hold fewer buffers, or use the file_system strategy "
@@ -250,6 +352,9 @@ class ShmBuf:
     __slots__ = ()
 
     def __new__(cls, nbytes, strategy=None, namespace=None):
+        nbytes = _check_size(nbytes, "nbytes", 1)
+        strategy = _check_strategy(strategy)
+        namespace = _check_namespace(namespace)
         return _wrap(_shmrc.Buf(nbytes, strategy, namespace))
 
     def __init__(self, *args, **kwargs):
@@ -302,6 +407,18 @@ class ShmBuf:
         return "ShmBuf(%d bytes, %s%s)" % (len(self), self.strategy, where)
 
 
+class PoolStats(TypedDict):
+    """What :meth:`ShmPool.stats` returns."""
+
+    created: int
+    recycled: int
+    given_back: int
+    idle: int
+    idle_bytes: int
+    lent: int
+    in_use: int
+
+
 class ShmPool:
     """Recycled buffers, the way data loaders reuse shared memory.
 
@@ -333,10 +450,18 @@ class ShmPool:
         idle_timeout=10.0,
         strategy="file_system",
     ):
-        self._pool = _shmrc.Pool(strategy, namespace, max_idle_buffers, max_idle_bytes, idle_timeout)
+        self._pool = _shmrc.Pool(
+            _check_strategy(strategy),
+            _check_namespace(namespace),
+            _check_size(max_idle_buffers, "max_idle_buffers", 0),
+            _check_size(max_idle_bytes, "max_idle_bytes", 0),
+            _check_seconds(idle_timeout, "idle_timeout"),
+        )
 
     def get(self, nbytes, zero=False):
         """A :class:`ShmBuf` of ``nbytes`` bytes, recycled when one is free."""
+        nbytes = _check_size(nbytes, "nbytes", 1)
+        zero = _check_flag(zero, "zero")
         buf = _wrap(self._pool.get(nbytes))
         if zero:
             ctypes.memset(buf.address, 0, nbytes)

@@ -2,7 +2,8 @@
 //! CPython >= 3.9). It is a thin skin over the library: a buffer ([`Buf`]) and its
 //! handles, the sharing-strategy switch, `ls` and `sweep` (the data of
 //! `shmrc ls --json`, from `shmrc::report`), the manager's start-up and serving, and
-//! one Python exception per cause of `shmrc::Error`. The Python modules in `shmrc/`
+//! the mapping of each cause of `shmrc::Error` to its Python exception (the classes
+//! are `shmrc._errors`', Python classes of module `shmrc`, so that they pickle). The Python modules in `shmrc/`
 //! build the public API on it (the buffer protocol, pickling, the torch reducers);
 //! no protocol logic lives in Python.
 //!
@@ -16,8 +17,7 @@ use std::os::fd::{FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use pyo3::create_exception;
-use pyo3::exceptions::{PyException, PyValueError};
+use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shmrc::manager::runtime::RuntimeDir;
@@ -27,90 +27,61 @@ use shmrc::{
     CreateOptions, DefaultOs, Error, Namespace, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy,
 };
 
-create_exception!(
-    _shmrc,
-    ShmrcError,
-    PyException,
-    "Every shmrc failure (the Rust library's `shmrc::Error`); subclasses name the cause."
-);
-
-/// Declares one exception class per cause, each a subclass of `ShmrcError`.
-macro_rules! causes {
-    ($($name:ident: $doc:literal,)*) => {
-        $(create_exception!(_shmrc, $name, ShmrcError, $doc);)*
-        /// Adds every cause's class to the module.
-        fn add_causes(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            let py = m.py();
-            m.add("ShmrcError", py.get_type::<ShmrcError>())?;
-            $(m.add(stringify!($name), py.get_type::<$name>())?;)*
-            Ok(())
+/// The exception of class `cause` (a class of `shmrc._errors`, which owns them: plain
+/// Python classes of module `shmrc`, so that they pickle, with builtin bases where one
+/// fits) with `message`, and `os_errno` for `OsError`.
+fn shmrc_err(cause: &str, message: String, os_errno: Option<i32>) -> PyErr {
+    Python::attach(|py| {
+        let made = py
+            .import("shmrc._errors")
+            .and_then(|errors| errors.getattr("make"))
+            .and_then(|make| make.call1((cause, message, os_errno)));
+        match made {
+            Ok(exception) => PyErr::from_value(exception),
+            Err(e) => e,
         }
-    };
-}
-
-causes! {
-    GoneError: "The segment is gone (unlinked: every holder released it).",
-    StaleError: "The handle is of an earlier use of a segment that a pool has recycled since.",
-    HalfCreatedError: "The segment's creator died before publishing its header.",
-    TruncatedError: "The segment is shorter than its header says.",
-    BadMagicError: "The object is no shmrc segment.",
-    WrongVersionError: "The segment or handle has another layout version.",
-    OtherUserError: "The segment belongs to another user.",
-    OtherPidNamespaceError: "The segment was made in another pid namespace.",
-    CorruptedError: "The segment's header is corrupted.",
-    NoSpaceError: "/dev/shm (or the memory cgroup) has no room for the buffer.",
-    TooManyFdsError: "This process is at its open-file limit: a descriptor could not be received.",
-    HoldersFullError: "Every holder slot of the segment is held by a live process.",
-    OutsideNamespaceError: "The name lies outside this user's shmrc namespaces.",
-    BadNamespaceError: "Not a valid namespace prefix.",
-    MalformedError: "Bytes that are no shmrc handle or message.",
-    OutOfBoundsError: "A read or write outside the buffer.",
-    InvalidArgumentError: "An argument out of range.",
-    UnknownStrategyError: "A sharing strategy name that is not one of get_all_sharing_strategies().",
-    WrongStrategyError: "An operation that needs the other sharing strategy.",
-    NotHolderError: "This process does not hold the buffer (inherited across fork).",
-    DisconnectedError: "The peer closed the connection.",
-    OsError: "A system call failed.",
-    UnsafeRuntimeDirError: "The manager's runtime directory cannot be trusted.",
-    SocketPathTooLongError: "The manager's socket path is too long.",
-    NoManagerError: "No manager runs.",
-    ManagerStartError: "The manager could not be started.",
-    ManagerRefusedError: "The manager refused this process.",
+    })
 }
 
 /// The Python exception for `e`, by cause, with the library's message.
 fn py_err(e: Error) -> PyErr {
     let msg = e.to_string();
-    match e {
-        Error::Gone { .. } => GoneError::new_err(msg),
-        Error::Stale { .. } => StaleError::new_err(msg),
-        Error::HalfCreated { .. } => HalfCreatedError::new_err(msg),
-        Error::Truncated { .. } => TruncatedError::new_err(msg),
-        Error::BadMagic { .. } => BadMagicError::new_err(msg),
-        Error::WrongVersion { .. } => WrongVersionError::new_err(msg),
-        Error::OtherUser { .. } => OtherUserError::new_err(msg),
-        Error::OtherPidNamespace { .. } => OtherPidNamespaceError::new_err(msg),
-        Error::Corrupted { .. } => CorruptedError::new_err(msg),
-        Error::NoSpace { .. } => NoSpaceError::new_err(msg),
-        Error::TooManyFds { .. } => TooManyFdsError::new_err(msg),
-        Error::HoldersFull { .. } => HoldersFullError::new_err(msg),
-        Error::OutsideNamespace { .. } => OutsideNamespaceError::new_err(msg),
-        Error::BadNamespace { .. } => BadNamespaceError::new_err(msg),
-        Error::Malformed { .. } => MalformedError::new_err(msg),
-        Error::OutOfBounds { .. } => OutOfBoundsError::new_err(msg),
-        Error::InvalidArgument(_) => InvalidArgumentError::new_err(msg),
-        Error::UnknownStrategy(_) => UnknownStrategyError::new_err(msg),
-        Error::WrongStrategy { .. } => WrongStrategyError::new_err(msg),
-        Error::NotHolder { .. } => NotHolderError::new_err(msg),
-        Error::Disconnected => DisconnectedError::new_err(msg),
-        Error::Os { .. } => OsError::new_err(msg),
-        Error::UnsafeRuntimeDir { .. } => UnsafeRuntimeDirError::new_err(msg),
-        Error::SocketPathTooLong { .. } => SocketPathTooLongError::new_err(msg),
-        Error::NoManager { .. } => NoManagerError::new_err(msg),
-        Error::ManagerStart { .. } => ManagerStartError::new_err(msg),
-        Error::ManagerRefused { .. } => ManagerRefusedError::new_err(msg),
-        _ => ShmrcError::new_err(msg),
-    }
+    let mut os_errno = None;
+    let cause = match &e {
+        Error::Gone { .. } => "GoneError",
+        Error::Stale { .. } => "StaleError",
+        Error::HalfCreated { .. } => "HalfCreatedError",
+        Error::Truncated { .. } => "TruncatedError",
+        Error::BadMagic { .. } => "BadMagicError",
+        Error::WrongVersion { .. } => "WrongVersionError",
+        Error::OtherUser { .. } => "OtherUserError",
+        Error::OtherPidNamespace { .. } => "OtherPidNamespaceError",
+        Error::Corrupted { .. } => "CorruptedError",
+        Error::NoSpace { .. } => "NoSpaceError",
+        Error::TooManyFds { .. } => "TooManyFdsError",
+        Error::HoldersFull { .. } => "HoldersFullError",
+        Error::OutsideNamespace { .. } => "OutsideNamespaceError",
+        Error::BadNamespace { .. } => "BadNamespaceError",
+        Error::Malformed { .. } => "MalformedError",
+        Error::OutOfBounds { .. } => "OutOfBoundsError",
+        Error::InvalidArgument(_) => "InvalidArgumentError",
+        Error::UnknownStrategy(_) => "UnknownStrategyError",
+        Error::WrongStrategy { .. } => "WrongStrategyError",
+        Error::NotHolder { .. } => "NotHolderError",
+        Error::Disconnected => "DisconnectedError",
+        Error::Timeout { .. } => "TimedOutError",
+        Error::Os { source, .. } => {
+            os_errno = source.raw_os_error();
+            "OsError"
+        }
+        Error::UnsafeRuntimeDir { .. } => "UnsafeRuntimeDirError",
+        Error::SocketPathTooLong { .. } => "SocketPathTooLongError",
+        Error::NoManager { .. } => "NoManagerError",
+        Error::ManagerStart { .. } => "ManagerStartError",
+        Error::ManagerRefused { .. } => "ManagerRefusedError",
+        _ => "ShmrcError",
+    };
+    shmrc_err(cause, msg, os_errno)
 }
 
 /// `Result` with the error turned into its Python exception.
@@ -216,9 +187,11 @@ impl Buf {
     #[staticmethod]
     fn attach_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<Buf> {
         if fd < 0 {
-            return Err(InvalidArgumentError::new_err(format!(
-                "descriptor {fd} is not open"
-            )));
+            return Err(shmrc_err(
+                "InvalidArgumentError",
+                format!("descriptor {fd} is not open"),
+                None,
+            ));
         }
         // SAFETY: the caller hands over a descriptor it owns and no longer uses (the
         // Python package passes one it received, e.g. from `DupFd.detach()`).
@@ -235,9 +208,11 @@ impl Buf {
     #[staticmethod]
     fn drop_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<()> {
         if fd < 0 {
-            return Err(InvalidArgumentError::new_err(format!(
-                "descriptor {fd} is not open"
-            )));
+            return Err(shmrc_err(
+                "InvalidArgumentError",
+                format!("descriptor {fd} is not open"),
+                None,
+            ));
         }
         // SAFETY: as in `attach_fd`: the caller hands over a descriptor it owns.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -268,8 +243,12 @@ impl Pool {
         max_idle_bytes: usize,
         idle_timeout: f64,
     ) -> PyResult<Pool> {
-        let idle_timeout = Duration::try_from_secs_f64(idle_timeout).map_err(|e| {
-            InvalidArgumentError::new_err(format!("idle_timeout {idle_timeout}: {e}"))
+        let idle_timeout = Duration::try_from_secs_f64(idle_timeout).map_err(|_| {
+            shmrc_err(
+                "InvalidArgumentError",
+                format!("idle_timeout must be a finite number of seconds >= 0, not {idle_timeout}"),
+                None,
+            )
         })?;
         let mut options = CreateOptions::new();
         if let Some(s) = self::strategy(strategy)? {
@@ -344,13 +323,20 @@ fn namespace(prefix: Option<&str>) -> PyResult<Option<Namespace>> {
     prefix.map(|p| Namespace::new(p).py()).transpose()
 }
 
+/// Checks a namespace prefix by the library's rule (`BadNamespaceError` says which
+/// part it breaks).
+#[pyfunction]
+fn check_namespace(prefix: &str) -> PyResult<()> {
+    Namespace::new(prefix).map(drop).py()
+}
+
 /// `shmrc ls --json` as a JSON text.
 #[pyfunction]
 #[pyo3(signature = (namespace=None))]
 fn ls_json(py: Python<'_>, namespace: Option<&str>) -> PyResult<String> {
     let ns = self::namespace(namespace)?;
     let listing = py.detach(|| shmrc::report::listing(ns.as_ref())).py()?;
-    serde_json::to_string(&listing).map_err(|e| ShmrcError::new_err(e.to_string()))
+    serde_json::to_string(&listing).map_err(|e| shmrc_err("ShmrcError", e.to_string(), None))
 }
 
 /// `shmrc sweep --json [--dry-run]` as a JSON text.
@@ -361,14 +347,14 @@ fn sweep_json(py: Python<'_>, namespace: Option<&str>, dry_run: bool) -> PyResul
     let swept = py
         .detach(|| shmrc::report::swept(ns.as_ref(), dry_run))
         .py()?;
-    serde_json::to_string(&swept).map_err(|e| ShmrcError::new_err(e.to_string()))
+    serde_json::to_string(&swept).map_err(|e| shmrc_err("ShmrcError", e.to_string(), None))
 }
 
 /// `shmrc status --json`: the running manager's counters and clients, as a JSON text.
 #[pyfunction]
 fn manager_status_json(py: Python<'_>) -> PyResult<String> {
     let status = py.detach(shmrc::manager::status).py()?;
-    serde_json::to_string(&status).map_err(|e| ShmrcError::new_err(e.to_string()))
+    serde_json::to_string(&status).map_err(|e| shmrc_err("ShmrcError", e.to_string(), None))
 }
 
 /// Makes the manager start as `program args... manager` (the package passes
@@ -403,7 +389,8 @@ fn run_manager(py: Python<'_>, foreground: bool, grace_ms: Option<u64>) -> PyRes
 fn _shmrc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Buf>()?;
     m.add_class::<Pool>()?;
-    add_causes(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(check_namespace, m)?)?;
     m.add_function(wrap_pyfunction!(set_sharing_strategy, m)?)?;
     m.add_function(wrap_pyfunction!(get_sharing_strategy, m)?)?;
     m.add_function(wrap_pyfunction!(get_all_sharing_strategies, m)?)?;
