@@ -66,6 +66,8 @@ CAUSES = [
     ("NoManagerError", None, "No manager runs.", None),
     ("ManagerStartError", None, "The manager could not be started.", None),
     ("ManagerRefusedError", None, "The manager refused this process.", None),
+    ("ManagerTimeoutError", TimeoutError, "The manager did not answer within 10 s: it is stopped or overloaded (errno ETIMEDOUT).", _errno.ETIMEDOUT),
+    ("TimeNamespaceError", None, "This process's time-namespace shift is not known to the tick, so it may hold no segment with slots.", None),
 ]
 
 for _name, _builtin, _doc, _fixed in CAUSES:

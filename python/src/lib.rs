@@ -79,6 +79,8 @@ fn py_err(e: Error) -> PyErr {
         Error::NoManager { .. } => "NoManagerError",
         Error::ManagerStart { .. } => "ManagerStartError",
         Error::ManagerRefused { .. } => "ManagerRefusedError",
+        Error::ManagerTimeout { .. } => "ManagerTimeoutError",
+        Error::TimeNamespace { .. } => "TimeNamespaceError",
         _ => "ShmrcError",
     };
     shmrc_err(cause, msg, os_errno)
