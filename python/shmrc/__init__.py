@@ -52,6 +52,7 @@ from ._errors import (  # noqa: F401  (the exception classes, re-exported)
     MalformedError,
     ManagerRefusedError,
     ManagerStartError,
+    ManagerTimeoutError,
     NoManagerError,
     NoSpaceError,
     NotHolderError,
@@ -63,6 +64,7 @@ from ._errors import (  # noqa: F401  (the exception classes, re-exported)
     ShmrcError,
     SocketPathTooLongError,
     StaleError,
+    TimeNamespaceError,
     TimedOutError,
     TooManyFdsError,
     TruncatedError,
@@ -236,13 +238,26 @@ class ShareHandle:
 
     __slots__ = ("strategy", "nbytes", "_bytes", "_fd", "_dupfd", "_spent", "__weakref__")
 
-    def __init__(self, strategy, nbytes, data, fd=None, dupfd=None):
+    def __init__(self, *args, **kwargs):
+        # A handle owns a descriptor or an in-flight reference that the library made:
+        # built from a caller's values, it would close a descriptor the caller owns.
+        raise TypeError(
+            "ShareHandle is not made directly: ShmBuf.share() makes one, and unpickling "
+            "it in another process makes that process's copy"
+        )
+
+    @classmethod
+    def _of(cls, strategy, nbytes, data, fd=None, dupfd=None):
+        """A handle of the library's own parts (``fd``: a descriptor the library
+        opened, which the handle then owns)."""
+        self = object.__new__(cls)
         self.strategy = strategy
         self.nbytes = nbytes
         self._bytes = data
         self._fd = fd
         self._dupfd = dupfd
         self._spent = False
+        return self
 
     def _take(self):
         if self._spent:
@@ -296,11 +311,11 @@ class ShareHandle:
 
 
 def _handle_from_bytes(nbytes, data):
-    return ShareHandle("file_system", nbytes, data)
+    return ShareHandle._of("file_system", nbytes, data)
 
 
 def _handle_from_dupfd(nbytes, data, dupfd):
-    return ShareHandle("file_descriptor", nbytes, data, dupfd=dupfd)
+    return ShareHandle._of("file_descriptor", nbytes, data, dupfd=dupfd)
 
 
 def _receive_fd(dupfd):
@@ -370,9 +385,9 @@ class ShmBuf:
     def share(self):
         """A :class:`ShareHandle` for one other process (pickle it to send it)."""
         if self._buf.strategy == "file_system":
-            return ShareHandle("file_system", len(self), self._buf.share_bytes())
+            return ShareHandle._of("file_system", len(self), self._buf.share_bytes())
         data, fd = self._buf.share_fd()
-        return ShareHandle("file_descriptor", len(self), data, fd=fd)
+        return ShareHandle._of("file_descriptor", len(self), data, fd=fd)
 
     def view(self):
         """A writable ``memoryview`` of the bytes, format ``B`` (zero-copy)."""

@@ -52,16 +52,10 @@ class PoolStats(TypedDict):
     in_use: int
 
 class ShareHandle:
+    """Made by ShmBuf.share() (and by unpickling); not constructible directly."""
+
     strategy: Strategy
     nbytes: int
-    def __init__(
-        self,
-        strategy: Strategy,
-        nbytes: int,
-        data: bytes,
-        fd: int | None = None,
-        dupfd: Any = None,
-    ) -> None: ...
     def attach(self) -> ShmBuf: ...
 
 class ShmBuf:

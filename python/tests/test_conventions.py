@@ -8,6 +8,8 @@ import os
 import pydoc
 import re
 
+import pytest
+
 import shmrc
 
 PACKAGE = os.path.dirname(os.path.abspath(shmrc.__file__))
@@ -76,3 +78,16 @@ def test_a_buffer_is_a_shmbuf_of_its_size():
     assert type(buf).__bases__ == (shmrc.ShmBuf, ctypes.c_ubyte * 16)
     assert (type(buf).__name__, type(buf).__module__) == ("ShmBuf", "shmrc")
     assert type(shmrc.ShmBuf(16, "file_descriptor")) is type(buf)  # one class per size
+
+
+def test_a_share_handle_is_not_made_from_a_callers_values_and_closes_nothing():
+    # Built from a caller's descriptor, a handle would close it on a failed attach
+    # (issue 29, item 7): the constructor is not public.
+    r, w = os.pipe()
+    try:
+        with pytest.raises(TypeError, match="ShmBuf.share"):
+            shmrc.ShareHandle("file_descriptor", 16, b"\0" * 74, fd=r)
+        os.fstat(r)  # still open: nothing of the caller's was closed
+    finally:
+        os.close(r)
+        os.close(w)

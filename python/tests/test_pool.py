@@ -85,7 +85,7 @@ def test_a_buffer_another_process_holds_is_lent_not_reused_and_its_old_handle_is
     assert reused.generation == 1, "the one the child let go of"
     assert bytes(reused.view()[:3]) == b"one"
     with pytest.raises(shmrc.StaleError):
-        shmrc.ShareHandle(strategy, 4096, replayed[0], fd=replayed[1]).attach()
+        shmrc.ShareHandle._of(strategy, 4096, replayed[0], fd=replayed[1]).attach()
     stats = pool.stats()
     assert (stats["created"], stats["recycled"]) == (2, 1), stats
     del reused, held_elsewhere, pool

@@ -25,7 +25,7 @@ class Items(Dataset):
     def __getitem__(self, i):
         if CAUSE == "bad_handle":
             return torch.frombuffer(
-                shmrc.ShareHandle("file_system", 64, b"\x01" * 48).attach(), dtype=torch.uint8
+                shmrc.ShareHandle._of("file_system", 64, b"\x01" * 48).attach(), dtype=torch.uint8
             )
         return torch.zeros(4 << 20, dtype=torch.uint8)
 
