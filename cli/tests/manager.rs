@@ -405,10 +405,11 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
 
 #[test]
 fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
-    shmrc::os::posix::raise_fd_limit().unwrap();
+    // The manager raises its limit to the hard one, as this does: its cap follows.
+    let fd_limit = shmrc::os::posix::raise_fd_limit().unwrap();
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
-    let cap = shmrc::manager::server::MAX_CONNECTIONS;
+    let cap = shmrc::manager::server::max_connections(fd_limit);
     let held: Vec<UnixStream> = (0..cap)
         .map(|_| UnixStream::connect(rt.socket()).unwrap())
         .collect();

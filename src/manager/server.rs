@@ -49,9 +49,30 @@ pub const GRACE_ENV: &str = "SHMRC_MANAGER_GRACE_MS";
 pub const DEFAULT_GRACE: Duration = Duration::from_millis(2000);
 /// How long a starting manager waits for an exiting one to release the lock.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
-/// The most connections open at once; more are refused as they arrive (each costs a
-/// descriptor, and the listener must not stay readable with nothing accepted).
-pub const MAX_CONNECTIONS: usize = 1024;
+/// The most connections open at once on any machine; more are refused as they arrive
+/// (each costs a descriptor, and the listener must not stay readable with nothing
+/// accepted). A manager's own cap is [`max_connections`]: this, or what its descriptor
+/// limit allows.
+pub const MAX_CONNECTIONS: usize = 16_384;
+/// Descriptors a manager keeps for itself (listener, lock, log, inotify, a sweep's
+/// files) out of its limit when it sizes its cap.
+const RESERVED_FDS: u64 = 64;
+
+/// How many connections a manager with the `RLIMIT_NOFILE` soft limit `fd_limit` may
+/// hold: each client costs two descriptors (its connection, and the pidfd that tells
+/// its death), so `(fd_limit - 64) / 2`, at most [`MAX_CONNECTIONS`] (9,968 with a
+/// limit of 20,000; 480 with 1,024).
+///
+/// ```
+/// use shmrc::manager::server::max_connections;
+/// assert_eq!(max_connections(20_000), 9_968);
+/// assert_eq!(max_connections(1_024), 480);
+/// assert_eq!(max_connections(1 << 20), 16_384);
+/// ```
+pub fn max_connections(fd_limit: u64) -> usize {
+    let room = fd_limit.saturating_sub(RESERVED_FDS) / 2;
+    usize::try_from(room).map_or(MAX_CONNECTIONS, |room| room.min(MAX_CONNECTIONS))
+}
 /// How long the manager stops accepting after `accept` failed for want of resources
 /// (descriptors, buffers): the listener stays readable, and retrying at once would spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
@@ -116,10 +137,15 @@ pub fn run(config: &Config) -> Result<Ended> {
         socket.display(),
         config.grace.as_millis()
     );
-    if let Err(e) = crate::os::posix::raise_fd_limit() {
+    let fd_limit = crate::os::posix::raise_fd_limit().unwrap_or_else(|e| {
         warning!("cannot raise the open-file limit: {e}");
-    }
-    let mut manager = Manager::new(uid, config);
+        1024
+    });
+    let mut manager = Manager::new(uid, config, max_connections(fd_limit));
+    info!(
+        "at most {} clients at once (open-file limit {fd_limit})",
+        manager.max_connections
+    );
     manager.start_sweep(Everything::Start);
     manager.serve(&listener)?;
     // Unlink the socket before the lock goes, so a new manager never finds ours.
@@ -227,11 +253,14 @@ struct Manager<'a> {
     /// When the last grace-over sweep began, once it has ended with no client since:
     /// the loop exits then, unless someone connected meanwhile.
     grace_swept: Option<Duration>,
+    /// The most connections held at once ([`max_connections`]).
+    max_connections: usize,
 }
 
 impl<'a> Manager<'a> {
-    fn new(uid: u32, config: &'a Config) -> Manager<'a> {
+    fn new(uid: u32, config: &'a Config, max_connections: usize) -> Manager<'a> {
         Manager {
+            max_connections,
             uid,
             config,
             started: Instant::now(),
@@ -271,7 +300,7 @@ impl<'a> Manager<'a> {
             };
             let ready = self.wait(listener, timeout)?;
             // Connections that hung up are closed before new ones are counted against
-            // MAX_CONNECTIONS (a newcomer is not refused for room that is free).
+            // the cap (a newcomer is not refused for room that is free).
             self.read_connections(&ready.connections);
             if ready.listener {
                 self.accept_all(listener);
@@ -337,7 +366,7 @@ impl<'a> Manager<'a> {
                 Ok((stream, _)) => match self.admit(stream) {
                     Ok(conn) => {
                         self.connections.push(conn);
-                        if self.connections.len() > MAX_CONNECTIONS {
+                        if self.connections.len() > self.max_connections {
                             let last = self.connections.len() - 1;
                             self.refuse(last, "too many connections");
                             self.connections.pop();
