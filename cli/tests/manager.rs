@@ -410,7 +410,14 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
     let cap = shmrc::manager::server::max_connections(fd_limit);
-    let held: Vec<UnixStream> = (0..cap)
+    // A watched client keeps the manager running (connections that never say Hello do
+    // not), and takes one place.
+    let t = TestNamespace::new("mgrcap");
+    let mut workers = rt.workers("mgrcap", 2, &[]);
+    let (watched, refused) = (workers.remove(0), workers.remove(0));
+    let create = format!("create 4096 7 {}", t.ns.prefix());
+    assert!(watched.ask(&create, vec![]).starts_with("created "));
+    let held: Vec<UnixStream> = (1..cap)
         .map(|_| UnixStream::connect(rt.socket()).unwrap())
         .collect();
     // One more is refused as soon as it is accepted, before it says anything.
@@ -419,11 +426,25 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
         Reply::Refused { reason } => assert!(reason.contains("too many"), "{reason}"),
         other => panic!("{other:?}"),
     }
+    // A client process refused for that goes on unwatched: its create succeeds, its
+    // segment left to the sweeps and releases.
+    let reply = refused.ask(&create, vec![]);
+    assert!(reply.starts_with("created "), "{reply}");
     drop(held);
     eventually("the manager serves again once connections close", || {
         rt.shmrc(&["status", "--json"]).status.success()
     });
-    assert_eq!(field(&rt.status(), "refused"), 1);
+    assert_eq!(
+        field(&rt.status(), "refused"),
+        2,
+        "the raw connection and the worker"
+    );
+    refused.exit();
+    watched.exit();
+    assert!(
+        t.names().is_empty(),
+        "the workers released their buffers on exit"
+    );
 }
 
 /// The variable that makes `raw_client_role`'s child process connect to this socket.

@@ -210,7 +210,14 @@ struct Connection {
     /// what it waited for: a thread that waited through it shares its outcome.
     round_trips: u64,
     last_timeout: Option<(u64, Stall)>,
+    /// Until when this process goes on unwatched: the manager refused it for being at
+    /// its cap of connections ([`wire::OVER_CAPACITY`]); it asks again after that.
+    unwatched_until: Option<Instant>,
 }
+
+/// How long a process refused by a manager at its cap goes on unwatched before it asks
+/// again.
+const UNWATCHED_FOR: Duration = Duration::from_secs(1);
 
 /// What a round trip that timed out waited for (to make [`Error::ManagerTimeout`]).
 #[derive(Clone, Debug)]
@@ -269,6 +276,7 @@ impl Connection {
             in_round_trip: false,
             round_trips: 0,
             last_timeout: None,
+            unwatched_until: None,
         }
     }
 
@@ -371,6 +379,12 @@ pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
                 return Err(stall.error());
             }
         }
+        if conn
+            .unwatched_until
+            .is_some_and(|until| Instant::now() < until)
+        {
+            return Ok(());
+        }
         let need = conn.need(ns, segment);
         if conn.in_round_trip {
             // Another thread waits for the manager's answer (a Watch: the stream is
@@ -459,7 +473,15 @@ pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
         let conn = guard.as_mut().expect("the state of this process");
         conn.end_round_trip(number, &joined);
         state.turn.notify_all();
-        let stream = joined?;
+        let stream = match joined {
+            // A manager at its cap: this process goes on unwatched for a while, its
+            // segments left to the sweeps and releases (docs/MANAGER.md).
+            Err(Error::ManagerRefused { reason }) if reason == wire::OVER_CAPACITY => {
+                conn.unwatched_until = Some(Instant::now() + UNWATCHED_FOR);
+                return Ok(());
+            }
+            joined => joined?,
+        };
         // What was used while this join ran unlocked is told by the loop (a Created
         // or Attached on the new stream), as for any namespace the Hello did not name.
         conn.joined_naming(stream, &used);

@@ -368,7 +368,7 @@ impl<'a> Manager<'a> {
                         self.connections.push(conn);
                         if self.connections.len() > self.max_connections {
                             let last = self.connections.len() - 1;
-                            self.refuse(last, "too many connections");
+                            self.refuse(last, wire::OVER_CAPACITY);
                             self.connections.pop();
                         }
                     }

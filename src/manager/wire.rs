@@ -33,6 +33,9 @@ pub const VERSION: u8 = 2;
 pub const HEADER_LEN: usize = 8;
 /// The largest request payload accepted.
 pub const MAX_REQUEST_PAYLOAD: usize = 4096;
+/// The reason a manager at its cap of connections refuses a newcomer with: a client
+/// refused for it goes on unwatched (see `client::watch`).
+pub const OVER_CAPACITY: &str = "too many connections: the manager is at its cap";
 /// The largest reply payload.
 pub const MAX_REPLY_PAYLOAD: usize = u16::MAX as usize;
 /// The longest text (a refusal's reason, the runtime directory) in bytes.
