@@ -51,6 +51,54 @@ pub struct FileInfo {
     pub uid: u32,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// What the file is (its type, and for a regular file its file system).
+    pub kind: FileKind,
+}
+
+/// What kind of file a descriptor is: shared memory, or what else it is instead (a
+/// descriptor received as a memfd may be anything).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum FileKind {
+    /// A regular file in a memory file system (tmpfs or hugetlbfs): a memfd, or a
+    /// segment in `/dev/shm`.
+    SharedMemory,
+    /// A regular file in another file system (on a disk, say).
+    DiskFile,
+    /// A directory.
+    Directory,
+    /// A pipe or FIFO.
+    Pipe,
+    /// A socket.
+    Socket,
+    /// A character device (`/dev/null`, a terminal).
+    CharacterDevice,
+    /// A block device.
+    BlockDevice,
+    /// Anything else (a symbolic link opened with `O_PATH`, say).
+    Other,
+}
+
+impl FileKind {
+    /// Whether it is a regular file (shared memory or not).
+    pub fn is_regular(self) -> bool {
+        matches!(self, FileKind::SharedMemory | FileKind::DiskFile)
+    }
+
+    /// What it is, in words ("a pipe").
+    pub fn describe(self) -> &'static str {
+        match self {
+            FileKind::SharedMemory => "shared memory",
+            FileKind::DiskFile => {
+                "a regular file outside shared memory (not on tmpfs or hugetlbfs)"
+            }
+            FileKind::Directory => "a directory",
+            FileKind::Pipe => "a pipe",
+            FileKind::Socket => "a socket",
+            FileKind::CharacterDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Other => "not a regular file",
+        }
+    }
 }
 
 /// A mapped segment: header words the protocol can operate on atomically, and a data

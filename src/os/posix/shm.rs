@@ -1,6 +1,7 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
 //! listing), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
-//! `posix_fallocate`) and `fstat`.
+//! `posix_fallocate`) and `fstat` (with `fstatfs`, to tell shared memory from a file
+//! elsewhere).
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -9,12 +10,13 @@ use nix::errno::Errno;
 use nix::fcntl::{FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
 use nix::sys::memfd::{MFdFlags, memfd_create as sys_memfd_create};
 use nix::sys::stat::{Mode, fchmod, fstat, stat as sys_stat};
+use nix::sys::statfs::{HUGETLBFS_MAGIC, TMPFS_MAGIC, fstatfs};
 use nix::unistd::ftruncate;
 
 use super::limits::{ensure_fd_limit_raised, fd_error};
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
-use crate::os::{FileInfo, Os};
+use crate::os::{FileInfo, FileKind, Os};
 
 /// Where Linux shows the named shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -209,5 +211,27 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         len: u64::try_from(st.st_size).unwrap_or(0),
         uid: st.st_uid,
         mode: st.st_mode & 0o7777,
+        kind: file_kind(file, st.st_mode)?,
+    })
+}
+
+/// The kind of `file`, whose `st_mode` is `mode`: its type, and for a regular file
+/// whether its file system keeps it in memory (`fstatfs`: tmpfs holds memfds and
+/// `/dev/shm`, hugetlbfs a memfd of huge pages).
+fn file_kind(file: &PosixFile, mode: u32) -> Result<FileKind> {
+    Ok(match mode & libc::S_IFMT {
+        libc::S_IFREG => {
+            let fs = fstatfs(file).map_err(|e| Error::os("fstatfs", e))?;
+            match fs.filesystem_type() {
+                TMPFS_MAGIC | HUGETLBFS_MAGIC => FileKind::SharedMemory,
+                _ => FileKind::DiskFile,
+            }
+        }
+        libc::S_IFDIR => FileKind::Directory,
+        libc::S_IFIFO => FileKind::Pipe,
+        libc::S_IFSOCK => FileKind::Socket,
+        libc::S_IFCHR => FileKind::CharacterDevice,
+        libc::S_IFBLK => FileKind::BlockDevice,
+        _ => FileKind::Other,
     })
 }
