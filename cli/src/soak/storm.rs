@@ -171,20 +171,11 @@ impl<'s> Storm<'s> {
         }
     }
 
-    /// After a stop (the manager is SIGCONTed on time by a thread of its own, or now):
-    /// refills the slots emptied meanwhile (a new client's first round trip would
-    /// wait for the stopped manager).
+    /// Ends a stop: the manager is SIGCONTed on time by a thread of its own (or now,
+    /// if its time is not up).
     fn resume_manager(&mut self) {
-        if self.stopped_until.take().is_none() {
-            return;
-        }
-        self.managers.resume();
-        for slot in 0..self.members.len() {
-            if self.members[slot].is_none() {
-                if let Err(e) = self.refill(slot) {
-                    self.tally.fail(format!("starting a worker: {e}"));
-                }
-            }
+        if self.stopped_until.take().is_some() {
+            self.managers.resume();
         }
     }
 
@@ -269,6 +260,7 @@ impl<'s> Storm<'s> {
             name,
             sum,
         });
+        self.tally.count("create");
     }
 
     /// `from` shares a buffer with `to`: as a handle over the socket, or as bytes;
@@ -310,7 +302,7 @@ impl<'s> Storm<'s> {
         };
         let text = &answer.text;
         let key = text.strip_prefix("held ").and_then(|k| k.parse().ok());
-        match key {
+        let done = match key {
             Some(key) => {
                 if kill_sender {
                     self.tally.attached_after_sender_died += 1;
@@ -323,17 +315,24 @@ impl<'s> Storm<'s> {
                         sum,
                     });
                 }
+                true
             }
             None if kill_sender && (text.starts_with("gone ") || text.starts_with("stale ")) => {
                 self.tally.gone_after_sender_died += 1;
+                true
             }
-            None => self.fail_answer(to, &format!("{hold:.40} ({})", kind.word()), text),
+            None => {
+                self.fail_answer(to, &format!("{hold:.40} ({})", kind.word()), text);
+                false
+            }
+        };
+        if done {
+            self.tally.count(if as_bytes {
+                "share as bytes"
+            } else {
+                "share over the socket"
+            });
         }
-        self.tally.count(if as_bytes {
-            "share as bytes"
-        } else {
-            "share over the socket"
-        });
     }
 
     fn release(&mut self, w: usize, pick: u64) {
@@ -350,6 +349,7 @@ impl<'s> Storm<'s> {
             if let Some(member) = self.members[w].as_mut() {
                 member.held.retain(|h| h.key != key);
             }
+            self.tally.count("release");
         }
     }
 
@@ -358,7 +358,9 @@ impl<'s> Storm<'s> {
             return;
         };
         let held = self.members[w].as_ref().map_or(0, |m| m.held.len());
-        if answer.text != format!("verified {held}") {
+        if answer.text == format!("verified {held}") {
+            self.tally.count("verify");
+        } else {
             self.fail_answer(w, "verify", &answer.text);
         }
     }
@@ -385,7 +387,7 @@ impl<'s> Storm<'s> {
     }
 
     /// SIGKILLs the worker in `slot` (but for `spared`, its own names must go), and
-    /// refills the slot unless the manager is stopped. Whether there was one.
+    /// refills the slot. Whether there was one.
     fn kill(&mut self, slot: usize, spared: Option<&str>) -> bool {
         let Some(member) = self.members[slot].take() else {
             return false;
@@ -417,10 +419,10 @@ impl<'s> Storm<'s> {
                 disturbed: self.stopped_until.is_some(),
             });
         }
-        if self.stopped_until.is_none() {
-            if let Err(e) = self.refill(slot) {
-                self.tally.fail(format!("starting a worker: {e}"));
-            }
+        // While the manager is stopped, the new worker's first round trip waits for
+        // it (the stop is shorter than the client's wait).
+        if let Err(e) = self.refill(slot) {
+            self.tally.fail(format!("starting a worker: {e}"));
         }
         true
     }
@@ -481,10 +483,7 @@ impl<'s> Storm<'s> {
         let member = self.members[slot].as_ref()?;
         let id = member.worker.id;
         match member.worker.ask(command, handles) {
-            Ok(answer) if answer.text.starts_with(expected) => {
-                self.tally.count(expected);
-                Some(answer)
-            }
+            Ok(answer) if answer.text.starts_with(expected) => Some(answer),
             Ok(answer) => {
                 self.fail_answer(slot, command, &answer.text);
                 None
