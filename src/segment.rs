@@ -547,10 +547,17 @@ pub fn open_named<O: Os>(os: &O, ns: &Namespace, name: &str, me: u32) -> Result<
 /// [`Error::NotSharedMemory`] naming what it is, before anything else is checked.
 pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str, me: u32) -> Result<Opened<O>> {
     let info = os.stat(file)?;
-    if info.kind != FileKind::SharedMemory {
+    let what = if info.kind != FileKind::Regular {
+        Some(info.kind.describe())
+    } else if !os.is_in_memory(file)? {
+        Some("a regular file outside shared memory (not on tmpfs or hugetlbfs)")
+    } else {
+        None
+    };
+    if let Some(what) = what {
         return Err(Error::NotSharedMemory {
             segment: segment.to_owned(),
-            what: info.kind.describe(),
+            what,
         });
     }
     open_stated(os, file, info, segment, me)
@@ -672,7 +679,7 @@ mod tests {
             len: file_len,
             uid: file_uid,
             mode: 0o600,
-            kind: crate::os::FileKind::SharedMemory,
+            kind: crate::os::FileKind::Regular,
         };
         validate(os, &map, &info, "edge", os.uid())
     }

@@ -51,19 +51,17 @@ pub struct FileInfo {
     pub uid: u32,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
-    /// What the file is (its type, and for a regular file its file system).
+    /// Its type (`st_mode & S_IFMT`).
     pub kind: FileKind,
 }
 
-/// What kind of file a descriptor is: shared memory, or what else it is instead (a
-/// descriptor received as a memfd may be anything).
+/// What type of file a descriptor is (a descriptor received as a memfd may be
+/// anything).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum FileKind {
-    /// A regular file in a memory file system (tmpfs or hugetlbfs): a memfd, or a
-    /// segment in `/dev/shm`.
-    SharedMemory,
-    /// A regular file in another file system (on a disk, say).
-    DiskFile,
+    /// A regular file: a memfd, a segment in `/dev/shm`, or a file elsewhere
+    /// ([`Os::is_in_memory`] tells).
+    Regular,
     /// A directory.
     Directory,
     /// A pipe or FIFO.
@@ -79,18 +77,10 @@ pub enum FileKind {
 }
 
 impl FileKind {
-    /// Whether it is a regular file (shared memory or not).
-    pub fn is_regular(self) -> bool {
-        matches!(self, FileKind::SharedMemory | FileKind::DiskFile)
-    }
-
     /// What it is, in words ("a pipe").
     pub fn describe(self) -> &'static str {
         match self {
-            FileKind::SharedMemory => "shared memory",
-            FileKind::DiskFile => {
-                "a regular file outside shared memory (not on tmpfs or hugetlbfs)"
-            }
+            FileKind::Regular => "a regular file",
             FileKind::Directory => "a directory",
             FileKind::Pipe => "a pipe",
             FileKind::Socket => "a socket",
@@ -157,8 +147,12 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// Sets the length to `len` and reserves its storage (`ftruncate` then
     /// `posix_fallocate`): [`crate::Error::NoSpace`] if it does not fit.
     fn allocate(&self, file: &Self::File, len: u64) -> Result<()>;
-    /// `fstat`: length, owner, mode.
+    /// `fstat`: length, owner, mode, type.
     fn stat(&self, file: &Self::File) -> Result<FileInfo>;
+    /// Whether the regular file `file` is kept in memory (`fstatfs`: tmpfs or
+    /// hugetlbfs), as a memfd and a segment in `/dev/shm` are, and a file on a disk is
+    /// not. Asked of received descriptors only.
+    fn is_in_memory(&self, file: &Self::File) -> Result<bool>;
     /// Maps the first `len` bytes of `file` shared, read-write; `len` must be > 0 and at
     /// most the file's length.
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map>;
@@ -277,6 +271,9 @@ impl<L: Layer> Os for L {
     }
     fn stat(&self, file: &Self::File) -> Result<FileInfo> {
         self.inner().stat(file)
+    }
+    fn is_in_memory(&self, file: &Self::File) -> Result<bool> {
+        self.inner().is_in_memory(file)
     }
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map> {
         self.inner().map(file, len)

@@ -1,7 +1,7 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
 //! listing), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
-//! `posix_fallocate`) and `fstat` (with `fstatfs`, to tell shared memory from a file
-//! elsewhere).
+//! `posix_fallocate`), `fstat`, and `fstatfs` (is a received descriptor in memory, or a
+//! file on a disk?).
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -211,27 +211,29 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         len: u64::try_from(st.st_size).unwrap_or(0),
         uid: st.st_uid,
         mode: st.st_mode & 0o7777,
-        kind: file_kind(file, st.st_mode)?,
+        kind: file_kind(st.st_mode),
     })
 }
 
-/// The kind of `file`, whose `st_mode` is `mode`: its type, and for a regular file
-/// whether its file system keeps it in memory (`fstatfs`: tmpfs holds memfds and
-/// `/dev/shm`, hugetlbfs a memfd of huge pages).
-fn file_kind(file: &PosixFile, mode: u32) -> Result<FileKind> {
-    Ok(match mode & libc::S_IFMT {
-        libc::S_IFREG => {
-            let fs = fstatfs(file).map_err(|e| Error::os("fstatfs", e))?;
-            match fs.filesystem_type() {
-                TMPFS_MAGIC | HUGETLBFS_MAGIC => FileKind::SharedMemory,
-                _ => FileKind::DiskFile,
-            }
-        }
+/// The type of a file whose `st_mode` is `mode`.
+fn file_kind(mode: u32) -> FileKind {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::Regular,
         libc::S_IFDIR => FileKind::Directory,
         libc::S_IFIFO => FileKind::Pipe,
         libc::S_IFSOCK => FileKind::Socket,
         libc::S_IFCHR => FileKind::CharacterDevice,
         libc::S_IFBLK => FileKind::BlockDevice,
         _ => FileKind::Other,
-    })
+    }
+}
+
+/// [`Os::is_in_memory`](crate::os::Os::is_in_memory): tmpfs holds memfds and
+/// `/dev/shm`, hugetlbfs a memfd of huge pages.
+pub(super) fn is_in_memory(file: &PosixFile) -> Result<bool> {
+    let fs = fstatfs(file).map_err(|e| Error::os("fstatfs", e))?;
+    Ok(matches!(
+        fs.filesystem_type(),
+        TMPFS_MAGIC | HUGETLBFS_MAGIC
+    ))
 }

@@ -144,7 +144,7 @@ mod plain {
                 len: 0,
                 uid: UID,
                 mode: 0o600,
-                kind: crate::os::FileKind::SharedMemory,
+                kind: crate::os::FileKind::Regular,
             }
         );
         let other = k.spawn(UID + 1);
