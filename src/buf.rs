@@ -221,7 +221,9 @@ impl<O: Os> Drop for Inner<O> {
 fn describe<O: Os>(backing: &Backing<O>) -> String {
     match backing {
         Backing::Named { name, .. } => name.clone(),
-        Backing::Anonymous { file, .. } => format!("memfd {file:?}"),
+        // Not the descriptor's debug form (`PosixFile(OwnedFd { fd: 7 })`): its number
+        // means nothing to the reader of an error.
+        Backing::Anonymous { .. } => "a memfd of this process".to_owned(),
     }
 }
 

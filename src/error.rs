@@ -90,6 +90,19 @@ pub enum Error {
         segment: String,
     },
 
+    /// A descriptor received as a memfd (in a file_descriptor handle, or inherited) is
+    /// not shared memory: a pipe, a socket, a device, a directory or a file on a disk.
+    /// It did not come from [`ShmBuf::share`](crate::ShmBuf::share); nothing was mapped.
+    #[error(
+        "the descriptor given as {segment} is {what}, not shared memory (a memfd or a file in /dev/shm): it did not come from a shmrc handle"
+    )]
+    NotSharedMemory {
+        /// What the descriptor was given as ("received memfd").
+        segment: String,
+        /// What it is ("a pipe").
+        what: &'static str,
+    },
+
     /// The segment's file is shorter than its header says it must be: something other
     /// than shmrc truncated it (another process of this user can). The segment cannot
     /// be used; share a fresh buffer. A sweep leaves it in place and reports it; remove

@@ -35,7 +35,7 @@ use crate::error::{Error, Result};
 use crate::holders::Holders;
 use crate::local::SegmentKey;
 use crate::namespace::Namespace;
-use crate::os::{FileInfo, Mapping, Os};
+use crate::os::{FileInfo, FileKind, Mapping, Os};
 use crate::strategy::Strategy;
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
@@ -543,13 +543,40 @@ pub struct Opened<O: Os> {
 pub fn open_named<O: Os>(os: &O, ns: &Namespace, name: &str, me: u32) -> Result<Opened<O>> {
     ns.parse(name, me)?;
     let file = os.shm_open(name)?;
-    open_file(os, &file, name, me)
+    let info = os.stat(&file)?;
+    open_stated(os, &file, info, name, me)
 }
 
-/// Maps and validates an open segment file (named or anonymous), for user `me` (as
-/// [`open_named`]).
+/// Maps and validates a received or inherited descriptor (`segment` says which, in
+/// errors) as a segment, for user `me` (as [`open_named`]): one that is not shared
+/// memory (a pipe, a socket, `/dev/null`, a file on a disk) is
+/// [`Error::NotSharedMemory`] naming what it is, before anything else is checked.
 pub fn open_file<O: Os>(os: &O, file: &O::File, segment: &str, me: u32) -> Result<Opened<O>> {
     let info = os.stat(file)?;
+    let what = if info.kind != FileKind::Regular {
+        Some(info.kind.describe())
+    } else if !os.is_in_memory(file)? {
+        Some("a regular file outside shared memory (not on tmpfs or hugetlbfs)")
+    } else {
+        None
+    };
+    if let Some(what) = what {
+        return Err(Error::NotSharedMemory {
+            segment: segment.to_owned(),
+            what,
+        });
+    }
+    open_stated(os, file, info, segment, me)
+}
+
+/// Maps and validates the open segment file `file`, which `fstat` described as `info`.
+fn open_stated<O: Os>(
+    os: &O,
+    file: &O::File,
+    info: FileInfo,
+    segment: &str,
+    me: u32,
+) -> Result<Opened<O>> {
     // Another user's file is theirs whatever it holds: an empty one is not "half-created"
     // by us (a sweep would try to remove it), it is planted.
     if info.uid != me {
@@ -658,6 +685,7 @@ mod tests {
             len: file_len,
             uid: file_uid,
             mode: 0o600,
+            kind: crate::os::FileKind::Regular,
         };
         validate(os, &map, &info, "edge", os.uid())
     }

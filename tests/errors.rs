@@ -304,3 +304,93 @@ fn unknown_strategy_names_are_refused() {
     assert!(matches!(error, Error::UnknownStrategy(_)));
     assert!(error.to_string().contains("\"shared\""), "{error}");
 }
+
+/// A file_descriptor handle whose descriptor is `fd` instead of its memfd, as a peer
+/// (or Python's `ShareHandle(..., fd=N)`) could pass; attaching it.
+fn attach_as_memfd(fd: std::os::fd::OwnedFd) -> Error {
+    let buf =
+        ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor)).unwrap();
+    let (bytes, _memfd) = buf.share().unwrap().into_fd_parts().unwrap();
+    // Gone from this process: an attach here would find it and never look at `fd`.
+    drop(buf);
+    ShmBuf::attach(ShareHandle::from_fd_parts(&bytes, fd).unwrap()).unwrap_err()
+}
+
+fn assert_not_shared_memory(err: Error, expected: &str) {
+    assert!(
+        matches!(err, Error::NotSharedMemory { what, .. } if what.starts_with(expected)),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(message.contains(expected), "{message}");
+    assert!(message.contains("received memfd"), "{message}");
+    assert!(message.contains("not shared memory"), "{message}");
+}
+
+#[test]
+fn a_pipe_passed_as_a_memfd_is_named_a_pipe() {
+    let (read, write) = nix::unistd::pipe().unwrap();
+    assert_not_shared_memory(attach_as_memfd(read), "a pipe");
+    assert_not_shared_memory(attach_as_memfd(write), "a pipe");
+}
+
+#[test]
+fn dev_null_passed_as_a_memfd_is_named_a_character_device() {
+    let null = std::fs::File::open("/dev/null").unwrap();
+    assert_not_shared_memory(attach_as_memfd(null.into()), "a character device");
+}
+
+#[test]
+fn a_socket_or_a_directory_passed_as_a_memfd_is_named_for_what_it_is() {
+    let (one, _other) = std::os::unix::net::UnixStream::pair().unwrap();
+    assert_not_shared_memory(attach_as_memfd(one.into()), "a socket");
+    let dir = std::fs::File::open("/").unwrap();
+    assert_not_shared_memory(attach_as_memfd(dir.into()), "a directory");
+}
+
+#[test]
+fn a_file_on_a_disk_passed_as_a_memfd_is_not_shared_memory() {
+    // The first of these directories not in memory: a file there is on a disk.
+    let on_disk = [
+        env!("CARGO_TARGET_TMPDIR"),
+        "/var/tmp",
+        env!("CARGO_MANIFEST_DIR"),
+    ]
+    .into_iter()
+    .find(|dir| {
+        nix::sys::statfs::statfs(*dir)
+            .is_ok_and(|fs| fs.filesystem_type() != nix::sys::statfs::TMPFS_MAGIC)
+    })
+    .expect("no directory on a disk to put a regular file in: this test cannot run");
+    let file = tempfile::tempfile_in(on_disk).unwrap();
+    // Long enough for a header, and shaped like one: only the file system tells.
+    file.set_len(1 << 16).unwrap();
+    assert_not_shared_memory(attach_as_memfd(file.into()), "a regular file outside");
+}
+
+#[test]
+fn a_stale_memfd_handle_names_the_memfd_not_its_descriptor() {
+    use shmrc::{PoolLimits, ShmPool};
+    let pool = ShmPool::new(
+        CreateOptions::new().strategy(Strategy::FileDescriptor),
+        PoolLimits::default(),
+    )
+    .unwrap();
+    let buf = pool.get(4096).unwrap();
+    let (bytes, memfd) = buf.share().unwrap().into_fd_parts().unwrap();
+    let again = memfd.try_clone().unwrap();
+    // Never attached: its in-flight reference goes back, and the buffer is idle.
+    drop(ShareHandle::from_fd_parts(&bytes, memfd).unwrap());
+    drop(buf);
+    let recycled = pool.get(4096).unwrap();
+    assert_eq!(pool.stats().recycled, 1, "the same memfd, in its next use");
+    let err = ShmBuf::attach(ShareHandle::from_fd_parts(&bytes, again).unwrap()).unwrap_err();
+    assert!(matches!(err, Error::Stale { .. }), "{err:?}");
+    let message = err.to_string();
+    assert!(message.contains("memfd"), "{message}");
+    assert!(
+        !message.contains("OwnedFd") && !message.contains("PosixFile"),
+        "{message}"
+    );
+    drop(recycled);
+}

@@ -52,6 +52,10 @@ enum Command {
     /// Run the user's manager (the daemon that sweeps when a process dies), or start
     /// one detached.
     Manager(crate::manager::ManagerArgs),
+    /// Soak the system: worker processes share buffers (both strategies and the pool)
+    /// while random workers and the manager are SIGKILLed and the manager SIGSTOPped;
+    /// fails on any lost or changed buffer, or anything left behind.
+    Soak(crate::soak::SoakArgs),
     /// Show the manager's pid, counters and clients.
     Status {
         /// One JSON object instead of a table.
@@ -75,6 +79,19 @@ enum Command {
         /// The worker's number.
         #[arg(long)]
         id: u32,
+    },
+    /// A worker process of `soak`.
+    #[command(hide = true)]
+    SoakWorker {
+        /// The socket to connect to.
+        #[arg(long)]
+        socket: PathBuf,
+        /// The worker's number.
+        #[arg(long)]
+        id: u32,
+        /// The namespace of its buffers.
+        #[arg(long)]
+        namespace: String,
     },
 }
 
@@ -107,6 +124,12 @@ pub fn main() -> Result<()> {
         Command::Manager(args) => crate::manager::run(&args)?,
         Command::Status { json } => crate::status::run(json)?,
         Command::Worker { socket, id } => crate::worker::run(&socket, id)?,
+        Command::Soak(args) => crate::soak::run(&args)?,
+        Command::SoakWorker {
+            socket,
+            id,
+            namespace,
+        } => crate::soak::worker::run(&socket, id, &namespace)?,
         Command::Bench(args) => shmrc_bench::harness::run(&BenchOptions {
             quick: args.quick,
             json: args.json,

@@ -17,6 +17,9 @@ pub enum CliError {
         "bench-peer: unknown contender {0:?} in ${PEER_CONTENDER} (this command is started by `shmrc bench`)"
     )]
     UnknownBenchPeer(OsString),
+    /// `shmrc soak` found failures (it printed each).
+    #[error("the soak found {0} failure(s) (printed above)")]
+    SoakFailed(usize),
     /// `--json` output could not be written (stdout closed, say).
     #[error("cannot write the JSON output: {0}")]
     Json(#[from] serde_json::Error),

@@ -2,8 +2,9 @@
 //! buffers with both strategies, one SIGKILLed, a sweep, a ledger); `ls` and `sweep`
 //! show and clean this user's segments; `manager` runs the per-user daemon that sweeps
 //! when a process dies, and `status` shows it; `bench` measures shmrc against the raw
-//! syscalls (the `shmrc-bench` package). `worker` is the child process `demo` and the
-//! integration tests start; it is not meant to be run by hand.
+//! syscalls (the `shmrc-bench` package). `soak` runs a bounded soak of the whole system under kills. `worker` and
+//! `soak-worker` are the child processes `demo`, `soak` and the integration tests
+//! start; they are not meant to be run by hand.
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod cli;
@@ -14,6 +15,7 @@ mod error;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod manager;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+mod soak;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod status;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -56,6 +56,7 @@ from ._errors import (  # noqa: F401  (the exception classes, re-exported)
     NoManagerError,
     NoSpaceError,
     NotHolderError,
+    NotSharedMemoryError,
     OsError,
     OtherPidNamespaceError,
     OtherUserError,

@@ -67,6 +67,7 @@ CAUSES = [
     ("ManagerStartError", None, "The manager could not be started.", None),
     ("ManagerRefusedError", None, "The manager refused this process.", None),
     ("ManagerTimeoutError", TimeoutError, "The manager did not answer within 10 s: it is stopped or overloaded (errno ETIMEDOUT).", _errno.ETIMEDOUT),
+    ("NotSharedMemoryError", ValueError, "A descriptor received as a buffer is not shared memory (a pipe, a socket, a device, a file on a disk).", None),
     ("TimeNamespaceError", None, "This process's time-namespace shift is not known to the tick, so it may hold no segment with slots.", None),
 ]
 

@@ -81,6 +81,7 @@ fn py_err(e: Error) -> PyErr {
         Error::ManagerRefused { .. } => "ManagerRefusedError",
         Error::ManagerTimeout { .. } => "ManagerTimeoutError",
         Error::TimeNamespace { .. } => "TimeNamespaceError",
+        Error::NotSharedMemory { .. } => "NotSharedMemoryError",
         _ => "ShmrcError",
     };
     shmrc_err(cause, msg, os_errno)

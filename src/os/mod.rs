@@ -51,6 +51,44 @@ pub struct FileInfo {
     pub uid: u32,
     /// Permission bits (`st_mode & 0o7777`).
     pub mode: u32,
+    /// Its type (`st_mode & S_IFMT`).
+    pub kind: FileKind,
+}
+
+/// What type of file a descriptor is (a descriptor received as a memfd may be
+/// anything).
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum FileKind {
+    /// A regular file: a memfd, a segment in `/dev/shm`, or a file elsewhere
+    /// ([`Os::is_in_memory`] tells).
+    Regular,
+    /// A directory.
+    Directory,
+    /// A pipe or FIFO.
+    Pipe,
+    /// A socket.
+    Socket,
+    /// A character device (`/dev/null`, a terminal).
+    CharacterDevice,
+    /// A block device.
+    BlockDevice,
+    /// Anything else (a symbolic link opened with `O_PATH`, say).
+    Other,
+}
+
+impl FileKind {
+    /// What it is, in words ("a pipe").
+    pub fn describe(self) -> &'static str {
+        match self {
+            FileKind::Regular => "a regular file",
+            FileKind::Directory => "a directory",
+            FileKind::Pipe => "a pipe",
+            FileKind::Socket => "a socket",
+            FileKind::CharacterDevice => "a character device",
+            FileKind::BlockDevice => "a block device",
+            FileKind::Other => "not a regular file",
+        }
+    }
 }
 
 /// A named object as [`Os::shm_list_owned`] found it.
@@ -132,8 +170,12 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// Sets the length to `len` and reserves its storage (`ftruncate` then
     /// `posix_fallocate`): [`crate::Error::NoSpace`] if it does not fit.
     fn allocate(&self, file: &Self::File, len: u64) -> Result<()>;
-    /// `fstat`: length, owner, mode.
+    /// `fstat`: length, owner, mode, type.
     fn stat(&self, file: &Self::File) -> Result<FileInfo>;
+    /// Whether the regular file `file` is kept in memory (`fstatfs`: tmpfs or
+    /// hugetlbfs), as a memfd and a segment in `/dev/shm` are, and a file on a disk is
+    /// not. Asked of received descriptors only.
+    fn is_in_memory(&self, file: &Self::File) -> Result<bool>;
     /// Maps the first `len` bytes of `file` shared, read-write; `len` must be > 0 and at
     /// most the file's length.
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map>;
@@ -271,6 +313,9 @@ impl<L: Layer> Os for L {
     }
     fn stat(&self, file: &Self::File) -> Result<FileInfo> {
         self.inner().stat(file)
+    }
+    fn is_in_memory(&self, file: &Self::File) -> Result<bool> {
+        self.inner().is_in_memory(file)
     }
     fn map(&self, file: &Self::File, len: usize) -> Result<Self::Map> {
         self.inner().map(file, len)

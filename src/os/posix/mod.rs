@@ -162,6 +162,10 @@ impl Os for PosixOs {
         shm::stat(file)
     }
 
+    fn is_in_memory(&self, file: &PosixFile) -> Result<bool> {
+        shm::is_in_memory(file)
+    }
+
     fn map(&self, file: &PosixFile, len: usize) -> Result<PosixMap> {
         map::map(self, file, len)
     }

@@ -1,6 +1,7 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
 //! listing, with each wanted name's owner), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
-//! `posix_fallocate`) and `fstat`.
+//! `posix_fallocate`), `fstat`, and `fstatfs` (is a received descriptor in memory, or a
+//! file on a disk?).
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -9,12 +10,13 @@ use nix::errno::Errno;
 use nix::fcntl::{AT_FDCWD, AtFlags, FcntlArg, OFlag, SealFlag, fcntl, posix_fallocate};
 use nix::sys::memfd::{MFdFlags, memfd_create as sys_memfd_create};
 use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
+use nix::sys::statfs::{HUGETLBFS_MAGIC, TMPFS_MAGIC, fstatfs};
 use nix::unistd::ftruncate;
 
 use super::limits::{ensure_fd_limit_raised, fd_error};
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
-use crate::os::{FileInfo, Listed, Os};
+use crate::os::{FileInfo, FileKind, Listed, Os};
 
 /// Where Linux shows the named shared-memory objects.
 const SHM_DIR: &str = "/dev/shm";
@@ -252,7 +254,31 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         len: u64::try_from(st.st_size).unwrap_or(0),
         uid: st.st_uid,
         mode: st.st_mode & 0o7777,
+        kind: file_kind(st.st_mode),
     })
+}
+
+/// The type of a file whose `st_mode` is `mode`.
+fn file_kind(mode: u32) -> FileKind {
+    match mode & libc::S_IFMT {
+        libc::S_IFREG => FileKind::Regular,
+        libc::S_IFDIR => FileKind::Directory,
+        libc::S_IFIFO => FileKind::Pipe,
+        libc::S_IFSOCK => FileKind::Socket,
+        libc::S_IFCHR => FileKind::CharacterDevice,
+        libc::S_IFBLK => FileKind::BlockDevice,
+        _ => FileKind::Other,
+    }
+}
+
+/// [`Os::is_in_memory`](crate::os::Os::is_in_memory): tmpfs holds memfds and
+/// `/dev/shm`, hugetlbfs a memfd of huge pages.
+pub(super) fn is_in_memory(file: &PosixFile) -> Result<bool> {
+    let fs = fstatfs(file).map_err(|e| Error::os("fstatfs", e))?;
+    Ok(matches!(
+        fs.filesystem_type(),
+        TMPFS_MAGIC | HUGETLBFS_MAGIC
+    ))
 }
 
 #[cfg(test)]

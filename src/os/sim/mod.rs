@@ -146,6 +146,12 @@ impl Os for SimOs {
         objects::stat(self, file)
     }
 
+    /// Every simulated object is memory.
+    fn is_in_memory(&self, file: &SimFile) -> Result<bool> {
+        self.check_file(file)?;
+        Ok(true)
+    }
+
     fn map(&self, file: &SimFile, len: usize) -> Result<SimMap> {
         map::map(self, file, len)
     }

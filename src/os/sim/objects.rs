@@ -305,6 +305,7 @@ pub(super) fn stat(os: &SimOs, file: &SimFile) -> Result<FileInfo> {
             len: o.len,
             uid: o.uid,
             mode: o.mode,
+            kind: crate::os::FileKind::Regular,
         })
     })
 }

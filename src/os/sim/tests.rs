@@ -143,7 +143,8 @@ mod plain {
             FileInfo {
                 len: 0,
                 uid: UID,
-                mode: 0o600
+                mode: 0o600,
+                kind: crate::os::FileKind::Regular,
             }
         );
         let other = k.spawn(UID + 1);
