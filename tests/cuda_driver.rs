@@ -450,16 +450,34 @@ fn fake(check: &str) -> FakeDriver<DefaultOs> {
     .unwrap()
 }
 
-/// The check named `check` freed every fake allocation it made (their objects carry
-/// its prefix in /dev/shm; VMM allocations are memfds and go with their last fd).
-fn assert_nothing_left(check: &str) {
-    let prefix = format!("shmrc-t-drv-{check}");
-    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+/// The objects in /dev/shm that this process's fake driver of check `check` made and
+/// did not free (their names carry its prefix and this pid; VMM allocations are memfds
+/// and go with their last fd).
+fn left_by_this_process(check: &str) -> Vec<String> {
+    let start = format!("shmrc-t-drv-{check}-{}-", std::process::id());
+    std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())
-        .filter(|n| n.starts_with(&prefix))
-        .collect();
-    assert_eq!(left, Vec::<String>::new());
+        .filter(|n| n.starts_with(&start))
+        .collect()
+}
+
+/// The check named `check` freed every fake allocation it made.
+fn assert_nothing_left(check: &str) {
+    assert_eq!(left_by_this_process(check), Vec::<String>::new());
+}
+
+/// Unlinks, when dropped, what check `check` of this process left in /dev/shm: a check
+/// that fails (a planted bug's build fails some on purpose) leaves nothing for a later
+/// run to find.
+struct CleanUp(&'static str);
+
+impl Drop for CleanUp {
+    fn drop(&mut self) {
+        for name in left_by_this_process(self.0) {
+            let _ = std::fs::remove_file(format!("/dev/shm/{name}"));
+        }
+    }
 }
 
 /// The real driver on device 0; a missing GPU FAILS the check (these instances run
@@ -479,6 +497,7 @@ macro_rules! conformance {
                 fn $check() {
                     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
                     let name = &stringify!($check)[..12];
+                    let _clean_up = super::CleanUp(name);
                     super::$check(&super::fake(name));
                     super::assert_nothing_left(name);
                 }
@@ -504,6 +523,7 @@ macro_rules! conformance_with_peer {
                 fn $check() {
                     shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
                     let name = &stringify!($check)[..12];
+                    let _clean_up = super::CleanUp(name);
                     let backend = format!("fake:shmrc-t-drv-{name}");
                     super::$check(&super::fake(name), &backend);
                     super::assert_nothing_left(name);
