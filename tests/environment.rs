@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 /// The variable that gives a probe its action.
@@ -213,8 +213,7 @@ fn a_setuid_program_reads_no_shmrc_variable_and_starts_no_program_of_its_callers
     std::fs::set_permissions(&evil, std::fs::Permissions::from_mode(0o755)).unwrap();
     let chosen_runtime = dir.path().join("chosen-runtime");
     let chosen_xdg = dir.path().join("chosen-xdg");
-    let probe = dir.path().join("probe");
-    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+    let probe = copy_of_this_test(dir.path());
     // Owned by root (the copy is), setuid.
     std::fs::set_permissions(&probe, std::fs::Permissions::from_mode(0o4755)).unwrap();
 

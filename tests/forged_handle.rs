@@ -25,7 +25,7 @@ use shmrc::segment::{DEFAULT_CAPACITY, Layout};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 /// The namespace prefix the forger looks for, and the owner's uid.
@@ -137,8 +137,7 @@ fn handle_bytes_forged_from_a_listing_attach_nothing_and_take_nothing() {
     // The forger, another user, sees the listing.
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = dir.path().join("forger");
-    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+    let probe = copy_of_this_test(dir.path());
     let mut command = Command::new(&probe);
     command
         .args(["--exact", "forger", "--nocapture", "--test-threads=1"])

@@ -20,7 +20,7 @@ use std::time::Duration;
 use shmrc::Token;
 use shmrc::os::Os;
 use shmrc::os::posix::PosixOs;
-use shmrc_testkit::process::output_within;
+use shmrc_testkit::process::{copy_of_this_test, output_within};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const LIVE: &str = "SHMRC_TEST_LIVENESS_LIVE";
@@ -95,8 +95,7 @@ fn another_users_live_process_is_alive_even_when_proc_hides_it() {
     };
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = dir.path().join("probe");
-    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+    let probe = copy_of_this_test(dir.path());
 
     let plain = run(&user, &probe, false);
     println!("{plain}");

@@ -46,7 +46,8 @@ use std::sync::{Arc, Mutex};
 
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, InotifyEvent};
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-use shmrc_testkit::process::{Talker, output_within, wait_gone};
+use shmrc_testkit::process::{Talker, copy_of_this_test, output_within, wait_gone};
+use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 /// Which role a copy of this binary plays: [`PLANT`], [`LEAVE`] or [`VICTIM`].
 const ROLE: &str = "SHMRC_PLANTED_ROLE";
@@ -74,10 +75,10 @@ const SHM: &str = "/dev/shm";
 
 #[test]
 fn names_planted_by_another_user_neither_count_nor_are_opened_nor_delay_a_hello() {
-    let Some(planter) = ThrowawayUser::create("p") else {
+    let Some(planter) = throwaway_user("p") else {
         return;
     };
-    let Some(victim) = ThrowawayUser::create("v") else {
+    let Some(victim) = throwaway_user("v") else {
         return;
     };
     let prefix = format!("shmrc-t-planted-{}", std::process::id());
@@ -211,7 +212,7 @@ fn names_planted_by_another_user_neither_count_nor_are_opened_nor_delay_a_hello(
 /// soon as that sweep has removed the first of them.
 #[test]
 fn a_client_that_comes_during_the_grace_over_sweep_is_answered_and_kept() {
-    let Some(victim) = ThrowawayUser::create("g") else {
+    let Some(victim) = throwaway_user("g") else {
         return;
     };
     let prefix = format!("shmrc-t-grace-{}", std::process::id());
@@ -569,77 +570,18 @@ impl Drop for ManagerOf {
     }
 }
 
-/// An unprivileged user made for this test, removed when dropped.
-struct ThrowawayUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
-impl ThrowawayUser {
-    /// `shmrc-pl-<tag>-<pid>`, or `None` (said loudly) where it cannot be made; a
-    /// failure when `SHMRC_REQUIRE_ROOT=1` or `SHMRC_REQUIRE_OTHER_USER=1`.
-    fn create(tag: &str) -> Option<ThrowawayUser> {
-        let name = format!("shmrc-pl-{tag}-{}", std::process::id());
-        let required = ["SHMRC_REQUIRE_ROOT", "SHMRC_REQUIRE_OTHER_USER"]
-            .iter()
-            .any(|v| std::env::var(v).is_ok_and(|v| v == "1"));
-        let why = if nix::unistd::geteuid().is_root() {
-            let out = output_within(
-                Command::new("useradd").args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    &name,
-                ]),
-                LIMIT,
-            );
-            match nix::unistd::User::from_name(&name) {
-                Ok(Some(user)) if out.status.success() => {
-                    return Some(ThrowawayUser {
-                        name,
-                        uid: user.uid.as_raw(),
-                        gid: user.gid.as_raw(),
-                    });
-                }
-                found => format!(
-                    "useradd {name}: {}, {}; lookup: {found:?}",
-                    out.status,
-                    String::from_utf8_lossy(&out.stderr).trim()
-                ),
-            }
-        } else {
-            "not root: cannot make a throwaway user".to_owned()
-        };
-        assert!(
-            !required,
-            "SHMRC_REQUIRE_ROOT/SHMRC_REQUIRE_OTHER_USER=1 but {why}"
-        );
-        eprintln!("planted_names: SKIPPED, the attack did not run: {why}");
-        None
-    }
-}
-
-impl Drop for ThrowawayUser {
-    fn drop(&mut self) {
-        let out = output_within(Command::new("userdel").arg(&self.name), LIMIT);
-        if !out.status.success() {
-            eprintln!(
-                "userdel {}: {} {}",
-                self.name,
-                out.status,
-                String::from_utf8_lossy(&out.stderr)
-            );
+/// A throwaway user `shmrc-pl-<tag>-<pid>` (removed when dropped), or `None`, said
+/// loudly, where it cannot be made: a failure under `SHMRC_REQUIRE_ROOT=1` or
+/// `SHMRC_REQUIRE_OTHER_USER=1`.
+fn throwaway_user(tag: &str) -> Option<ThrowawayUser> {
+    match ThrowawayUser::create(&format!("pl-{tag}")) {
+        Ok(user) => Some(user),
+        Err(why) => {
+            let other_user_required =
+                std::env::var("SHMRC_REQUIRE_OTHER_USER").is_ok_and(|v| v == "1");
+            assert!(!other_user_required, "SHMRC_REQUIRE_OTHER_USER=1 but {why}");
+            cannot_attack("planted_names", &why);
+            None
         }
     }
-}
-
-/// This test binary, copied where the throwaway users can run it (ours may sit under a
-/// directory only root can enter).
-fn copy_of_this_test(dir: &Path) -> PathBuf {
-    let copy = dir.join("probe");
-    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
 }

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const ROLE_PREFIX: &str = "SHMRC_TEST_LIMITS_PREFIX";
@@ -106,8 +106,7 @@ fn another_user_squatting_the_default_runtime_dir_is_refused_by_name() {
     // buffer (which starts or joins its manager there).
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = dir.path().join("probe");
-    std::fs::copy(std::env::current_exe().unwrap(), &probe).unwrap();
+    let probe = copy_of_this_test(dir.path());
     let mut command = Command::new(&probe);
     command
         .args(["--exact", "role", "--nocapture", "--test-threads=1"])

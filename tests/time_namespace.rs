@@ -46,7 +46,8 @@ use shmrc::os::Os;
 use shmrc::os::posix::PosixOs;
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{Talker, output_within, test_role, wait_gone};
+use shmrc_testkit::process::{Talker, copy_of_this_test, output_within, test_role, wait_gone};
+use shmrc_testkit::users::ThrowawayUser;
 
 /// The variable that tells a copy of this binary which role to play.
 const ROLE: &str = "SHMRC_TIMENS_ROLE";
@@ -439,16 +440,11 @@ fn scene_client_inside() {
 /// there; the same user's sweep outside keeps it, and reclaims it once the holder is
 /// SIGKILLed.
 fn scene_unprivileged() {
-    let user = ThrowawayUser::create();
+    let user = ThrowawayUser::create("tns").unwrap_or_else(|why| panic!("{why}"));
     let dir = tempfile::tempdir().expect("a temporary directory");
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755))
         .expect("chmod the directory");
-    // Ours may sit under a directory only root can enter.
-    let copy = dir.path().join("probe");
-    std::fs::copy(std::env::current_exe().expect("the test binary"), &copy)
-        .expect("copy the test binary");
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
-        .expect("chmod the copy");
+    let copy = copy_of_this_test(dir.path());
     let prefix = format!("shmrc-t-timens-user-{}", std::process::id());
     let as_user = |command: &mut Command, role: &str| {
         command
@@ -528,61 +524,6 @@ fn names_with(prefix: &str) -> Vec<String> {
         .collect();
     names.sort();
     names
-}
-
-/// An unprivileged system user made for one scene (`useradd --system`), removed
-/// (`userdel`) when dropped, whatever the scene's outcome.
-struct ThrowawayUser {
-    name: String,
-    uid: u32,
-    gid: u32,
-}
-
-impl ThrowawayUser {
-    fn create() -> ThrowawayUser {
-        let name = format!("shmrc-tns-{}", std::process::id());
-        // Another test may hold the password file's lock for a moment: try again.
-        let made = (0..50).any(|_| {
-            let out = output_within(
-                Command::new("useradd").args([
-                    "--system",
-                    "--no-create-home",
-                    "--shell",
-                    "/usr/sbin/nologin",
-                    &name,
-                ]),
-                STEP_LIMIT,
-            );
-            out.status.success() || {
-                std::thread::sleep(Duration::from_millis(100));
-                false
-            }
-        });
-        assert!(made, "useradd --system {name} failed 50 times");
-        let user = nix::unistd::User::from_name(&name)
-            .expect("look the user up")
-            .unwrap_or_else(|| panic!("{name} was made but is unknown"));
-        let made = ThrowawayUser {
-            name,
-            uid: user.uid.as_raw(),
-            gid: user.gid.as_raw(),
-        };
-        assert_ne!(made.uid, 0, "an unprivileged user");
-        made
-    }
-}
-
-impl Drop for ThrowawayUser {
-    fn drop(&mut self) {
-        for _ in 0..50 {
-            let out = output_within(Command::new("userdel").arg(&self.name), STEP_LIMIT);
-            if out.status.success() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        eprintln!("userdel {} failed 50 times: remove it by hand", self.name);
-    }
 }
 
 /// Reaps our child `pid` (a manager started with `start_detached`, which exits once its

@@ -32,6 +32,7 @@ use std::time::{Duration, Instant};
 
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
+use shmrc_testkit::process::copy_of_this_test;
 
 /// The variables that carry the probe's orders.
 const PROBE_SEGMENT: &str = "SHMRC_PROBE_SEGMENT";
@@ -254,13 +255,4 @@ impl Drop for Manager {
             let _ = self.child.wait();
         }
     }
-}
-
-/// This test binary, copied where the other user can run it (ours may sit under a
-/// directory only root can enter).
-fn copy_of_this_test(dir: &Path) -> PathBuf {
-    let copy = dir.join("probe");
-    std::fs::copy(std::env::current_exe().unwrap(), &copy).unwrap();
-    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755)).unwrap();
-    copy
 }

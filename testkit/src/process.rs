@@ -7,8 +7,9 @@
 //! listening socket. None of them can wait forever.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::fs::PermissionsExt;
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -222,6 +223,18 @@ pub fn wait_gone(pid: u32, limit: Duration) {
         );
         std::thread::sleep(Duration::from_millis(5));
     }
+}
+
+/// The running test binary, copied into `dir` as `probe` (mode `0755`), where a process
+/// of another user can run it: the original may sit under a directory only its owner
+/// can enter. `dir` itself must let that user in.
+pub fn copy_of_this_test(dir: &Path) -> PathBuf {
+    let copy = dir.join("probe");
+    std::fs::copy(std::env::current_exe().expect("the test binary"), &copy)
+        .expect("copy the test binary");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+        .expect("chmod the copy");
+    copy
 }
 
 #[cfg(test)]
