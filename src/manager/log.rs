@@ -43,8 +43,9 @@ pub(crate) fn line(level: &str, event: fmt::Arguments<'_>) {
 /// If `log` (open for appending at `path`) is a regular file of more than `cap` bytes,
 /// copies it to `<path>.1` and empties it. Returns whether it rotated.
 fn rotate_if_over(log: BorrowedFd<'_>, path: &Path, cap: u64) -> std::io::Result<bool> {
+    use nix::sys::stat::SFlag;
     let st = nix::sys::stat::fstat(log)?;
-    let regular = st.st_mode & libc::S_IFMT == libc::S_IFREG;
+    let regular = st.st_mode & SFlag::S_IFMT.bits() == SFlag::S_IFREG.bits();
     if !regular || u64::try_from(st.st_size).unwrap_or(0) <= cap {
         return Ok(false);
     }
