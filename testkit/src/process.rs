@@ -23,12 +23,12 @@ const PIPES_GRACE: Duration = Duration::from_secs(5);
 /// fails if its output pipes stay open for long after it ended (something it started
 /// still holds them).
 pub fn output_within(command: &mut Command, limit: Duration) -> Output {
-    let mut child = command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+    let mut child = spawn(
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+    );
     let drain = |mut pipe: Box<dyn Read + Send>| {
         let (tx, rx) = mpsc::channel();
         std::thread::spawn(move || {
@@ -51,6 +51,27 @@ pub fn output_within(command: &mut Command, limit: Duration) -> Output {
         status,
         stdout: collect(stdout, "stdout"),
         stderr: collect(stderr, "stderr"),
+    }
+}
+
+/// Starts `command`, failing the test if it cannot. A program this test just copied (a
+/// probe for another user, [`copy_of_this_test`]) can be refused for a moment with
+/// `ETXTBSY`: a child that another thread of this process forked between the copy's
+/// open and close holds the copy open for writing until it `exec`s. That is retried,
+/// for up to 5 s.
+pub fn spawn(command: &mut Command) -> Child {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match command.spawn() {
+            Ok(child) => return child,
+            Err(e)
+                if e.raw_os_error() == Some(nix::errno::Errno::ETXTBSY as i32)
+                    && Instant::now() < deadline =>
+            {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            Err(e) => panic!("cannot run {command:?}: {e}"),
+        }
     }
 }
 
@@ -102,12 +123,12 @@ pub struct Talker {
 impl Talker {
     /// Starts `command` with piped stdin and stdout (stderr inherited).
     pub fn start(command: &mut Command, limit: Duration) -> Talker {
-        let mut child = command
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
+        let mut child = spawn(
+            command
+                .stdin(Stdio::piped())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::inherit()),
+        );
         let stdin = child.stdin.take();
         let stdout = BufReader::new(child.stdout.take().expect("stdout"));
         let (tx, said) = mpsc::channel();
