@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 /// The variable that gives a probe its action.
@@ -85,11 +85,7 @@ fn run_probe(action: &str, vars: &[(&str, &str)], cwd: &Path) -> String {
         .envs(vars.iter().copied())
         .current_dir(cwd);
     let out = output_within(&mut command, Duration::from_secs(60));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text_of(&out);
     assert!(out.status.success(), "the probe failed: {said}");
     said
 }
@@ -233,11 +229,7 @@ fn a_setuid_program_reads_no_shmrc_variable_and_starts_no_program_of_its_callers
         .uid(user.uid)
         .gid(user.gid);
     let out = output_within(&mut command, Duration::from_secs(60));
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text_of(&out);
     println!("{said}");
     assert!(out.status.success(), "the probe failed: {said}");
     // The attack was set up: the probe ran as the user, with euid 0.

@@ -16,7 +16,7 @@ use nix::sys::resource::{Resource, setrlimit};
 use shmrc::Error;
 use shmrc::os::Os;
 use shmrc::os::posix::PosixOs;
-use shmrc_testkit::process::{output_within, test_role};
+use shmrc_testkit::process::{output_within, test_role, text_of};
 
 const ROLE: &str = "SHMRC_TEST_FD_BUDGET";
 
@@ -87,8 +87,7 @@ fn the_liveness_table_takes_a_sixteenth_of_the_budget_and_gives_it_back_at_the_l
     let mut child = test_role("budget_child");
     child.env(ROLE, "1");
     let out = output_within(&mut child, Duration::from_secs(60));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     assert!(out.status.success(), "{said}");
     assert!(
         said.contains("child: liveness descriptors kept for 10 peers: 4"),

@@ -25,7 +25,7 @@ use shmrc::segment::{DEFAULT_CAPACITY, Layout};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 /// The namespace prefix the forger looks for, and the owner's uid.
@@ -148,8 +148,7 @@ fn handle_bytes_forged_from_a_listing_attach_nothing_and_take_nothing() {
         .uid(user.uid)
         .gid(user.gid);
     let out = output_within(&mut command, Duration::from_secs(60));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     assert!(out.status.success(), "the forger failed: {said}");
     assert!(
         said.contains(&format!("forger: uid {} reads the header: false", user.uid)),
@@ -174,8 +173,7 @@ fn handle_bytes_forged_from_a_listing_attach_nothing_and_take_nothing() {
     let mut service = test_role("service");
     service.env(SERVICE_BYTES, hex(&forged));
     let out = output_within(&mut service, Duration::from_secs(60));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     assert!(out.status.success(), "the service failed: {said}");
     assert!(
         said.contains("service: refused: ") && said.contains("share key"),

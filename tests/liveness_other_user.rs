@@ -20,7 +20,7 @@ use std::time::Duration;
 use shmrc::Token;
 use shmrc::os::Os;
 use shmrc::os::posix::PosixOs;
-use shmrc_testkit::process::{copy_of_this_test, output_within};
+use shmrc_testkit::process::{copy_of_this_test, output_within, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const LIVE: &str = "SHMRC_TEST_LIVENESS_LIVE";
@@ -80,8 +80,7 @@ fn run(user: &ThrowawayUser, probe: &std::path::Path, hidepid: bool) -> String {
         .env(DEAD, dead.word().to_string())
         .current_dir("/");
     let out = output_within(&mut command, Duration::from_secs(60));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     assert!(out.status.success(), "the probe failed: {said}");
     said
 }

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{output_within, test_role};
+use shmrc_testkit::process::{output_within, test_role, text_of};
 use shmrc_testkit::users::cannot_attack;
 
 const PREFIX: &str = "SHMRC_TEST_OVERSIZE_PREFIX";
@@ -124,8 +124,7 @@ fn an_oversize_create_in_a_memory_cgroup_is_no_space_not_an_oom_kill() {
     let mut command = test_role("child");
     command.env(PREFIX, t.ns.prefix()).env(CGROUP, &cgroup.0);
     let out = output_within(&mut command, Duration::from_secs(120));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     println!("{said}");
     assert_eq!(
         out.status.signal(),

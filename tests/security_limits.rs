@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{copy_of_this_test, output_within, test_role};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const ROLE_PREFIX: &str = "SHMRC_TEST_LIMITS_PREFIX";
@@ -122,8 +122,7 @@ fn another_user_squatting_the_default_runtime_dir_is_refused_by_name() {
         .uid(victim.uid)
         .gid(victim.gid);
     let out = output_within(&mut command, Duration::from_secs(60));
-    let said =
-        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    let said = text_of(&out);
     assert!(out.status.success(), "{said}");
     let line = said
         .lines()

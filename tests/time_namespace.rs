@@ -46,7 +46,9 @@ use shmrc::os::Os;
 use shmrc::os::posix::PosixOs;
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{Talker, copy_of_this_test, output_within, test_role, wait_gone};
+use shmrc_testkit::process::{
+    Talker, copy_of_this_test, output_within, test_role, text_of, wait_gone,
+};
 use shmrc_testkit::users::ThrowawayUser;
 
 /// The variable that tells a copy of this binary which role to play.
@@ -154,11 +156,7 @@ fn run_scene(scene: &str) {
         .args(inner.get_args())
         .env(ROLE, scene);
     let out = output_within(&mut command, SCENE_LIMIT);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text_of(&out);
     assert!(out.status.success(), "the scene {scene} failed:\n{said}");
     if let Some(at) = said.find(SCENE_SKIPPED) {
         let why = said[at + SCENE_SKIPPED.len()..]
@@ -286,11 +284,7 @@ fn run_role(unshare: &[&str], role: &str, t: &TestNamespace, runtime: &RuntimeDi
         (RUNTIME, runtime.path().display().to_string()),
     ];
     let out = output_within(&mut role_under(unshare, role, &env), STEP_LIMIT);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text_of(&out);
     assert!(out.status.success(), "role {role} failed:\n{said}");
     said
 }
@@ -491,11 +485,7 @@ fn scene_unprivileged() {
         let mut command = Command::new(&copy);
         as_user(&mut command, "sweep");
         let out = output_within(&mut command, STEP_LIMIT);
-        let said = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let said = text_of(&out);
         assert!(out.status.success(), "the user's sweep failed:\n{said}");
         said
     };
@@ -554,11 +544,7 @@ fn scene_unknown_shift() {
     let mut command = role_under(&[], "part-of-a-tick", &env);
     in_time_namespace_with_offsets(&mut command, c"boottime 100 5000000");
     let out = output_within(&mut command, STEP_LIMIT);
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = text_of(&out);
     assert!(out.status.success() && said.contains("role done"), "{said}");
     assert_eq!(
         t.names(),

@@ -246,6 +246,11 @@ pub fn wait_gone(pid: u32, limit: Duration) {
     }
 }
 
+/// What a child said: its standard output, then its standard error, as text.
+pub fn text_of(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr)
+}
+
 /// The running test binary, copied into `dir` as `probe` (mode `0755`), where a process
 /// of another user can run it: the original may sit under a directory only its owner
 /// can enter. `dir` itself must let that user in.
