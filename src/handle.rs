@@ -38,11 +38,16 @@ use std::fmt;
 use crate::error::{Error, Result};
 use crate::holders::{self, Slot};
 use crate::local::SegmentKey;
+use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+use crate::os::posix::PosixFile;
 use crate::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
 use crate::strategy::Strategy;
 use crate::token::Token;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+use std::os::fd::OwnedFd;
 
 const MAGIC: [u8; 4] = *b"SHRH";
 /// The handle encoding version this build writes and reads.
@@ -284,7 +289,7 @@ pub(crate) enum Target<O: Os> {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct ShareHandle<O: Os = crate::DefaultOs> {
+pub struct ShareHandle<O: Os = DefaultOs> {
     pub(crate) os: O,
     pub(crate) meta: HandleMeta,
     pub(crate) target: Target<O>,
@@ -523,6 +528,130 @@ impl<O: Os> fmt::Debug for ShareHandle<O> {
             Target::Taken => d.field("taken", &true),
         };
         d.finish()
+    }
+}
+
+// The default OS's constructors, beside the generic type.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl ShareHandle {
+    /// Decodes a handle made by [`ShareHandle::into_bytes`] in another process of this
+    /// user; it owns the in-flight reference the bytes carry (attach it, or drop it to
+    /// give the reference back). Bytes that are no handle are [`Error::Malformed`]; a
+    /// name outside this user's shmrc namespaces is [`Error::OutsideNamespace`]; nothing
+    /// is opened before those checks.
+    ///
+    /// [`Error::Malformed`]: crate::Error::Malformed
+    /// [`Error::OutsideNamespace`]: crate::Error::OutsideNamespace
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-from-bytes")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    ///
+    /// let handle = ShareHandle::from_bytes(&bytes)?;
+    /// assert_eq!(handle.name(), buf.name());
+    /// let attached = ShmBuf::attach(handle)?;
+    /// assert_eq!(attached.len(), 64);
+    /// assert!(matches!(ShareHandle::from_bytes(b"not a handle"), Err(Error::Malformed { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn from_bytes(bytes: &[u8]) -> Result<ShareHandle> {
+        ShareHandle::from_bytes_with(&DefaultOs::default(), bytes)
+    }
+}
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl ShareHandle {
+    /// Splits a file_descriptor handle into its description (bytes) and its memfd, for
+    /// a channel of your own that passes descriptors (Python's `multiprocessing`
+    /// reduction does, for the Python package); [`ShareHandle::from_fd_parts`] puts them
+    /// together again in the receiving process. A file_system handle is
+    /// [`Error::WrongStrategy`]: it travels as bytes alone ([`ShareHandle::into_bytes`]).
+    /// The handle of a pool's memfd hands its in-flight reference to the bytes, as
+    /// [`ShareHandle::into_bytes`] does: if they are lost unattached, the reference
+    /// stays until this process exits (the pool gives the buffer back at its idle
+    /// timeout).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// use shmrc::{CreateOptions, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let buf = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
+    /// buf.write_at(0, b"fd parts")?;
+    /// let (bytes, fd) = buf.share()?.into_fd_parts()?;
+    /// // ... bytes and fd travel to another process, e.g. with SCM_RIGHTS ...
+    /// let received = ShmBuf::attach(ShareHandle::from_fd_parts(&bytes, fd)?)?;
+    /// let mut out = [0u8; 8];
+    /// received.read_at(0, &mut out)?;
+    /// assert_eq!(&out, b"fd parts");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn into_fd_parts(mut self) -> Result<(Vec<u8>, OwnedFd)> {
+        let bytes = self.encoded();
+        match self.take_target() {
+            // The in-flight reference (a pool's memfd) travels with the bytes.
+            Target::Anonymous { file, .. } => Ok((bytes, file.into_inner())),
+            target => {
+                self.target = target;
+                Err(Error::WrongStrategy {
+                    op: "splitting a handle into bytes and a descriptor",
+                    strategy: self.strategy(),
+                })
+            }
+        }
+    }
+
+    /// A file_descriptor handle from the parts [`ShareHandle::into_fd_parts`] made in
+    /// another process of this user. Bytes that are no handle are
+    /// [`Error::Malformed`]; a file_system handle's bytes are [`Error::WrongStrategy`]
+    /// (use [`ShareHandle::from_bytes`]). Whether `fd` is the memfd the bytes describe
+    /// is checked when the handle is attached.
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let fd = std::fs::File::open("/dev/null").unwrap().into();
+    /// assert!(matches!(ShareHandle::from_fd_parts(b"junk", fd), Err(Error::Malformed { .. })));
+    ///
+    /// let named = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-fd-parts")?);
+    /// let bytes = ShmBuf::with_options(64, &named)?.share()?.into_bytes()?;
+    /// let fd = std::fs::File::open("/dev/null").unwrap().into();
+    /// assert!(matches!(ShareHandle::from_fd_parts(&bytes, fd), Err(Error::WrongStrategy { .. })));
+    /// # ShareHandle::from_bytes(&bytes)?; // gives the in-flight reference back
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn from_fd_parts(bytes: &[u8], fd: OwnedFd) -> Result<ShareHandle> {
+        let os = DefaultOs::default();
+        let decoded = decode(bytes, os.uid())?;
+        if decoded.meta.strategy != Strategy::FileDescriptor || decoded.name.is_some() {
+            // A file_system handle's bytes still carry their in-flight reference: the
+            // caller can pass them to `from_bytes`.
+            return Err(Error::WrongStrategy {
+                op: "joining bytes and a descriptor into a handle",
+                strategy: decoded.meta.strategy,
+            });
+        }
+        Ok(ShareHandle {
+            os,
+            meta: decoded.meta,
+            target: Target::Anonymous {
+                file: PosixFile::from(fd),
+                in_flight: decoded.in_flight,
+            },
+        })
     }
 }
 

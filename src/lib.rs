@@ -128,8 +128,6 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
-mod array;
 #[doc(hidden)]
 pub mod buf;
 #[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
@@ -139,10 +137,6 @@ pub mod cuda;
 mod environment;
 #[doc(hidden)]
 pub mod error;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod exclusive;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod frozen;
 #[doc(hidden)]
 pub mod handle;
 #[doc(hidden)]
@@ -167,12 +161,18 @@ pub mod sync;
 #[doc(hidden)]
 pub mod token;
 pub mod transport;
-mod view;
 
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+pub use buf::FrozenArray;
 pub use buf::{CreateOptions, ShmBuf};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use buf::{FreezeError, FrozenBuf, ShmBufMut};
 pub use error::{Error, Result};
 pub use handle::ShareHandle;
 pub use holders::{Census, Finalized, Outcome};
+pub use manager::DefaultOs;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use manager::{inspect, sweep};
 pub use namespace::NameParts;
 pub use namespace::Namespace;
 pub use pool::{PoolLimits, PoolStats, ShmPool};
@@ -182,39 +182,7 @@ pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, shari
 pub use sweep::{Action, SegmentReport, SweepReport};
 pub use token::Token;
 
-/// The OS that [`ShmBuf`], [`ShareHandle`] and [`transport`] run on when none is named:
-/// the real kernel, with the user's manager watching each file_system use
-/// ([`manager::Watched`]).
-///
-/// ```
-/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-/// use shmrc::{DefaultOs, ShareHandle, ShmBuf};
-///
-/// // `ShmBuf` is `ShmBuf<DefaultOs>`: user code never needs to name the OS.
-/// let buf: ShmBuf<DefaultOs> = ShmBuf::new(64)?;
-/// let handle: ShareHandle<DefaultOs> = buf.share()?;
-/// assert_eq!(handle.len(), 64);
-/// # Ok::<(), shmrc::Error>(())
-/// ```
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub type DefaultOs = manager::Watched;
-/// The OS the user API runs on when none is named: in a loom or shuttle build there is
-/// no real kernel, only the simulated one.
-#[cfg(any(feature = "loom", feature = "shuttle"))]
-pub type DefaultOs = os::sim::SimOs;
-
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-mod production;
-#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
-pub use array::FrozenArray;
 #[cfg(all(feature = "serde", not(any(feature = "loom", feature = "shuttle"))))]
 pub mod report;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use production::{inspect, sweep};
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use {
-    exclusive::ShmBufMut,
-    frozen::{FreezeError, FrozenBuf},
-};

@@ -53,6 +53,7 @@ use std::time::{Duration, Instant};
 
 use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::Result;
+use crate::manager::DefaultOs;
 use crate::os::Os;
 
 /// How much an [`ShmPool`] keeps of what this process does not use (see the module
@@ -218,7 +219,7 @@ struct State<O: Os> {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct ShmPool<O: Os = crate::DefaultOs> {
+pub struct ShmPool<O: Os = DefaultOs> {
     os: O,
     options: CreateOptions,
     limits: PoolLimits,
@@ -554,5 +555,42 @@ mod tests {
         );
         assert_eq!(second.generation(), 1);
         drop((held_a, held_b));
+    }
+}
+
+// The default OS's constructor, beside the generic type.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl ShmPool {
+    /// A pool of recycled buffers created with `options` (either strategy, fixed now:
+    /// see the module docs of `shmrc::pool` for file_descriptor pools), kept within
+    /// `limits`. Options with 0 holder slots are [`Error::InvalidArgument`].
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use std::os::unix::net::UnixStream;
+    /// use shmrc::{CreateOptions, Error, PoolLimits, ShmBuf, ShmPool, Strategy, transport};
+    ///
+    /// let fd = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    /// let pool = ShmPool::new(fd.clone(), PoolLimits::default())?;
+    /// let (producer, consumer) = UnixStream::pair().unwrap();
+    /// let batch = pool.get(4096)?;
+    /// transport::send(&producer, b"", vec![batch.share()?])?; // the memfd, and a slot for it
+    /// drop(batch);
+    /// assert_eq!(pool.stats().lent, 1); // the handle is still in flight
+    /// drop(transport::recv(&consumer)?); // received, then dropped: its slot is given back
+    /// assert_eq!(pool.stats().idle, 1);
+    /// let next = pool.get(4096)?; // the same memfd, a new use
+    /// assert_eq!((next.generation(), pool.stats().recycled), (1, 1));
+    ///
+    /// let no_slots = fd.capacity(0);
+    /// assert!(matches!(ShmPool::new(no_slots, PoolLimits::default()), Err(Error::InvalidArgument(_))));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn new(options: CreateOptions, limits: PoolLimits) -> Result<ShmPool> {
+        ShmPool::with_os(DefaultOs::default(), options, limits)
     }
 }

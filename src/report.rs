@@ -8,8 +8,10 @@
 use serde::Serialize;
 
 use crate::error::Result;
+use crate::manager::DefaultOs;
+use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::{Action, DefaultOs, Namespace, SegmentReport, SweepReport};
+use crate::sweep::{Action, SegmentReport, SweepReport};
 
 /// `shmrc ls --json`: made by [`listing`].
 #[derive(Serialize)]
@@ -142,7 +144,7 @@ pub fn listing(namespace: Option<&Namespace>) -> Result<Listing> {
     let now = DefaultOs::default().now_unix_nanos();
     let mut namespaces = Vec::new();
     for ns in self::namespaces(namespace)? {
-        let report = crate::inspect(&ns)?;
+        let report = crate::manager::inspect(&ns)?;
         namespaces.push(NamespaceView::new(&ns, &report, false, now));
     }
     Ok(Listing {
@@ -174,9 +176,9 @@ pub fn swept(namespace: Option<&Namespace>, dry_run: bool) -> Result<Swept> {
     };
     for ns in self::namespaces(namespace)? {
         let report: SweepReport = if dry_run {
-            crate::inspect(&ns)?
+            crate::manager::inspect(&ns)?
         } else {
-            crate::sweep(&ns)?
+            crate::manager::sweep(&ns)?
         };
         swept.reclaimed += report.reclaimed;
         swept.unlinked += report.unlinked;

@@ -16,10 +16,9 @@
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 use std::os::unix::net::UnixStream;
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-use crate::DefaultOs;
 use crate::error::{Error, Result};
 use crate::handle::{self, ShareHandle, Target};
+use crate::manager::DefaultOs;
 use crate::os::{MAX_FDS_PER_SEND, Os};
 use crate::strategy::Strategy;
 
@@ -63,7 +62,7 @@ const MAX_HANDLES_PER_FRAME: usize = 4096;
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct Message<O: Os = crate::DefaultOs> {
+pub struct Message<O: Os = DefaultOs> {
     /// The bytes passed to [`send`].
     pub payload: Vec<u8>,
     /// The handles, in the order they were sent; each owns its reference until

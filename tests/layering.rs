@@ -1,6 +1,11 @@
-//! The library's layering, checked from its source: the syscall layer `src/os/` imports
-//! nothing above it (only `error`, `token`, `local`, `sync` and itself), and the
-//! top-level modules import each other without a cycle. Unit-test modules are left
+//! The library's layering, checked from its source (docs/ARCHITECTURE.md draws it): the
+//! syscall layer `src/os/` imports nothing above it (only `error`, `token`, `local`,
+//! `sync` and itself); the protocol rooms (the refcount, the sweeps, the manager and what
+//! they stand on) import no user room (buffers, handles, pools, transport, channels,
+//! CUDA, reports); no module imports the crate's face (`crate::Item` for an item that is
+//! only re-exported at the root); the top-level modules import each other without a
+//! cycle, and so do the files of each room with several (`manager/`, `cuda/`, `buf/`,
+//! `channel/`). Unit-test modules are left
 //! out (a test may reach anything: `mod tests { .. }` blocks and `tests.rs` files);
 //! doc comments and comments are too. The checker
 //! is shown to fail on a planted upward import and a planted cycle.
@@ -11,12 +16,36 @@ use std::path::Path;
 /// What `src/os/` may import besides itself.
 const BELOW_OS: [&str; 4] = ["error", "token", "local", "sync"];
 
+/// The protocol rooms: the crash-safe refcount and what it stands on, the sweeps, the
+/// manager. They never import a room of the user API.
+const PROTOCOL_ROOMS: [&str; 12] = [
+    "sync",
+    "token",
+    "error",
+    "local",
+    "namespace",
+    "environment",
+    "strategy",
+    "os",
+    "holders",
+    "segment",
+    "sweep",
+    "manager",
+];
+
+/// The rooms of the user API, above the protocol rooms.
+const USER_ROOMS: [&str; 7] = [
+    "buf",
+    "handle",
+    "pool",
+    "transport",
+    "channel",
+    "cuda",
+    "report",
+];
+
 /// Module name → the top-level modules it imports, with one place each.
 type Graph = BTreeMap<String, BTreeMap<String, String>>;
-
-/// Root aliases and the module each stands for (`crate::DefaultOs` is the manager's
-/// `Watched`).
-const ROOT_ALIASES: [(&str, &str); 1] = [("DefaultOs", "manager")];
 
 /// The `crate::` imports of one file's non-test code, as top-level module names with the
 /// line they are on. Groups are read whole, over several lines and nested
@@ -59,12 +88,12 @@ fn imports(source: &str, modules: &BTreeSet<String>) -> Vec<(String, usize)> {
                 .chars()
                 .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
                 .collect();
-            let module = ROOT_ALIASES
-                .iter()
-                .find(|(alias, _)| *alias == ident)
-                .map_or(ident.as_str(), |(_, module)| module);
-            if modules.contains(module) {
-                found.push((module.to_owned(), line_of(start)));
+            if modules.contains(&ident) {
+                found.push((ident.clone(), line_of(start)));
+            } else if !ident.is_empty() {
+                // An item of the crate's face (`crate::ShmBuf`, `crate::sweep(..)`):
+                // whatever it re-exports, the import points up to lib.rs.
+                found.push((ROOT.to_owned(), line_of(start)));
             }
         }
     }
@@ -94,6 +123,9 @@ fn top_level_items(group: &str) -> Vec<&str> {
     items.push(&group[item_start..]);
     items
 }
+
+/// What [`imports`] calls the crate's face (lib.rs and its re-exports).
+const ROOT: &str = "<root>";
 
 /// The import graph of the top-level modules of `src`.
 fn graph(src: &Path) -> Graph {
@@ -147,6 +179,63 @@ fn upward_from_os(graph: &Graph) -> Vec<String> {
         .collect()
 }
 
+/// Every import of a user room by a protocol room.
+fn protocol_importing_user_rooms(graph: &Graph) -> Vec<String> {
+    PROTOCOL_ROOMS
+        .iter()
+        .flat_map(|room| {
+            graph
+                .get(*room)
+                .into_iter()
+                .flatten()
+                .filter(|(module, _)| USER_ROOMS.contains(&module.as_str()))
+                .map(move |(module, at)| format!("{room} imports {module} at {at}"))
+        })
+        .collect()
+}
+
+/// Every import of the crate's face.
+fn imports_of_the_root(graph: &Graph) -> Vec<String> {
+    graph
+        .iter()
+        .filter_map(|(room, imports)| {
+            imports
+                .get(ROOT)
+                .map(|at| format!("{room} imports the crate root at {at}"))
+        })
+        .collect()
+}
+
+/// The import graph of the files of one room (`src/manager/`): `super::x` and
+/// `crate::manager::x` imports between its files.
+fn room_graph(room: &Path) -> Graph {
+    let files: BTreeSet<String> = std::fs::read_dir(room)
+        .unwrap()
+        .filter_map(|e| {
+            let name = e.ok()?.file_name().into_string().ok()?;
+            Some(name.strip_suffix(".rs")?.to_owned())
+        })
+        .filter(|name| name != "mod" && name != "tests")
+        .collect();
+    let room_name = room.file_name().unwrap().to_string_lossy().into_owned();
+    let mut graph = Graph::new();
+    for file in &files {
+        let source = std::fs::read_to_string(room.join(format!("{file}.rs"))).unwrap();
+        let source = source.replace(&format!("crate::{room_name}::"), "crate::");
+        let source = source.replace("super::", "crate::");
+        for (module, line) in imports(&source, &files) {
+            if module != *file {
+                graph
+                    .entry(file.clone())
+                    .or_default()
+                    .entry(module)
+                    .or_insert_with(|| format!("{room_name}/{file}.rs:{line}"));
+            }
+        }
+    }
+    graph
+}
+
 /// A cycle of imports, as the modules along it, if there is one.
 fn cycle(graph: &Graph) -> Option<Vec<String>> {
     fn visit(
@@ -179,18 +268,60 @@ fn cycle(graph: &Graph) -> Option<Vec<String>> {
         .find_map(|node| visit(graph, node, &mut Vec::new(), &mut done))
 }
 
-#[test]
-fn the_syscall_layer_imports_only_what_is_below_it_and_modules_form_no_cycle() {
-    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
-    assert!(graph.contains_key("buf"), "the graph was read: {graph:?}");
-    assert_eq!(upward_from_os(&graph), Vec::<String>::new());
-    if let Some(found) = cycle(&graph) {
+/// Panics naming the places of a cycle in `graph`, if there is one.
+fn assert_no_cycle(graph: &Graph) {
+    if let Some(found) = cycle(graph) {
         let places: Vec<_> = found
             .windows(2)
             .map(|w| format!("{} -> {} ({})", w[0], w[1], graph[&w[0]][&w[1]]))
             .collect();
         panic!("import cycle: {}", places.join(", "));
     }
+}
+
+#[test]
+fn the_syscall_layer_imports_only_what_is_below_it_and_modules_form_no_cycle() {
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(graph.contains_key("buf"), "the graph was read: {graph:?}");
+    assert_eq!(upward_from_os(&graph), Vec::<String>::new());
+    assert_no_cycle(&graph);
+}
+
+#[test]
+fn protocol_rooms_import_no_user_room_and_nothing_imports_the_crate_root() {
+    let graph = graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src"));
+    assert!(
+        graph.contains_key("holders"),
+        "the graph was read: {graph:?}"
+    );
+    for room in PROTOCOL_ROOMS.iter().chain(&USER_ROOMS) {
+        assert!(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src")
+                .join(room)
+                .with_extension("rs")
+                .exists()
+                || Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("src")
+                    .join(room)
+                    .is_dir(),
+            "the room {room} named here exists in src/"
+        );
+    }
+    assert_eq!(protocol_importing_user_rooms(&graph), Vec::<String>::new());
+    assert_eq!(imports_of_the_root(&graph), Vec::<String>::new());
+}
+
+#[test]
+fn the_files_of_the_managers_room_form_no_cycle() {
+    let graph = room_graph(&Path::new(env!("CARGO_MANIFEST_DIR")).join("src/manager"));
+    assert!(
+        graph
+            .get("client")
+            .is_some_and(|to| to.contains_key("connection")),
+        "the graph was read: {graph:?}"
+    );
+    assert_no_cycle(&graph);
 }
 
 #[test]
@@ -224,4 +355,22 @@ fn the_checker_catches_an_upward_import_and_a_cycle() {
     );
     graph.get_mut("buf").unwrap().clear();
     assert_eq!(cycle(&graph), None);
+
+    // A protocol room that imports a user room, and an import of the crate's face.
+    let planted = "use crate::buf::ShmBuf;\nuse crate::ShmPool;\n";
+    let mut graph = Graph::new();
+    for (module, line) in imports(planted, &modules) {
+        graph
+            .entry("holders".into())
+            .or_default()
+            .insert(module, format!("holders.rs:{line}"));
+    }
+    assert_eq!(
+        protocol_importing_user_rooms(&graph),
+        ["holders imports buf at holders.rs:1"]
+    );
+    assert_eq!(
+        imports_of_the_root(&graph),
+        ["holders imports the crate root at holders.rs:2"]
+    );
 }

@@ -399,7 +399,7 @@ fn scene_holder_outside() {
 fn scene_client_inside() {
     let t = TestNamespace::new("timens-client");
     let (_parent, runtime) = private_runtime();
-    let manager = shmrc::manager::serve::start_detached(&runtime, Duration::from_secs(1))
+    let manager = shmrc::manager::launch::start_detached(&runtime, Duration::from_secs(1))
         .expect("start a manager outside");
     let env = [
         ("SHMRC_RUNTIME_DIR", runtime.path().display().to_string()),
@@ -407,7 +407,7 @@ fn scene_client_inside() {
     ];
     let holder = Holder::start(IN_TIME_NAMESPACE, &t, &env);
     assert_eq!(holder.token.start_ticks(), start_read_here(holder.pid));
-    let status = shmrc::manager::client::status_at(&runtime).expect("the manager's status");
+    let status = shmrc::manager::status_at(&runtime).expect("the manager's status");
     assert_eq!(status.pid, manager);
     assert_eq!(
         status.clients, 1,
@@ -607,7 +607,7 @@ fn sweep_role() {
 /// (it sweeps every namespace of this user at its start and when the grace is over).
 fn manager_role() {
     let runtime = RuntimeDir::at(std::env::var(RUNTIME).expect("a runtime directory"));
-    shmrc::manager::serve::serve_here(runtime, GRACE).expect("serve the manager");
+    shmrc::manager::launch::serve_here(runtime, GRACE).expect("serve the manager");
 }
 
 /// In a time namespace whose boottime offset is 100.005 s: refused a slot, and judging

@@ -1,14 +1,13 @@
 //! `shmrc manager`: runs the user's manager in the foreground (logging to stderr), or
 //! starts one detached in a session of its own (logging to `manager.log` in the runtime
-//! directory, [`serve::start_detached`]), waits until it answers, prints its pid and
+//! directory, [`manager::serve`]), waits until it answers, prints its pid and
 //! exits.
 
 use std::time::Duration;
 
 use shmrc::DefaultOs;
 use shmrc::manager::runtime::RuntimeDir;
-use shmrc::manager::serve;
-use shmrc::manager::server;
+use shmrc::manager::{self, Serve};
 use shmrc::os::Os;
 
 use crate::error::Result;
@@ -29,13 +28,13 @@ pub struct ManagerArgs {
 /// Runs `shmrc manager`.
 pub fn run(args: &ManagerArgs) -> Result<()> {
     let runtime = RuntimeDir::for_user(DefaultOs::default().uid())?;
-    let grace = match args.grace_ms {
-        Some(ms) => Duration::from_millis(ms),
-        None => server::grace_from_env()?,
-    };
+    let grace = args.grace_ms.map(Duration::from_millis);
     if !args.foreground {
-        println!("{}", serve::start_detached(&runtime, grace)?);
+        if let Some(pid) = manager::serve(Serve::Detached, runtime, grace)? {
+            println!("{pid}");
+        }
         return Ok(());
     }
-    Ok(serve::serve_here(runtime, grace)?)
+    manager::serve(Serve::Foreground, runtime, grace)?;
+    Ok(())
 }

@@ -21,7 +21,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
 use shmrc::manager::runtime::RuntimeDir;
-use shmrc::manager::{serve, server};
+use shmrc::manager::{self, Serve};
 use shmrc::os::Os;
 use shmrc::{
     CreateOptions, DefaultOs, Error, Namespace, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy,
@@ -373,18 +373,13 @@ fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
 #[pyo3(signature = (foreground, grace_ms=None))]
 fn run_manager(py: Python<'_>, foreground: bool, grace_ms: Option<u64>) -> PyResult<Option<u32>> {
     let runtime = RuntimeDir::for_user(DefaultOs::default().uid()).py()?;
-    let grace = match grace_ms {
-        Some(ms) => Duration::from_millis(ms),
-        None => server::grace_from_env().py()?,
+    let grace = grace_ms.map(Duration::from_millis);
+    let how = if foreground {
+        Serve::Foreground
+    } else {
+        Serve::Detached
     };
-    py.detach(|| {
-        if foreground {
-            serve::serve_here(runtime, grace).map(|()| None)
-        } else {
-            serve::start_detached(&runtime, grace).map(Some)
-        }
-    })
-    .py()
+    py.detach(|| manager::serve(how, runtime, grace)).py()
 }
 
 /// The extension module.

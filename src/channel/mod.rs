@@ -51,6 +51,8 @@
 //!   written in one go by the sender, so a begun one is read to its end (a sender
 //!   killed half-way is an error, not a hang).
 
+#[cfg(feature = "ndarray")]
+mod array;
 mod bootstrap;
 pub(crate) mod oob;
 #[cfg(feature = "tokio")]
@@ -66,11 +68,11 @@ use std::time::Duration;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+#[cfg(doc)]
+use crate::buf::{FrozenBuf, ShmBuf};
 use crate::error::{Error, Result};
 use crate::manager::sys::poll_readable;
 use crate::transport;
-#[cfg(doc)]
-use crate::{FrozenBuf, ShmBuf};
 
 #[cfg(feature = "tokio")]
 pub use self::tokio::{AsyncReceiver, AsyncSender};

@@ -15,12 +15,12 @@ use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::DefaultOs;
+use crate::buf::FrozenBuf;
 use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
-use crate::frozen::FrozenBuf;
 use crate::handle::{ShareHandle, Target};
 use crate::holders;
+use crate::manager::DefaultOs;
 use crate::os::Os;
 use crate::segment::Header;
 

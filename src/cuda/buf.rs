@@ -19,12 +19,13 @@ use super::driver::{
     DeviceId, DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcMemHandle,
 };
 use super::identity::{IDENTITY_BYTES, Identity};
-use super::limbo::Entry;
+use super::limbo::{Drain, Entry};
 use super::lock;
 use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
 use crate::handle::ShareHandle;
 use crate::holders::{Census, Finalized, Outcome};
+use crate::manager::DefaultOs;
 use crate::os::Os;
 use crate::strategy::Strategy;
 
@@ -225,7 +226,7 @@ impl fmt::Debug for DeviceSpan {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct DeviceBuf<O: Os = crate::DefaultOs> {
+pub struct DeviceBuf<O: Os = DefaultOs> {
     device: CudaDevice<O>,
     allocator: Arc<dyn DeviceAllocator>,
     span: DeviceSpan,
@@ -515,7 +516,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 #[derive(Debug)]
-pub struct DeviceHandle<O: Os = crate::DefaultOs> {
+pub struct DeviceHandle<O: Os = DefaultOs> {
     keepalive: ShareHandle<O>,
     /// The allocation's descriptor, for a [`HandleKind::PosixFd`] buffer.
     fd: Option<OwnedFd>,
@@ -803,7 +804,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct DeviceView<O: Os = crate::DefaultOs> {
+pub struct DeviceView<O: Os = DefaultOs> {
     // Field order is drop order: unmap first, then release the reference.
     lease: Lease<O>,
     keepalive: ShmBuf<O>,
@@ -1047,5 +1048,90 @@ impl<O: Os> fmt::Debug for DeviceView<O> {
             .field("keepalive", &self.keepalive.name())
             .field("kind", &self.identity.kind)
             .finish()
+    }
+}
+
+// The device's constructors of buffers and views, beside the types they make (the
+// device's own file never names a buffer).
+impl<O: Os> CudaDevice<O> {
+    /// Allocates a buffer of `size` bytes with the installed allocator, after freeing
+    /// what the limbo list may free. A full device is [`Error::Cuda`] with
+    /// `CUDA_ERROR_OUT_OF_MEMORY`.
+    ///
+    /// [`Error::Cuda`]: crate::Error::Cuda
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use shmrc::{CreateOptions, Error};
+    /// use shmrc::cuda::CudaDevice;
+    ///
+    /// let device = CudaDevice::fake("shmrc-doc-alloc", 1 << 20, &CreateOptions::new())?;
+    /// let buf = device.alloc(1 << 19)?;
+    /// assert_eq!(buf.len(), 1 << 19);
+    /// let too_much = device.alloc(1 << 20);
+    /// assert!(matches!(too_much, Err(Error::Cuda { ref name, .. }) if name == "CUDA_ERROR_OUT_OF_MEMORY"));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn alloc(&self, size: usize) -> Result<DeviceBuf<O>> {
+        self.drain(Drain::Check);
+        let allocator = self.allocator();
+        let ptr = allocator.memalloc(size)?;
+        Ok(DeviceBuf::new(self.clone(), allocator, ptr, size as u64))
+    }
+
+    /// Attaches a buffer another process shared: holds its keep-alive, then opens its
+    /// IPC handle (once per process). Refused in the process that exported it
+    /// ([`Error::CudaOwnExport`]); a released buffer is [`Error::Gone`]; a handle that
+    /// is no device buffer's is [`Error::CudaBadIdentity`].
+    ///
+    /// [`Error::CudaOwnExport`]: crate::Error::CudaOwnExport
+    /// [`Error::Gone`]: crate::Error::Gone
+    /// [`Error::CudaBadIdentity`]: crate::Error::CudaBadIdentity
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    /// #     use nix::sys::wait::{WaitStatus, waitpid};
+    /// #     use nix::unistd::{ForkResult, fork};
+    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
+    /// #     match unsafe { fork() }.expect("fork") {
+    /// #         ForkResult::Child => std::process::exit(match consumer() {
+    /// #             Ok(()) => 0,
+    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
+    /// #         }),
+    /// #         ForkResult::Parent { child } => {
+    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
+    /// #         }
+    /// #     }
+    /// # }
+    /// use shmrc::cuda::{CudaDevice, DeviceHandle};
+    /// use shmrc::{CreateOptions, Error, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-attach")?);
+    /// let producer = CudaDevice::fake("shmrc-doc-attach", 1 << 20, &keepalive)?;
+    /// let buf = producer.alloc(4096)?;
+    /// buf.write_at(0, b"gradients")?;
+    /// let bytes = buf.share()?.into_bytes()?;
+    /// in_child(|| {
+    ///     let consumer = CudaDevice::fake("shmrc-doc-attach", 1 << 20, &keepalive)?;
+    ///     let view = consumer.attach(DeviceHandle::from_bytes(&bytes)?)?;
+    ///     let mut out = [0u8; 9];
+    ///     view.read_at(0, &mut out)?;
+    ///     assert_eq!(&out, b"gradients");
+    ///     Ok(())
+    /// });
+    /// // The producer itself cannot attach its own export (CUDA would refuse too).
+    /// let own = producer.attach(buf.share()?);
+    /// assert!(matches!(own, Err(Error::CudaOwnExport { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn attach(&self, handle: DeviceHandle<O>) -> Result<DeviceView<O>> {
+        DeviceView::attach(self, handle)
     }
 }

@@ -112,9 +112,9 @@ mod production {
 
     use super::real::RealDriver;
     use super::{CudaDevice, DeviceHandle, FakeDriver};
-    use crate::DefaultOs;
     use crate::buf::CreateOptions;
     use crate::error::Result;
+    use crate::manager::DefaultOs;
 
     impl CudaDevice<DefaultOs> {
         /// Device `ordinal` through the real driver (`libcuda.so.1`, loaded now).

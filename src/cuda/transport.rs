@@ -17,8 +17,8 @@ use std::os::unix::net::UnixStream;
 use super::buf::DeviceHandle;
 use super::driver::DeviceId;
 use super::placement::AnyHandle;
-use crate::DefaultOs;
 use crate::error::{Error, Result};
+use crate::manager::DefaultOs;
 use crate::os::{MAX_FDS_PER_SEND, Os};
 use crate::transport::read_exact;
 

@@ -1,7 +1,6 @@
-//! The library's side of the manager: starting it when none runs (through a named
-//! program, or this program's own image: [`super::serve`]), the one connection per
-//! process over which this process says Hello (and Watch for each further namespace),
-//! and [`status`].
+//! The library's side of the manager: the one connection per process over which this
+//! process says Hello (and Watch for each further namespace), starting a manager when
+//! none runs ([`super::launch`]); the frames go through [`super::connection`].
 //!
 //! The connection is checked cheaply (a zero-timeout `poll` for hang-up) at each
 //! file_system create/attach, and a watcher thread (one per process, started with the
@@ -19,43 +18,24 @@
 //! [`Error::ManagerTimeout`]).
 
 use std::collections::{BTreeSet, HashMap, HashSet};
-use std::ffi::OsString;
-use std::io::Read;
 use std::os::fd::AsFd;
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
 use std::sync::{Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use super::connection::{connect, exchange, receive, send};
+use super::launch::{ATTEMPTS, connect_or_start};
 use super::mode::{ManagerMode, lock, mode};
 use super::registry::MAX_SEGMENTS_PER_NAMESPACE;
-use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
-use super::serve;
+use super::runtime::RuntimeDir;
 use super::sys;
-use super::wire::{self, ManagerStatus, Reply, Request};
+use super::wire::{self, Reply, Request};
 use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::os::posix::PosixOs;
 
-/// Environment variable: a program that runs the manager as `PROGRAM manager` (the
-/// `shmrc` CLI does), instead of this program's own image.
-///
-/// ```
-/// assert_eq!(shmrc::manager::client::PROGRAM_ENV, "SHMRC_MANAGER_PROGRAM");
-/// // e.g. `SHMRC_MANAGER_PROGRAM=/usr/local/bin/shmrc python train.py`
-/// ```
-pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
-/// How long a client waits for a manager to start, or to answer.
-pub(crate) const START_TIMEOUT: Duration = Duration::from_secs(10);
-/// How many times a client starts a manager and says Hello before giving up (a
-/// manager that is exiting at the very moment closes the new connection).
-const ATTEMPTS: u32 = 3;
-
-/// The program and its leading arguments set by [`set_manager_command`] (or
-/// [`set_manager_program`]).
-static PROGRAM: Mutex<Option<(PathBuf, Vec<OsString>)>> = Mutex::new(None);
 /// The connection state of the process that last asked for it, by pid. The outer lock
 /// is held only to look the state up, never across I/O; the state's own lock is held
 /// for a write at most, never for a round trip (see the module's docs). A forked child
@@ -114,72 +94,6 @@ fn connection_for(pid: u32) -> &'static State {
             state
         }
     }
-}
-
-/// Sets the `shmrc` program that [`ManagerMode::Auto`] starts (as `PROGRAM manager`),
-/// overriding `$SHMRC_MANAGER_PROGRAM`. Without one, the manager is served from this
-/// program's own image ([`super::serve`]); a program that cannot be re-executed that
-/// way (a Python extension, a sandboxed binary) names the `shmrc` CLI here, or a
-/// command of its own with [`set_manager_command`].
-///
-/// ```
-/// use std::path::PathBuf;
-/// use shmrc::manager::{manager_program, set_manager_program};
-///
-/// set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
-/// assert_eq!(manager_program(), Some(PathBuf::from("/opt/shmrc/bin/shmrc")));
-/// ```
-pub fn set_manager_program(program: PathBuf) {
-    set_manager_command(program, Vec::new());
-}
-
-/// Sets the command that runs the manager: `PROGRAM ARGS... manager` must start one
-/// detached (if none runs) and exit once it answers, as `shmrc manager` does, and
-/// `PROGRAM ARGS... manager --foreground` must serve it in the foreground, as
-/// `shmrc manager --foreground` does (both with `$SHMRC_RUNTIME_DIR` set). It overrides
-/// `$SHMRC_MANAGER_PROGRAM`, and [`super::serve::start_detached`] uses it too instead of
-/// this program's own image. This is how a program that cannot re-execute itself
-/// serves the manager with nothing else installed: the Python package sets
-/// `[sys.executable, "-m", "shmrc._manager"]`, whose `manager` subcommand calls
-/// [`super::serve::start_detached`] and [`super::serve::serve_here`].
-///
-/// ```
-/// use std::ffi::OsString;
-/// use std::path::PathBuf;
-/// use shmrc::manager::{manager_command, manager_program, set_manager_command};
-///
-/// let args = vec![OsString::from("-m"), OsString::from("shmrc._manager")];
-/// set_manager_command(PathBuf::from("/usr/bin/python3"), args.clone());
-/// assert_eq!(manager_program(), Some(PathBuf::from("/usr/bin/python3")));
-/// assert_eq!(manager_command(), Some((PathBuf::from("/usr/bin/python3"), args)));
-/// ```
-pub fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
-    *lock(&PROGRAM) = Some((program, args));
-}
-
-/// The command set by [`set_manager_command`] or [`set_manager_program`] in this
-/// process, if any (not `$SHMRC_MANAGER_PROGRAM`).
-pub(crate) fn explicit_command() -> Option<(PathBuf, Vec<OsString>)> {
-    lock(&PROGRAM).clone()
-}
-
-/// A command that runs `PROGRAM ARGS... manager [extra]` for `runtime`, with no
-/// standard input or output.
-pub(crate) fn manager_subcommand(
-    program: &PathBuf,
-    args: &[OsString],
-    extra: &[&str],
-    runtime: &RuntimeDir,
-) -> Command {
-    let mut command = Command::new(program);
-    command
-        .args(args)
-        .arg("manager")
-        .args(extra)
-        .env(RUNTIME_DIR_ENV, runtime.path())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-    command
 }
 
 /// The connection of this process to its manager, and what it told it.
@@ -602,295 +516,6 @@ fn expect_welcome(reply: Reply) -> Result<()> {
     }
 }
 
-/// Connects to the running manager of `runtime`.
-fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
-    let socket = runtime.socket()?;
-    if let Err(source) = std::fs::symlink_metadata(runtime.path()) {
-        if source.kind() == std::io::ErrorKind::NotFound {
-            return Err(Error::NoManager { socket, source });
-        }
-    }
-    runtime.check(PosixOs.uid())?;
-    let stream =
-        UnixStream::connect(&socket).map_err(|source| Error::NoManager { socket, source })?;
-    stream
-        .set_read_timeout(Some(START_TIMEOUT))
-        .map_err(|e| Error::os("set_read_timeout", e))?;
-    // A manager too busy to read for this long is given up on (the caller reconnects).
-    stream
-        .set_write_timeout(Some(START_TIMEOUT))
-        .map_err(|e| Error::os("set_write_timeout", e))?;
-    Ok(stream)
-}
-
-/// Connects to the manager of `runtime`, starting one if none answers. A manager that
-/// answered the starter but ended its grace period before this connect is started
-/// again (at most [`ATTEMPTS`] times).
-fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
-    runtime.ensure(PosixOs.uid())?;
-    let mut attempt = 1;
-    loop {
-        match connect(runtime) {
-            Err(Error::NoManager { socket, source }) => {
-                if attempt > ATTEMPTS {
-                    return Err(Error::ManagerStart {
-                        program: manager_program().unwrap_or_else(|| serve::OWN_IMAGE.into()),
-                        why: format!(
-                            "it reported a manager running {ATTEMPTS} times, but none \
-                             answered at {}: {source}",
-                            socket.display()
-                        ),
-                    });
-                }
-            }
-            other => return other,
-        }
-        // One starter at a time: whoever waited for the lock finds the manager the
-        // holder started, and connects.
-        let _starting = lock_start(runtime)?;
-        match connect(runtime) {
-            Err(Error::NoManager { .. }) => start(runtime)?,
-            other => return other,
-        }
-        attempt += 1;
-    }
-}
-
-/// Takes the start lock of `runtime`, waiting for another client's start to finish
-/// ([`START_TIMEOUT`] and a margin at most: a start is bounded by then).
-fn lock_start(runtime: &RuntimeDir) -> Result<sys::FileLock> {
-    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(10);
-    loop {
-        if let Some(lock) = sys::try_lock_exclusive(runtime.open_start_lock()?)? {
-            return Ok(lock);
-        }
-        if Instant::now() >= deadline {
-            return Err(Error::ManagerStart {
-                program: manager_program().unwrap_or_else(|| serve::OWN_IMAGE.into()),
-                why: "another process has been starting the manager for too long".into(),
-            });
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-}
-
-/// Starts a detached manager for `runtime` (or finds one running) and returns once it
-/// accepts connections: through `program manager` when [`manager_program`] names one,
-/// else by running this program's own image in the `start` role (see [`super::serve`]).
-/// The starter gets [`START_TIMEOUT`] and a little more; one that takes longer is
-/// killed (by its pid) and reaped.
-fn start(runtime: &RuntimeDir) -> Result<()> {
-    let (program, mut command) = match manager_command() {
-        Some((program, args)) => {
-            let command = manager_subcommand(&program, &args, &[], runtime);
-            (program, command)
-        }
-        None => (
-            PathBuf::from(serve::OWN_IMAGE),
-            serve::own_image(serve::START, runtime)?,
-        ),
-    };
-    let failed = |why: String| Error::ManagerStart {
-        program: program.clone(),
-        why,
-    };
-    let mut child = command
-        .stderr(Stdio::piped())
-        .spawn()
-        .map_err(|e| failed(format!("cannot run it: {e}")))?;
-    // Read while it runs (a full pipe must not stall it), and at most 64 KiB of it.
-    let stderr = child.stderr.take().map(|pipe| {
-        std::thread::spawn(move || {
-            let mut said = Vec::new();
-            let _ = pipe.take(64 << 10).read_to_end(&mut said);
-            String::from_utf8_lossy(&said).trim().to_owned()
-        })
-    });
-    let said = || {
-        stderr
-            .map(|reader| reader.join().unwrap_or_default())
-            .unwrap_or_default()
-    };
-    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(5);
-    let status = loop {
-        match child.try_wait() {
-            Ok(Some(status)) => break status,
-            Ok(None) if Instant::now() < deadline => {
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Ok(None) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return Err(failed(format!(
-                    "it had not finished after {} s and was killed: {}",
-                    (START_TIMEOUT + Duration::from_secs(5)).as_secs(),
-                    said()
-                )));
-            }
-            Err(e) => return Err(failed(format!("cannot wait for it: {e}"))),
-        }
-    };
-    if status.success() {
-        return Ok(());
-    }
-    Err(failed(format!("it exited with {status}: {}", said())))
-}
-
-/// The program named to run the manager ([`set_manager_command`],
-/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the
-/// library serves the manager from this program's own image.
-///
-/// ```
-/// match shmrc::manager::manager_program() {
-///     Some(program) => println!("the manager runs as `{} manager`", program.display()),
-///     None => println!("the manager is served from this program's own image"),
-/// }
-/// ```
-pub fn manager_program() -> Option<PathBuf> {
-    manager_command().map(|(program, _)| program)
-}
-
-/// The program and leading arguments that run the manager ([`set_manager_command`],
-/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM` with no arguments), if any.
-/// A program that runs with privileges its caller lacks (setuid, setgid, file
-/// capabilities) reads no variable: only what it named itself through the API runs.
-///
-/// ```
-/// if let Some((program, args)) = shmrc::manager::manager_command() {
-///     println!("the manager runs as `{} {args:?} manager`", program.display());
-/// }
-/// ```
-pub fn manager_command() -> Option<(PathBuf, Vec<OsString>)> {
-    explicit_command()
-        .or_else(|| crate::environment::var_os(PROGRAM_ENV).map(|p| (PathBuf::from(p), Vec::new())))
-}
-
-/// Asks the user's running manager for its counters and clients (what `shmrc status`
-/// shows); never starts one. With no manager running: [`Error::NoManager`], naming the
-/// socket it tried.
-///
-/// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
-/// use shmrc::manager::{self, ManagerMode};
-/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-///
-/// manager::set_manager_mode(ManagerMode::Auto); // the default
-/// let options = CreateOptions::new()
-///     .strategy(Strategy::FileSystem)
-///     .namespace(Namespace::new("shmrc-doc-status")?);
-/// let buf = ShmBuf::with_options(64, &options)?; // starts the manager if none runs
-/// let status = manager::status()?;
-/// assert!(status.clients >= 1); // this process, at least
-/// println!("manager pid {}, {} sweeps so far", status.pid, status.sweeps);
-/// # drop(buf);
-/// # }
-/// # Ok::<(), shmrc::Error>(())
-/// ```
-pub fn status() -> Result<ManagerStatus> {
-    status_at(&RuntimeDir::for_user(PosixOs.uid())?)
-}
-
-/// [`status`] of the manager of `runtime` (for a manager of another runtime
-/// directory than this user's, as a test starts). [`Error::NoManager`] when none
-/// answers there.
-///
-/// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
-/// use shmrc::Error;
-/// use shmrc::manager::{client::status_at, runtime::RuntimeDir, serve::start_detached};
-/// use std::time::Duration;
-///
-/// let dir = tempfile::tempdir().unwrap();
-/// let runtime = RuntimeDir::at(dir.path().join("shmrc"));
-/// assert!(matches!(status_at(&runtime), Err(Error::NoManager { .. })));
-///
-/// let pid = start_detached(&runtime, Duration::from_secs(1))?;
-/// let status = status_at(&runtime)?;
-/// assert_eq!(status.pid, pid);
-/// assert_eq!(status.runtime_dir, runtime.path().display().to_string());
-/// // With no client, it exits once its grace period is over.
-/// let deadline = std::time::Instant::now() + Duration::from_secs(30);
-/// while status_at(&runtime).is_ok() {
-///     assert!(std::time::Instant::now() < deadline, "the manager outlived its grace");
-///     std::thread::sleep(Duration::from_millis(50));
-/// }
-/// # }
-/// # Ok::<(), shmrc::Error>(())
-/// ```
-pub fn status_at(runtime: &RuntimeDir) -> Result<ManagerStatus> {
-    let stream = connect(runtime)?;
-    match exchange(&stream, &Request::Status)? {
-        Reply::Status(status) => Ok(status),
-        Reply::Refused { reason } => Err(Error::ManagerRefused { reason }),
-        Reply::Welcome { .. } => Err(Error::Malformed {
-            what: "manager reply",
-            why: "a welcome where a status was due".into(),
-        }),
-    }
-}
-
-/// Sends `request` and reads one reply frame.
-fn exchange(stream: &UnixStream, request: &Request) -> Result<Reply> {
-    send(stream, request)?;
-    receive(stream)
-}
-
-/// Reads one reply frame, waiting [`START_TIMEOUT`] at most: a manager that sends none
-/// by then is [`Error::ManagerTimeout`] (naming its pid and socket), one that closed the
-/// connection [`Error::Disconnected`].
-fn receive(mut stream: &UnixStream) -> Result<Reply> {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 4096];
-    let started = Instant::now();
-    let timed_out = || Error::ManagerTimeout {
-        pid: sys::peer_credentials(stream).ok().map(|peer| peer.pid),
-        socket: stream
-            .peer_addr()
-            .ok()
-            .and_then(|a| a.as_pathname().map(PathBuf::from))
-            .unwrap_or_default(),
-        waited: started.elapsed(),
-    };
-    loop {
-        if let Some(len) = wire::frame_len(&buf, wire::MAX_REPLY_PAYLOAD)? {
-            return wire::decode_reply(&buf[..len]);
-        }
-        let n = match stream.read(&mut chunk) {
-            Ok(n) => n,
-            // The socket's read timeout (START_TIMEOUT) ran out.
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                return Err(timed_out());
-            }
-            Err(e) => return Err(disconnected_or("read from manager")(e)),
-        };
-        if n == 0 {
-            return Err(Error::Disconnected);
-        }
-        if started.elapsed() > START_TIMEOUT {
-            return Err(timed_out());
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
-/// Writes `request` whole: what a told request costs (the manager does not answer).
-fn send(stream: &UnixStream, request: &Request) -> Result<()> {
-    sys::send_all(stream, &wire::encode_request(request))
-        .map_err(disconnected_or("write to manager"))
-}
-
-fn disconnected_or(call: &'static str) -> impl Fn(std::io::Error) -> Error {
-    move |e| match e.kind() {
-        std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset => Error::Disconnected,
-        _ => Error::os(call, e),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -909,34 +534,6 @@ mod tests {
         assert!(
             std::ptr::eq(connection_for(u32::MAX), child),
             "and it stays"
-        );
-    }
-
-    #[test]
-    fn an_explicit_program_wins_over_the_own_image() {
-        set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
-        assert_eq!(
-            manager_program(),
-            Some(PathBuf::from("/opt/shmrc/bin/shmrc"))
-        );
-        assert_eq!(
-            manager_command(),
-            Some((PathBuf::from("/opt/shmrc/bin/shmrc"), Vec::new()))
-        );
-        let runtime = RuntimeDir::at(PathBuf::from("/run/user/1/shmrc"));
-        let args = [OsString::from("-m"), OsString::from("shmrc._manager")];
-        let command = manager_subcommand(
-            &PathBuf::from("python3"),
-            &args,
-            &["--foreground"],
-            &runtime,
-        );
-        let argv: Vec<_> = command.get_args().collect();
-        assert_eq!(argv, ["-m", "shmrc._manager", "manager", "--foreground"]);
-        assert!(
-            command
-                .get_envs()
-                .any(|(k, v)| k == RUNTIME_DIR_ENV && v == Some(runtime.path().as_os_str()))
         );
     }
 

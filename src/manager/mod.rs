@@ -6,16 +6,19 @@
 //! connects to the manager of [`runtime::RuntimeDir::for_user`], and in
 //! [`ManagerMode::Auto`] (the default) starts one if none runs, by re-executing the
 //! program's own image, which the library catches before `main` and turns into the
-//! manager ([`serve`]). A manager exits a grace period (2 s by default) after its last
+//! manager ([`launch`]). A manager exits a grace period (2 s by default) after its last
 //! client. `docs/MANAGER.md` has the whole design and the environment variables.
 //!
 //! - [`mode`]: [`ManagerMode`] and its process-wide switch ([`set_manager_mode`],
 //!   `$SHMRC_MANAGER`).
 //! - [`watched`]: [`Watched`], the production OS (the manager watches each use).
-//! - [`client`]: which program runs the manager ([`set_manager_program`],
-//!   [`set_manager_command`]), and
-//!   [`status`] ([`ManagerStatus`], [`ClientRow`]).
-//! - [`serve`]: a program serving as the manager ([`serve::start_detached`]).
+//! - [`client`]: this process's one connection to its manager: the Hello and the Watch
+//!   of each namespace it uses.
+//! - [`launch`]: running a manager: [`serve`] ([`Serve::Foreground`] or
+//!   [`Serve::Detached`]), which program runs it ([`set_manager_program`],
+//!   [`set_manager_command`]), and starting one for a client when none runs.
+//! - [`connection`]: one round trip to a running manager, and [`status`]
+//!   ([`ManagerStatus`], [`ClientRow`]); never starts one.
 //! - [`runtime`]: where the manager lives (socket, lock, log).
 //! - `registry`: the manager's decisions (whom it watches, what to sweep when), pure
 //!   and generic over the OS; `server`: the poll loop that feeds it and carries them out;
@@ -53,9 +56,13 @@ pub use mode::{ManagerMode, manager_mode, set_manager_mode};
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod client;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod connection;
 // What the clients create in /dev/shm (inotify), for their deaths' sweeps.
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod creations;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub mod launch;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod log;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -63,8 +70,6 @@ mod log;
 pub mod registry;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod runtime;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub mod serve;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 #[doc(hidden)]
 pub mod server;
@@ -76,10 +81,16 @@ pub mod watched;
 #[doc(hidden)]
 pub mod wire;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use client::{
-    manager_command, manager_program, set_manager_command, set_manager_program, status,
+pub use connection::{status, status_at};
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use launch::{
+    Serve, manager_command, manager_program, serve, set_manager_command, set_manager_program,
 };
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-pub use watched::Watched;
+pub use watched::{DefaultOs, Watched, inspect, sweep};
+/// The OS the user API runs on when none is named: in a loom or shuttle build there is
+/// no real kernel, only the simulated one.
+#[cfg(any(feature = "loom", feature = "shuttle"))]
+pub type DefaultOs = crate::os::sim::SimOs;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use wire::{ClientRow, ManagerStatus};

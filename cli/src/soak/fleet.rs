@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use shmrc::manager::client::status_at;
 use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::status_at;
 use shmrc::{Error, Result, ShareHandle, transport};
 
 /// How long a worker may take to answer one command, or to connect.

@@ -13,9 +13,9 @@ use std::marker::PhantomData;
 use bytemuck::Pod;
 use ndarray::{ArrayViewD, ArrayViewMutD, IxDyn, ShapeBuilder};
 
+use super::buf_mut::ShmBufMut;
+use super::frozen::FrozenBuf;
 use crate::error::{Error, Result};
-use crate::exclusive::ShmBufMut;
-use crate::frozen::FrozenBuf;
 
 /// An n-dimensional, read-only array of `T` over a [`FrozenBuf`]: the storage, an
 /// offset, a shape and strides (in elements). [`FrozenArray::view`] gives an
@@ -36,54 +36,13 @@ use crate::frozen::FrozenBuf;
 /// assert_eq!(transposed.view()?, matrix.view()?.t());
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-#[cfg_attr(feature = "channel", derive(serde::Serialize, serde::Deserialize))]
-#[cfg_attr(
-    feature = "channel",
-    serde(
-        try_from = "Parts",
-        into = "Parts",
-        bound(serialize = "", deserialize = "T: Pod")
-    )
-)]
 pub struct FrozenArray<T> {
-    storage: FrozenBuf,
-    offset: usize,
-    shape: Vec<usize>,
-    strides: Vec<usize>,
+    // The channel's encoding (`channel/array.rs`) reads and writes these.
+    pub(crate) storage: FrozenBuf,
+    pub(crate) offset: usize,
+    pub(crate) shape: Vec<usize>,
+    pub(crate) strides: Vec<usize>,
     element: PhantomData<fn() -> T>,
-}
-
-/// What travels: the array's numbers and its storage (out of band).
-#[cfg(feature = "channel")]
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Parts {
-    storage: FrozenBuf,
-    offset: usize,
-    shape: Vec<usize>,
-    strides: Vec<usize>,
-}
-
-#[cfg(feature = "channel")]
-impl<T: Pod> TryFrom<Parts> for FrozenArray<T> {
-    /// The error's text for serde; the [`Error`] itself is what the channel returns.
-    type Error = String;
-
-    fn try_from(p: Parts) -> std::result::Result<FrozenArray<T>, String> {
-        FrozenArray::with_strides(p.storage, p.offset, &p.shape, &p.strides)
-            .map_err(crate::channel::oob::fail_incoming)
-    }
-}
-
-#[cfg(feature = "channel")]
-impl<T> From<FrozenArray<T>> for Parts {
-    fn from(a: FrozenArray<T>) -> Parts {
-        Parts {
-            storage: a.storage,
-            offset: a.offset,
-            shape: a.shape,
-            strides: a.strides,
-        }
-    }
 }
 
 impl<T> Clone for FrozenArray<T> {

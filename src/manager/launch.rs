@@ -24,12 +24,18 @@
 //! files, sockets, processes) and ends with `exit`, never returning into the program's
 //! own start-up.
 #![allow(unsafe_code)]
+use std::ffi::OsString;
+use std::io::Read;
 use std::os::unix::fs::MetadataExt;
+use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use super::client;
+use super::connection::{START_TIMEOUT, connect, status_at};
+use super::mode::lock;
 use super::runtime::{RUNTIME_DIR_ENV, RuntimeDir};
 use super::server::{self, Config, Ended, GRACE_ENV};
 use super::sys;
@@ -38,12 +44,94 @@ use crate::os::Os;
 use crate::os::posix::PosixOs;
 use crate::sync::process::{AtomicBool, Ordering};
 
+/// Environment variable: a program that runs the manager as `PROGRAM manager` (the
+/// `shmrc` CLI does), instead of this program's own image.
+///
+/// ```
+/// assert_eq!(shmrc::manager::launch::PROGRAM_ENV, "SHMRC_MANAGER_PROGRAM");
+/// // e.g. `SHMRC_MANAGER_PROGRAM=/usr/local/bin/shmrc python train.py`
+/// ```
+pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
+/// How many times a client starts a manager and says Hello before giving up (a
+/// manager that is exiting at the very moment closes the new connection).
+pub(crate) const ATTEMPTS: u32 = 3;
+
+/// The program and its leading arguments set by [`set_manager_command`] (or
+/// [`set_manager_program`]).
+static PROGRAM: Mutex<Option<(PathBuf, Vec<OsString>)>> = Mutex::new(None);
+
+/// Sets the `shmrc` program that [`ManagerMode::Auto`](super::ManagerMode::Auto) starts (as `PROGRAM manager`),
+/// overriding `$SHMRC_MANAGER_PROGRAM`. Without one, the manager is served from this
+/// program's own image (this module); a program that cannot be re-executed that
+/// way (a Python extension, a sandboxed binary) names the `shmrc` CLI here, or a
+/// command of its own with [`set_manager_command`].
+///
+/// ```
+/// use std::path::PathBuf;
+/// use shmrc::manager::{manager_program, set_manager_program};
+///
+/// set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
+/// assert_eq!(manager_program(), Some(PathBuf::from("/opt/shmrc/bin/shmrc")));
+/// ```
+pub fn set_manager_program(program: PathBuf) {
+    set_manager_command(program, Vec::new());
+}
+
+/// Sets the command that runs the manager: `PROGRAM ARGS... manager` must start one
+/// detached (if none runs) and exit once it answers, as `shmrc manager` does, and
+/// `PROGRAM ARGS... manager --foreground` must serve it in the foreground, as
+/// `shmrc manager --foreground` does (both with `$SHMRC_RUNTIME_DIR` set). It overrides
+/// `$SHMRC_MANAGER_PROGRAM`, and [`start_detached`] uses it too instead of
+/// this program's own image. This is how a program that cannot re-execute itself
+/// serves the manager with nothing else installed: the Python package sets
+/// `[sys.executable, "-m", "shmrc._manager"]`, whose `manager` subcommand calls
+/// [`start_detached`] and [`serve_here`].
+///
+/// ```
+/// use std::ffi::OsString;
+/// use std::path::PathBuf;
+/// use shmrc::manager::{manager_command, manager_program, set_manager_command};
+///
+/// let args = vec![OsString::from("-m"), OsString::from("shmrc._manager")];
+/// set_manager_command(PathBuf::from("/usr/bin/python3"), args.clone());
+/// assert_eq!(manager_program(), Some(PathBuf::from("/usr/bin/python3")));
+/// assert_eq!(manager_command(), Some((PathBuf::from("/usr/bin/python3"), args)));
+/// ```
+pub fn set_manager_command(program: PathBuf, args: Vec<OsString>) {
+    *lock(&PROGRAM) = Some((program, args));
+}
+
+/// The command set by [`set_manager_command`] or [`set_manager_program`] in this
+/// process, if any (not `$SHMRC_MANAGER_PROGRAM`).
+pub(crate) fn explicit_command() -> Option<(PathBuf, Vec<OsString>)> {
+    lock(&PROGRAM).clone()
+}
+
+/// A command that runs `PROGRAM ARGS... manager [extra]` for `runtime`, with no
+/// standard input or output.
+pub(crate) fn manager_subcommand(
+    program: &PathBuf,
+    args: &[OsString],
+    extra: &[&str],
+    runtime: &RuntimeDir,
+) -> Command {
+    let mut command = Command::new(program);
+    command
+        .args(args)
+        .arg("manager")
+        .args(extra)
+        .env(RUNTIME_DIR_ENV, runtime.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
+    command
+}
+
 /// Environment variable that makes a program linking shmrc serve as its user's manager
 /// instead of running: [`START`] or [`SERVE`]. The library sets it when it starts a
 /// manager; a program never sets it for itself.
 ///
 /// ```
-/// use shmrc::manager::serve::ROLE_ENV;
+/// use shmrc::manager::launch::ROLE_ENV;
 /// assert_eq!(ROLE_ENV, "SHMRC_MANAGER_ROLE");
 /// // This process was started as a program, not as a manager:
 /// assert!(std::env::var_os(ROLE_ENV).is_none());
@@ -52,13 +140,13 @@ pub const ROLE_ENV: &str = "SHMRC_MANAGER_ROLE";
 /// The role that starts a detached manager and exits once it answers.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::serve::START, "start");
+/// assert_eq!(shmrc::manager::launch::START, "start");
 /// ```
 pub const START: &str = "start";
 /// The role that is the manager.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::serve::SERVE, "serve");
+/// assert_eq!(shmrc::manager::launch::SERVE, "serve");
 /// ```
 pub const SERVE: &str = "serve";
 /// The program a role re-executes: this process's own image.
@@ -129,6 +217,47 @@ fn serve_role() -> Result<()> {
         RuntimeDir::for_user(PosixOs.uid())?,
         server::grace_from_env()?,
     )
+}
+
+/// Where [`serve`] runs the manager.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Serve {
+    /// In this process, until its grace period passes with no client
+    /// (`shmrc manager --foreground`).
+    Foreground,
+    /// In a process of its own, in a session of its own; [`serve`] returns its pid once
+    /// it answers (`shmrc manager`). One already running there is found, not doubled.
+    Detached,
+}
+
+/// Runs the manager of `runtime`, with `grace` after its last client (`None`:
+/// `$SHMRC_MANAGER_GRACE_MS`, else 2 s; a variable that is no number of milliseconds is
+/// [`Error::InvalidArgument`]): the one public way a front end (the CLI, the Python
+/// package, a service of your own) serves it. With
+/// [`Serve::Detached`], the manager's pid; with [`Serve::Foreground`], `None` once it
+/// ends (at once, saying so on stderr, when another manager runs there already).
+///
+/// ```
+/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// use shmrc::manager::{Serve, runtime::RuntimeDir, serve, status_at};
+/// use std::time::Duration;
+///
+/// let dir = tempfile::tempdir().unwrap();
+/// let runtime = RuntimeDir::at(dir.path().join("shmrc"));
+/// let pid = serve(Serve::Detached, runtime.clone(), Some(Duration::from_secs(1)))?;
+/// assert_eq!(pid, Some(status_at(&runtime)?.pid));
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub fn serve(how: Serve, runtime: RuntimeDir, grace: Option<Duration>) -> Result<Option<u32>> {
+    let grace = match grace {
+        Some(grace) => grace,
+        None => server::grace_from_env()?,
+    };
+    match how {
+        Serve::Foreground => serve_here(runtime, grace).map(|()| None),
+        Serve::Detached => start_detached(&runtime, grace).map(Some),
+    }
 }
 
 /// Runs the manager of `runtime` in this process until `grace` passes with no client
@@ -250,7 +379,7 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
-/// use shmrc::manager::{client::status_at, runtime::RuntimeDir, serve::start_detached};
+/// use shmrc::manager::{connection::status_at, launch::start_detached, runtime::RuntimeDir};
 /// use std::time::Duration;
 ///
 /// // A manager of a runtime directory of its own, as a test harness would start it.
@@ -271,14 +400,14 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
 /// ```
 pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
     runtime.ensure(PosixOs.uid())?;
-    if let Ok(status) = client::status_at(runtime) {
+    if let Ok(status) = status_at(runtime) {
         return Ok(status.pid);
     }
     let log = runtime.open_log()?;
     // A command set for the manager serves it; else this program's own image does.
-    let (program, mut command) = match client::explicit_command() {
+    let (program, mut command) = match explicit_command() {
         Some((program, args)) => {
-            let command = client::manager_subcommand(&program, &args, &["--foreground"], runtime);
+            let command = manager_subcommand(&program, &args, &["--foreground"], runtime);
             (program, command)
         }
         None => (OWN_IMAGE.into(), own_image(SERVE, runtime)?),
@@ -291,9 +420,9 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
         program: program.clone(),
         why: format!("cannot spawn it: {e}"),
     })?;
-    let deadline = Instant::now() + client::START_TIMEOUT;
+    let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if let Ok(status) = client::status_at(runtime) {
+        if let Ok(status) = status_at(runtime) {
             return Ok(status.pid);
         }
         let exited = child.try_wait().ok().flatten();
@@ -310,9 +439,176 @@ pub fn start_detached(runtime: &RuntimeDir, grace: Duration) -> Result<u32> {
     }
 }
 
+/// Connects to the manager of `runtime`, starting one if none answers. A manager that
+/// answered the starter but ended its grace period before this connect is started
+/// again (at most [`ATTEMPTS`] times).
+pub(crate) fn connect_or_start(runtime: &RuntimeDir) -> Result<UnixStream> {
+    runtime.ensure(PosixOs.uid())?;
+    let mut attempt = 1;
+    loop {
+        match connect(runtime) {
+            Err(Error::NoManager { socket, source }) => {
+                if attempt > ATTEMPTS {
+                    return Err(Error::ManagerStart {
+                        program: manager_program().unwrap_or_else(|| OWN_IMAGE.into()),
+                        why: format!(
+                            "it reported a manager running {ATTEMPTS} times, but none \
+                             answered at {}: {source}",
+                            socket.display()
+                        ),
+                    });
+                }
+            }
+            other => return other,
+        }
+        // One starter at a time: whoever waited for the lock finds the manager the
+        // holder started, and connects.
+        let _starting = lock_start(runtime)?;
+        match connect(runtime) {
+            Err(Error::NoManager { .. }) => start(runtime)?,
+            other => return other,
+        }
+        attempt += 1;
+    }
+}
+
+/// Takes the start lock of `runtime`, waiting for another client's start to finish
+/// ([`START_TIMEOUT`] and a margin at most: a start is bounded by then).
+fn lock_start(runtime: &RuntimeDir) -> Result<sys::FileLock> {
+    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(10);
+    loop {
+        if let Some(lock) = sys::try_lock_exclusive(runtime.open_start_lock()?)? {
+            return Ok(lock);
+        }
+        if Instant::now() >= deadline {
+            return Err(Error::ManagerStart {
+                program: manager_program().unwrap_or_else(|| OWN_IMAGE.into()),
+                why: "another process has been starting the manager for too long".into(),
+            });
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// Starts a detached manager for `runtime` (or finds one running) and returns once it
+/// accepts connections: through `program manager` when [`manager_program`] names one,
+/// else by running this program's own image in the `start` role (see this module).
+/// The starter gets [`START_TIMEOUT`] and a little more; one that takes longer is
+/// killed (by its pid) and reaped.
+fn start(runtime: &RuntimeDir) -> Result<()> {
+    let (program, mut command) = match manager_command() {
+        Some((program, args)) => {
+            let command = manager_subcommand(&program, &args, &[], runtime);
+            (program, command)
+        }
+        None => (PathBuf::from(OWN_IMAGE), own_image(START, runtime)?),
+    };
+    let failed = |why: String| Error::ManagerStart {
+        program: program.clone(),
+        why,
+    };
+    let mut child = command
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| failed(format!("cannot run it: {e}")))?;
+    // Read while it runs (a full pipe must not stall it), and at most 64 KiB of it.
+    let stderr = child.stderr.take().map(|pipe| {
+        std::thread::spawn(move || {
+            let mut said = Vec::new();
+            let _ = pipe.take(64 << 10).read_to_end(&mut said);
+            String::from_utf8_lossy(&said).trim().to_owned()
+        })
+    });
+    let said = || {
+        stderr
+            .map(|reader| reader.join().unwrap_or_default())
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + START_TIMEOUT + Duration::from_secs(5);
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(status)) => break status,
+            Ok(None) if Instant::now() < deadline => {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Ok(None) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(failed(format!(
+                    "it had not finished after {} s and was killed: {}",
+                    (START_TIMEOUT + Duration::from_secs(5)).as_secs(),
+                    said()
+                )));
+            }
+            Err(e) => return Err(failed(format!("cannot wait for it: {e}"))),
+        }
+    };
+    if status.success() {
+        return Ok(());
+    }
+    Err(failed(format!("it exited with {status}: {}", said())))
+}
+
+/// The program named to run the manager ([`set_manager_command`],
+/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM`), if any. Without one, the
+/// library serves the manager from this program's own image.
+///
+/// ```
+/// match shmrc::manager::manager_program() {
+///     Some(program) => println!("the manager runs as `{} manager`", program.display()),
+///     None => println!("the manager is served from this program's own image"),
+/// }
+/// ```
+pub fn manager_program() -> Option<PathBuf> {
+    manager_command().map(|(program, _)| program)
+}
+
+/// The program and leading arguments that run the manager ([`set_manager_command`],
+/// [`set_manager_program`], else `$SHMRC_MANAGER_PROGRAM` with no arguments), if any.
+/// A program that runs with privileges its caller lacks (setuid, setgid, file
+/// capabilities) reads no variable: only what it named itself through the API runs.
+///
+/// ```
+/// if let Some((program, args)) = shmrc::manager::manager_command() {
+///     println!("the manager runs as `{} {args:?} manager`", program.display());
+/// }
+/// ```
+pub fn manager_command() -> Option<(PathBuf, Vec<OsString>)> {
+    explicit_command()
+        .or_else(|| crate::environment::var_os(PROGRAM_ENV).map(|p| (PathBuf::from(p), Vec::new())))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_explicit_program_wins_over_the_own_image() {
+        set_manager_program(PathBuf::from("/opt/shmrc/bin/shmrc"));
+        assert_eq!(
+            manager_program(),
+            Some(PathBuf::from("/opt/shmrc/bin/shmrc"))
+        );
+        assert_eq!(
+            manager_command(),
+            Some((PathBuf::from("/opt/shmrc/bin/shmrc"), Vec::new()))
+        );
+        let runtime = RuntimeDir::at(PathBuf::from("/run/user/1/shmrc"));
+        let args = [OsString::from("-m"), OsString::from("shmrc._manager")];
+        let command = manager_subcommand(
+            &PathBuf::from("python3"),
+            &args,
+            &["--foreground"],
+            &runtime,
+        );
+        let argv: Vec<_> = command.get_args().collect();
+        assert_eq!(argv, ["-m", "shmrc._manager", "manager", "--foreground"]);
+        assert!(
+            command
+                .get_envs()
+                .any(|(k, v)| k == RUNTIME_DIR_ENV && v == Some(runtime.path().as_os_str()))
+        );
+    }
 
     const MAPS: &str = "\
 55d0c0a00000-55d0c0a20000 r--p 00000000 fd:01 1234567  /usr/bin/prog

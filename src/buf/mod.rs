@@ -1,11 +1,36 @@
-//! [`ShmBuf`]: the user's handle to a shared buffer, and [`CreateOptions`]. The user
-//! docs are on the types (this module is re-exported at the crate root).
+//! The buffers room: every type a user holds shared memory through, with its
+//! constructors beside it.
+//! - this file: [`ShmBuf`] (a reference to a segment, on any OS) and [`CreateOptions`];
+//!   the default-OS constructors are beside the generic type, as std keeps
+//!   `HashMap::new` beside `HashMap<K, V, S>`;
+//! - `buf_mut.rs`: [`ShmBufMut`], the creator's exclusive, writable buffer;
+//! - `frozen.rs`: [`FrozenBuf`], a sealed, read-only buffer (and [`FreezeError`]);
+//! - `view.rs`: typed views (`Pod` items) over a buffer's bytes, the range checks shared by
+//!   all of the above;
+//! - `array.rs` (feature `ndarray`): `FrozenArray`, an `ndarray` view of a frozen buffer.
+//!
+//! The user docs are on the types (re-exported at the crate root).
 //!
 //! # Planted bugs
 //! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'` (`docs/VERIFICATION.md`,
 //! `.ci/planted-bugs`):
 //! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
 //!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.
+
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+pub(crate) mod array;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub(crate) mod buf_mut;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub(crate) mod frozen;
+pub(crate) mod view;
+
+#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+pub use array::FrozenArray;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use buf_mut::ShmBufMut;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use frozen::{FreezeError, FrozenBuf};
 
 use std::fmt;
 use std::sync::Arc;
@@ -14,7 +39,10 @@ use crate::error::{Error, Result};
 use crate::handle::{HandleMeta, InFlight, ShareHandle, Target};
 use crate::holders::{self, ClaimError, Finalized, Holders};
 use crate::local::SegmentKey;
+use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+use crate::os::posix::DataRegion;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
 use crate::strategy::{Strategy, strategy_in_force};
@@ -293,7 +321,7 @@ fn let_go<O: Os>(
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-pub struct ShmBuf<O: Os = crate::DefaultOs> {
+pub struct ShmBuf<O: Os = DefaultOs> {
     inner: Arc<Inner<O>>,
 }
 
@@ -818,7 +846,7 @@ impl<O: Os> ShmBuf<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn read_items<T: bytemuck::Pod>(&self, first: usize, out: &mut [T]) -> Result<()> {
-        let range = crate::view::item_range::<T>(first, out.len(), self.len())?;
+        let range = view::item_range::<T>(first, out.len(), self.len())?;
         self.read_at(range.start, bytemuck::cast_slice_mut(out))
     }
 
@@ -835,7 +863,7 @@ impl<O: Os> ShmBuf<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn write_items<T: bytemuck::Pod>(&self, first: usize, items: &[T]) -> Result<()> {
-        let range = crate::view::item_range::<T>(first, items.len(), self.len())?;
+        let range = view::item_range::<T>(first, items.len(), self.len())?;
         self.write_at(range.start, bytemuck::cast_slice(items))
     }
 
@@ -1150,4 +1178,77 @@ pub(crate) fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -
         });
     }
     Ok(())
+}
+
+// The default OS's constructors and the raw data region, beside the generic type.
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl ShmBuf {
+    /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy
+    /// ([`sharing_strategy`](crate::sharing_strategy)), in the namespace `shmrc`. A
+    /// `len` of 0 or beyond the largest segment is [`Error::InvalidArgument`]; a full
+    /// `/dev/shm` is [`Error::NoSpace`], before any byte is handed out.
+    ///
+    /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
+    /// [`Error::NoSpace`]: crate::Error::NoSpace
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// let buf = shmrc::ShmBuf::new(4096)?;
+    /// assert_eq!(buf.len(), 4096);
+    /// assert_eq!(buf.strategy(), shmrc::sharing_strategy());
+    /// let mut out = [1u8; 16];
+    /// buf.read_at(0, &mut out)?;
+    /// assert_eq!(out, [0; 16]); // zero-filled
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn new(len: usize) -> Result<ShmBuf> {
+        ShmBuf::create_with(&DefaultOs::default(), len, &CreateOptions::default())
+    }
+
+    /// Creates a zero-filled buffer of `len` bytes as `options` say (strategy, holder
+    /// slots, namespace).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-with-options")?);
+    /// let buf = ShmBuf::with_options(1 << 20, &options)?;
+    /// assert_eq!((buf.len(), buf.strategy()), (1 << 20, Strategy::FileSystem));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn with_options(len: usize, options: &CreateOptions) -> Result<ShmBuf> {
+        ShmBuf::create_with(&DefaultOs::default(), len, options)
+    }
+}
+
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+impl ShmBuf {
+    /// The data as a raw region, for zero-copy access (`unsafe` slices with a stated
+    /// contract, or a raw pointer).
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// let buf = shmrc::ShmBuf::new(8)?;
+    /// buf.write_at(0, b"zerocopy")?;
+    /// let region = buf.region();
+    /// assert_eq!(region.len(), 8);
+    /// // SAFETY: no process writes the buffer while the slice lives.
+    /// let bytes = unsafe { region.as_slice() };
+    /// assert_eq!(bytes, b"zerocopy");
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn region(&self) -> DataRegion<'_> {
+        let layout = self.fields().layout;
+        self.mapping()
+            .region(layout.data_offset, layout.data_len)
+            .expect("validated layout lies inside the mapping")
+    }
 }

@@ -18,11 +18,11 @@ use std::ops::{Deref, DerefMut};
 
 use bytemuck::Pod;
 
+use super::frozen::{FreezeError, FrozenBuf};
+use super::view;
 use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::Result;
-use crate::frozen::{FreezeError, FrozenBuf};
 use crate::strategy::Strategy;
-use crate::view;
 
 /// A freshly created buffer that nobody else can reach yet: write it through
 /// `&mut [u8]` (`DerefMut`) or `&mut [T]` ([`ShmBufMut::cast_mut`]), zero-copy and

@@ -22,15 +22,15 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use crate::DefaultOs;
-use crate::buf::{ShmBuf, check_matches};
+use super::view;
+use super::{ShmBuf, check_matches};
 use crate::error::{Error, Result};
 use crate::handle::{HandleMeta, ShareHandle, Target};
+use crate::manager::DefaultOs;
 use crate::os::Os;
 use crate::os::posix::{PosixFile, PosixOs, SealedMap};
 use crate::segment::{self, Fields};
 use crate::strategy::Strategy;
-use crate::view;
 
 /// A buffer sealed against writes: every holder reads it as `&[u8]`
 /// (`Deref<Target = [u8]>`) or as `&[T]` ([`FrozenBuf::cast`]) without `unsafe`,
