@@ -72,7 +72,7 @@ pub fn status() -> Result<ManagerStatus> {
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
 /// use shmrc::Error;
-/// use shmrc::manager::{client::status_at, runtime::RuntimeDir, launch::start_detached};
+/// use shmrc::manager::{launch::start_detached, runtime::RuntimeDir, status_at};
 /// use std::time::Duration;
 ///
 /// let dir = tempfile::tempdir().unwrap();
