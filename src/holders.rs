@@ -149,7 +149,7 @@ pub enum ClaimError {
     Full,
 }
 
-/// How [`finalize`] ended.
+/// How a finalize ended (the last holder's release, or a sweep's).
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -178,7 +178,7 @@ pub enum Outcome {
     AlreadyGone,
 }
 
-/// What [`finalize`] did.
+/// What a finalize did.
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
@@ -438,6 +438,7 @@ impl Claim {
 
     /// Puts it in retry round `round` (the exhaustive check keeps no round counter: it
     /// explores a round's end both as another round and as the last one).
+    #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
     pub fn set_round(&mut self, round: usize) {
         self.round = round;
     }
@@ -899,6 +900,7 @@ impl Finalize {
     }
 
     /// Puts it in retry round `round` (see [`Claim::set_round`]).
+    #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
     pub fn set_round(&mut self, round: usize) {
         self.round = round;
     }

@@ -103,9 +103,11 @@
 //! User code never names an OS: [`ShmBuf`], [`ShareHandle`] and [`transport::Message`]
 //! have a type parameter that defaults to [`DefaultOs`], the real kernel. The protocol
 //! is generic over an abstract OS so that the checkers in `tests/`, `fuzz/` and
-//! `proofs/` run the very code production runs on a simulated kernel; that machinery
-//! (the `os`, `segment`, `holders`, `token`, `local` and `sync` modules, the `*_with`
-//! functions) is public for them and left out of these docs.
+//! `proofs/` run the very code production runs on a simulated kernel. That machinery
+//! (the `os`, `segment`, `holders`, `token`, `local` and `sync` rooms) is private: the
+//! checkers reach it through one declared seam, `shmrc::checkers`, behind the feature
+//! `checkers`, which is not API (no semver promise; see docs/ARCHITECTURE.md). The
+//! `*_with` functions, generic over the OS, are left out of these docs.
 //!
 //! # What shmrc does not do
 //! - It does not synchronize your reads and writes of a writable shared buffer: that
@@ -128,39 +130,106 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 
-#[doc(hidden)]
-pub mod buf;
+mod buf;
 #[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
 pub mod channel;
 #[cfg(feature = "cuda")]
 pub mod cuda;
 mod environment;
-#[doc(hidden)]
-pub mod error;
-#[doc(hidden)]
-pub mod handle;
-#[doc(hidden)]
-pub mod holders;
-#[doc(hidden)]
-pub mod local;
+mod error;
+mod handle;
+mod holders;
+mod local;
 pub mod manager;
-#[doc(hidden)]
-pub mod namespace;
-#[doc(hidden)]
-pub mod os;
-#[doc(hidden)]
-pub mod pool;
-#[doc(hidden)]
-pub mod segment;
-#[doc(hidden)]
-pub mod strategy;
-#[doc(hidden)]
-pub mod sweep;
-#[doc(hidden)]
-pub mod sync;
-#[doc(hidden)]
-pub mod token;
+mod namespace;
+mod os;
+mod pool;
+mod segment;
+mod strategy;
+mod sweep;
+mod sync;
+mod token;
 pub mod transport;
+
+/// The checkers' seam (feature `checkers`, for shmrc's own tests, model, proofs, fuzz
+/// targets, benchmarks and front ends; not part of the API, no semver promise): the
+/// protocol rooms under the user API, as the simulated OS, loom, shuttle, proptest and
+/// cargo-fuzz drive them. quinn-proto keeps its test seam the same way, in one place
+/// behind a private switch. A user program needs none of it: every item of the API is
+/// re-exported at the crate root (or lives in `manager`, `transport`, `channel`,
+/// `cuda`).
+#[cfg(feature = "checkers")]
+#[doc(hidden)]
+pub mod checkers {
+    /// The `buf` room (see its own docs).
+    pub mod buf {
+        pub use crate::buf::*;
+    }
+    /// The `error` room (see its own docs).
+    pub mod error {
+        pub use crate::error::*;
+    }
+    /// The `handle` room (see its own docs).
+    pub mod handle {
+        pub use crate::handle::*;
+    }
+    /// The `holders` room (see its own docs).
+    pub mod holders {
+        pub use crate::holders::*;
+    }
+    /// The `local` room (see its own docs).
+    pub mod local {
+        pub use crate::local::*;
+    }
+    /// The `namespace` room (see its own docs).
+    pub mod namespace {
+        pub use crate::namespace::*;
+    }
+    /// The `os` room (see its own docs).
+    pub mod os {
+        pub use crate::os::*;
+    }
+    /// The `pool` room (see its own docs).
+    pub mod pool {
+        pub use crate::pool::*;
+    }
+    /// The `segment` room (see its own docs).
+    pub mod segment {
+        pub use crate::segment::*;
+    }
+    /// The `strategy` room (see its own docs).
+    pub mod strategy {
+        pub use crate::strategy::*;
+    }
+    /// The `sweep` room (see its own docs).
+    pub mod sweep {
+        pub use crate::sweep::*;
+    }
+    /// The `sync` room (see its own docs).
+    pub mod sync {
+        pub use crate::sync::*;
+    }
+    /// The `token` room (see its own docs).
+    pub mod token {
+        pub use crate::token::*;
+    }
+    /// The manager's inner rooms (the registry's decisions, the server loop, the wire).
+    #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    pub mod manager {
+        /// The manager's decisions, with no I/O.
+        pub mod registry {
+            pub use crate::manager::registry::*;
+        }
+        /// The manager's event loop.
+        pub mod server {
+            pub use crate::manager::server::*;
+        }
+        /// The frames clients and the manager exchange.
+        pub mod wire {
+            pub use crate::manager::wire::*;
+        }
+    }
+}
 
 #[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
 pub use buf::FrozenArray;

@@ -112,7 +112,7 @@ pub struct Creator {
 fn namespaces(given: Option<&Namespace>) -> Result<Vec<Namespace>> {
     match given {
         Some(ns) => Ok(vec![ns.clone()]),
-        None => crate::manager::server::namespaces_found(&DefaultOs::default()),
+        None => crate::manager::registry::namespaces_found(&DefaultOs::default()),
     }
 }
 

@@ -75,6 +75,7 @@ const W_PENDING: usize = 13;
 const W_GENERATION: usize = 14;
 const W_SHARE_KEY: usize = 15;
 /// Byte offset of the generation word (for tools that read headers raw).
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
 
 /// Where things are in a segment.

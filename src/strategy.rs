@@ -157,7 +157,7 @@ pub fn all_sharing_strategies() -> &'static [Strategy] {
 /// `file_system`, read once), else [`Strategy::FileDescriptor`]. A value of the
 /// variable that names no strategy reads as [`Strategy::FileDescriptor`] here, and
 /// every create that relies on it fails with an [`Error::InvalidArgument`](crate::Error::InvalidArgument) naming the
-/// variable (as [`strategy_in_force`] says) until [`set_sharing_strategy`] is called.
+/// variable (as `strategy_in_force` says) until [`set_sharing_strategy`] is called.
 /// A program that runs with privileges its caller lacks reads no variable.
 ///
 /// ```
@@ -176,7 +176,7 @@ pub fn sharing_strategy() -> Strategy {
 ///
 /// ```
 /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
-/// use shmrc::strategy::{Strategy, set_sharing_strategy, strategy_in_force};
+/// use shmrc::checkers::strategy::{Strategy, set_sharing_strategy, strategy_in_force};
 /// set_sharing_strategy(Strategy::FileSystem);
 /// assert_eq!(strategy_in_force()?, Strategy::FileSystem);
 /// # }
@@ -206,7 +206,7 @@ pub fn strategy_in_force() -> Result<Strategy, BadVariable> {
 /// [`set_sharing_strategy`] (`file_descriptor` or `file_system`).
 ///
 /// ```
-/// assert_eq!(shmrc::strategy::STRATEGY_ENV, "SHMRC_SHARING_STRATEGY");
+/// assert_eq!(shmrc::checkers::strategy::STRATEGY_ENV, "SHMRC_SHARING_STRATEGY");
 /// ```
 pub const STRATEGY_ENV: &str = "SHMRC_SHARING_STRATEGY";
 

@@ -142,6 +142,7 @@ pub struct SweepReport {
 }
 
 /// Lists the segments of `ns` and what a sweep would do, changing nothing.
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub fn inspect<O: Os>(os: &O, ns: &Namespace) -> Result<SweepReport> {
     sweep_with(os, ns, true)
 }

@@ -29,6 +29,8 @@ macro_rules! std_atomic {
         #[derive(Default)]
         pub struct $name($std);
 
+        // The facade's whole surface: some operations only the checkers' builds use.
+        #[cfg_attr(not(feature = "checkers"), allow(dead_code))]
         impl $name {
             /// A new atomic holding `value`.
             pub const fn new(value: $value) -> Self {
@@ -73,6 +75,7 @@ macro_rules! std_atomic {
 /// Adds the integer-only operations to a wrapper made by `std_atomic!`.
 macro_rules! std_atomic_integer {
     ($name:ident, $value:ty) => {
+        #[cfg_attr(not(feature = "checkers"), allow(dead_code))]
         impl $name {
             /// Adds `value` (wrapping), returning the previous value.
             #[inline]

@@ -7,13 +7,13 @@
 
 use std::sync::{Arc, Mutex};
 
+use shmrc::checkers::os::sim::{SimKernel, SimOs};
+use shmrc::checkers::sweep::{inspect, sweep_with};
 use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
     CleanupDeferral, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DevicePtr, DeviceView,
     Driver, DriverAllocator, FakeDriver, HandleKind, IpcExport,
 };
-use shmrc::os::sim::{SimKernel, SimOs};
-use shmrc::sweep::{inspect, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShmBuf, Strategy};
 
 const UID: u32 = 1000;

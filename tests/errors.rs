@@ -9,9 +9,9 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
-use shmrc::os::Os;
-use shmrc::os::posix::PosixOs;
-use shmrc::segment::{self, MAGIC};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::posix::PosixOs;
+use shmrc::checkers::segment::{self, MAGIC};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
 
@@ -77,7 +77,7 @@ fn a_segment_without_a_published_header_is_half_created() {
 fn a_sweep_removes_half_created_segments_only_once_their_creator_is_dead() {
     let t = TestNamespace::new("halfsweep");
     let mut child = std::process::Command::new("true").spawn().unwrap();
-    let dead = shmrc::token::Token::new(child.id(), 0).unwrap();
+    let dead = shmrc::checkers::token::Token::new(child.id(), 0).unwrap();
     child.wait().unwrap();
     let mine =
         t.ns.segment_name(PosixOs.uid(), PosixOs.pid_namespace(), PosixOs.current(), 1);

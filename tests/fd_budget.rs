@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use nix::sys::resource::{Resource, setrlimit};
 use shmrc::Error;
-use shmrc::os::Os;
-use shmrc::os::posix::PosixOs;
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::posix::PosixOs;
 use shmrc_testkit::process::{output_within, test_role, text_of};
 
 const ROLE: &str = "SHMRC_TEST_FD_BUDGET";

@@ -19,9 +19,9 @@ use std::os::unix::process::CommandExt;
 use std::process::Command;
 use std::time::Duration;
 
-use shmrc::handle::{Decoded, HandleMeta, InFlight, encode};
-use shmrc::local::SegmentKey;
-use shmrc::segment::{DEFAULT_CAPACITY, Layout};
+use shmrc::checkers::handle::{Decoded, HandleMeta, InFlight, encode};
+use shmrc::checkers::local::SegmentKey;
+use shmrc::checkers::segment::{DEFAULT_CAPACITY, Layout};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};
 use shmrc_testkit::names::TestNamespace;
@@ -80,7 +80,7 @@ fn forger() {
         name: Some(name),
         in_flight: Some(InFlight {
             slot: 1,
-            word: shmrc::holders::in_flight_word(parts.creator),
+            word: shmrc::checkers::holders::in_flight_word(parts.creator),
         }),
     });
     println!("forged {}", hex(&forged));
@@ -160,8 +160,8 @@ fn handle_bytes_forged_from_a_listing_attach_nothing_and_take_nothing() {
         .map(unhex)
         .unwrap_or_else(|| panic!("no forged bytes: {said}"));
     // The forgery is right in everything but the share key.
-    let real_decoded = shmrc::handle::decode(&real, nixish_uid()).unwrap();
-    let mut forged_decoded = shmrc::handle::decode(&forged, nixish_uid()).unwrap();
+    let real_decoded = shmrc::checkers::handle::decode(&real, nixish_uid()).unwrap();
+    let mut forged_decoded = shmrc::checkers::handle::decode(&forged, nixish_uid()).unwrap();
     assert_ne!(forged_decoded.meta.share_key, real_decoded.meta.share_key);
     forged_decoded.meta.share_key = real_decoded.meta.share_key;
     assert_eq!(

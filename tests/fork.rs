@@ -9,7 +9,7 @@
 
 use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
 use nix::unistd::{ForkResult, fork};
-use shmrc::holders::Outcome;
+use shmrc::checkers::holders::Outcome;
 use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
 

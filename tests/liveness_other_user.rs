@@ -18,8 +18,8 @@ use std::process::Command;
 use std::time::Duration;
 
 use shmrc::Token;
-use shmrc::os::Os;
-use shmrc::os::posix::PosixOs;
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::posix::PosixOs;
 use shmrc_testkit::process::{copy_of_this_test, output_within, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 

@@ -26,10 +26,10 @@ use concurrency::{Buf, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
-use shmrc::os::Os;
-use shmrc::os::sim::SimOs;
-use shmrc::segment;
-use shmrc::sync::process::{AtomicU64, Ordering::Relaxed};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::SimOs;
+use shmrc::checkers::segment;
+use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
 
 /// The preemption bound of the 2-process models when `LOOM_MAX_PREEMPTIONS` is not set.
 const PREEMPTIONS_2: usize = 3;

@@ -1,4 +1,4 @@
-//! Model-based tests of the manager's decisions (`shmrc::manager::registry`) on the
+//! Model-based tests of the manager's decisions (`shmrc::checkers::manager::registry`) on the
 //! simulated kernel: random sequences of client operations (create, share, release in
 //! two namespaces), client kills and respawns, and the manager's own life — two
 //! managers at once, each with its own registry and its own clients, polled for the
@@ -30,13 +30,13 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
-use shmrc::holders::Slot;
-use shmrc::manager::registry::{
+use shmrc::checkers::holders::Slot;
+use shmrc::checkers::manager::registry::{
     MAX_NAMESPACES, Registry, Scope, Sweep, Tick, Use, sweep_everything,
 };
-use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs};
-use shmrc::segment::HEADER_BYTES;
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimKernel, SimOs};
+use shmrc::checkers::segment::HEADER_BYTES;
 use shmrc::{CreateOptions, Namespace, Result as ShmResult, ShareHandle, ShmBuf, SweepReport};
 
 const CLIENTS: usize = 3;

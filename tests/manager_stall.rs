@@ -33,7 +33,7 @@ const HANDLES: &str = "SHMRC_TEST_STALL_HANDLES";
 const ROLE: &str = "SHMRC_TEST_STALL_ROLE";
 /// Segments attached one by one before the manager is asked to watch their namespace
 /// whole.
-const TOLD_ONE_BY_ONE: usize = shmrc::manager::registry::MAX_SEGMENTS_PER_NAMESPACE;
+const TOLD_ONE_BY_ONE: usize = shmrc::checkers::manager::registry::MAX_SEGMENTS_PER_NAMESPACE;
 
 fn options(prefix: &str) -> CreateOptions {
     CreateOptions::new()

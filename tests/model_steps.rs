@@ -10,10 +10,10 @@
 
 use std::collections::HashMap;
 
-use shmrc::holders::Slot;
-use shmrc::os::sim::{SimKernel, SimOs};
-use shmrc::segment::{HEADER_BYTES, MAGIC};
-use shmrc::sweep::sweep_with;
+use shmrc::checkers::holders::Slot;
+use shmrc::checkers::os::sim::{SimKernel, SimOs};
+use shmrc::checkers::segment::{HEADER_BYTES, MAGIC};
+use shmrc::checkers::sweep::sweep_with;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_model::protocol::{Config, Handle, Op, Pc, Phase, Pid, State, Target, Transition, Word};
 
@@ -266,7 +266,7 @@ impl Run {
     }
 
     fn word_of(&self, raw: u64) -> Word {
-        let pid = |t: shmrc::token::Token| -> Pid {
+        let pid = |t: shmrc::checkers::token::Token| -> Pid {
             self.procs
                 .iter()
                 .position(|os| os.token() == t)

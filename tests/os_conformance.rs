@@ -1,4 +1,4 @@
-//! The contract of [`shmrc::os::Os`], written once and checked on every backend.
+//! The contract of [`shmrc::checkers::os::Os`], written once and checked on every backend.
 //!
 //! Each behaviour is a generic function `fn behaviour<H: Harness>()`; the
 //! [`conformance!`] macro instantiates all of them as `#[test]`s for one backend. A
@@ -20,10 +20,10 @@
 use std::collections::HashSet;
 
 use shmrc::Error;
-use shmrc::namespace::Namespace;
-use shmrc::os::{MAX_FDS_PER_SEND, Mapping, Os};
-use shmrc::sync::Ordering;
-use shmrc::token::Token;
+use shmrc::checkers::namespace::Namespace;
+use shmrc::checkers::os::{MAX_FDS_PER_SEND, Mapping, Os};
+use shmrc::checkers::sync::Ordering;
+use shmrc::checkers::token::Token;
 
 type File<H> = <<H as Harness>::O as Os>::File;
 type Stream<H> = <<H as Harness>::O as Os>::Stream;
@@ -626,13 +626,13 @@ macro_rules! conformance {
 struct PosixHarness;
 
 impl Harness for PosixHarness {
-    type O = shmrc::os::posix::PosixOs;
+    type O = shmrc::checkers::os::posix::PosixOs;
     type World = ();
 
     fn world() {}
 
     fn process(_: &()) -> Self::O {
-        shmrc::os::posix::PosixOs::new()
+        shmrc::checkers::os::posix::PosixOs::new()
     }
 
     fn other_process(_: &(), _: &Self::O) -> Option<Self::O> {
@@ -671,11 +671,11 @@ conformance!(posix, PosixHarness);
 struct SimHarness;
 
 impl Harness for SimHarness {
-    type O = shmrc::os::sim::SimOs;
-    type World = shmrc::os::sim::SimKernel;
+    type O = shmrc::checkers::os::sim::SimOs;
+    type World = shmrc::checkers::os::sim::SimKernel;
 
     fn world() -> Self::World {
-        shmrc::os::sim::SimKernel::new(0x5eed)
+        shmrc::checkers::os::sim::SimKernel::new(0x5eed)
     }
 
     fn process(world: &Self::World) -> Self::O {
@@ -690,7 +690,10 @@ impl Harness for SimHarness {
         world: &Self::World,
         a: &Self::O,
         b: &Self::O,
-    ) -> (shmrc::os::sim::SimStream, shmrc::os::sim::SimStream) {
+    ) -> (
+        shmrc::checkers::os::sim::SimStream,
+        shmrc::checkers::os::sim::SimStream,
+    ) {
         world.stream_pair(a, b)
     }
 
@@ -712,9 +715,9 @@ mod posix_only {
     use nix::fcntl::{FcntlArg, FdFlag, fcntl};
     use nix::sys::resource::{Resource, getrlimit, setrlimit};
     use shmrc::Error;
-    use shmrc::os::Os;
-    use shmrc::os::posix::{PosixOs, raise_fd_limit};
-    use shmrc::token::Token;
+    use shmrc::checkers::os::Os;
+    use shmrc::checkers::os::posix::{PosixOs, raise_fd_limit};
+    use shmrc::checkers::token::Token;
 
     use super::Scratch;
 
@@ -766,7 +769,7 @@ mod posix_only {
     /// a moment that differs each time: no answer may be "alive".
     #[test]
     fn a_zombie_reaped_while_its_liveness_is_asked_never_counts_as_alive() {
-        use shmrc::sync::process::{AtomicBool, Ordering};
+        use shmrc::checkers::sync::process::{AtomicBool, Ordering};
         let os = PosixOs::new();
         let mut wrong = Vec::new();
         for round in 0..REAPED_ZOMBIES {

@@ -28,8 +28,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use shmrc::Token;
-use shmrc::os::Os;
-use shmrc::os::posix::PosixOs;
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::posix::PosixOs;
 use shmrc_testkit::process::output_within;
 
 /// The variable that tells a copy of this binary which role to play.

@@ -33,9 +33,9 @@ use std::io;
 use std::time::Instant;
 
 use concurrency::{Buf, World, ok_or_killed};
-use shmrc::os::Os;
-use shmrc::os::sim::{SimOs, SimStream};
-use shmrc::sync::process::{AtomicU64, Ordering::Relaxed};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimOs, SimStream};
+use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
 use shmrc::{Error, Result, transport};
 use shuttle::rand::{Rng, thread_rng};
 use shuttle::sync::mpsc::{Receiver, Sender, channel};

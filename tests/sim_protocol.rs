@@ -6,11 +6,11 @@
 //! hostile words in a header are recovered (P5).
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-use shmrc::holders::Outcome;
-use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs, UnlinkRace};
-use shmrc::segment::HEADER_BYTES;
-use shmrc::sweep::{Action, SweepReport, inspect, sweep_after_deaths, sweep_with};
+use shmrc::checkers::holders::Outcome;
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimKernel, SimOs, UnlinkRace};
+use shmrc::checkers::segment::HEADER_BYTES;
+use shmrc::checkers::sweep::{Action, SweepReport, inspect, sweep_after_deaths, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
 
 const UID: u32 = 1000;
@@ -324,7 +324,7 @@ fn a_segment_from_another_pid_namespace_is_refused() {
     );
     assert!(matches!(
         report.segments[0].action,
-        shmrc::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
+        shmrc::checkers::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
     ));
     // The refused handle could not give its in-flight reference back from the other
     // namespace: it stays with its sender, A, until A exits.
@@ -411,12 +411,12 @@ fn a_half_created_segment_of_another_pid_namespace_is_left_to_its_own_sweepers()
     let here = kernel.spawn(UID);
     // Created, not yet sized or published: only the name says who made it.
     let name = ns().segment_name(UID, 99, creator.token(), 1);
-    let file = shmrc::os::Os::shm_create(&creator, &name).unwrap();
+    let file = shmrc::checkers::os::Os::shm_create(&creator, &name).unwrap();
     // From here the creator's pid means nothing: it must not be judged dead.
     let report = sweep_with(&here, &ns(), false).unwrap();
     assert!(matches!(
         report.segments[0].action,
-        shmrc::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
+        shmrc::checkers::sweep::Action::Skipped(Error::OtherPidNamespace { .. })
     ));
     assert_eq!(kernel.names(), vec![name.clone()]);
     // In its own namespace it is being created, and removed once its creator is dead.
@@ -424,7 +424,7 @@ fn a_half_created_segment_of_another_pid_namespace_is_left_to_its_own_sweepers()
     let report = sweep_with(&neighbour, &ns(), false).unwrap();
     assert!(matches!(
         report.segments[0].action,
-        shmrc::sweep::Action::BeingCreated
+        shmrc::checkers::sweep::Action::BeingCreated
     ));
     kernel.kill(creator.pid());
     assert_eq!(sweep_with(&neighbour, &ns(), false).unwrap().unlinked, 1);
@@ -593,7 +593,7 @@ fn a_name_planted_by_another_user_stops_no_sweep() {
     assert!(
         matches!(
             planted_report.action,
-            shmrc::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == UID + 1
+            shmrc::checkers::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == UID + 1
         ),
         "{planted_report:?}"
     );
@@ -774,9 +774,9 @@ fn bytes_forged_without_the_share_key_take_over_and_give_back_nothing() {
     let receiver = kernel.spawn(UID);
     let buf = create(&owner, 4).unwrap();
     let real = share_bytes(&buf).unwrap();
-    let mut decoded = shmrc::handle::decode(&real, UID).unwrap();
+    let mut decoded = shmrc::checkers::handle::decode(&real, UID).unwrap();
     decoded.meta.share_key ^= 1; // a guess: wrong, as 2^64 - 1 of them are
-    let forged = shmrc::handle::encode(&decoded);
+    let forged = shmrc::checkers::handle::encode(&decoded);
     let in_flight = || {
         let report = inspect(&kernel.spawn(UID), &ns()).unwrap();
         report.segments[0].census.unwrap().in_flight

@@ -41,9 +41,9 @@ use std::os::unix::process::CommandExt;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::posix::PosixOs;
 use shmrc::manager::runtime::RuntimeDir;
-use shmrc::os::Os;
-use shmrc::os::posix::PosixOs;
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::{

@@ -75,8 +75,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// Times `n` liveness checks of this process's parent against `n` whole-file reads of
 /// its `/proc/<pid>/stat`, alternating rounds of each, and prints both per call.
 fn time_liveness(n: u32) -> Result<(), Box<dyn std::error::Error>> {
-    use shmrc::os::Os;
-    use shmrc::os::posix::PosixOs;
+    use shmrc::checkers::os::Os;
+    use shmrc::checkers::os::posix::PosixOs;
     use std::time::Instant;
     let me = PosixOs.current();
     let path = format!("/proc/{}/stat", me.pid());

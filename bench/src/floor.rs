@@ -35,7 +35,7 @@ use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, s
 use nix::sys::stat::Mode;
 use nix::unistd::ftruncate;
 
-use shmrc::os::MAX_FDS_PER_SEND;
+use shmrc::checkers::os::MAX_FDS_PER_SEND;
 use shmrc::{Error, Result};
 
 /// Sizes a fresh object: `ftruncate`, then `posix_fallocate` when `reserve` (what

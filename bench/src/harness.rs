@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
-use shmrc::os::Os;
+use shmrc::checkers::os::Os;
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
 use crate::floor::{self, FloorMap};

@@ -27,7 +27,7 @@
 //! its descriptor), so no slice ever overlaps a write.
 #![allow(unsafe_code)]
 
-use shmrc::sync::process::{AtomicU64, Ordering};
+use shmrc::checkers::sync::process::{AtomicU64, Ordering};
 use shmrc::{Error, Result, ShmBuf};
 
 use crate::floor::FloorMap;

@@ -765,7 +765,7 @@ impl Peer {
     /// Starts `command` (a re-execution of the measuring binary that ends up in
     /// [`serve`]) as the peer serving `contender` in `mode`, and waits for it to connect.
     pub fn start(mut command: Command, contender: &str, mode: Mode) -> Result<Peer> {
-        use shmrc::sync::process::{AtomicU64, Ordering};
+        use shmrc::checkers::sync::process::{AtomicU64, Ordering};
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         let dir = std::env::temp_dir().join(format!("shmrc-bench-{}-{n}", std::process::id()));

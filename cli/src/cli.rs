@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use shmrc::Namespace;
-use shmrc::os::Os;
+use shmrc::checkers::os::Os;
 use shmrc_bench::harness::BenchOptions;
 use shmrc_bench::table::{Table, age, bytes};
 use shmrc_bench::workloads::PEER_CONTENDER;

@@ -13,8 +13,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shmrc::holders::Outcome;
-use shmrc::os::Os;
+use shmrc::checkers::holders::Outcome;
+use shmrc::checkers::os::Os;
 use shmrc::{
     CreateOptions, DefaultOs, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport,
 };

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use shmrc::DefaultOs;
+use shmrc::checkers::os::Os;
 use shmrc::manager::runtime::RuntimeDir;
 use shmrc::manager::{self, Serve};
-use shmrc::os::Os;
 
 use crate::error::Result;
 

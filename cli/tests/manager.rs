@@ -14,9 +14,9 @@ use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use common::{LIMIT, Worker, file_system_buf, held_only_by, shmrc_within, start_workers_with};
-use shmrc::manager::wire::{self, Reply, Request};
-use shmrc::os::Os;
-use shmrc::token::Token;
+use shmrc::checkers::manager::wire::{self, Reply, Request};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::token::Token;
 use shmrc::{DefaultOs, Namespace, ShmBuf};
 use shmrc_testkit::data::{field, fnv1a};
 use shmrc_testkit::names::TestNamespace;
@@ -406,10 +406,10 @@ fn lies_garbage_and_oversized_frames_are_refused_and_change_nothing() {
 #[test]
 fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
     // The manager raises its limit to the hard one, as this does: its cap follows.
-    let fd_limit = shmrc::os::posix::raise_fd_limit().unwrap();
+    let fd_limit = shmrc::checkers::os::posix::raise_fd_limit().unwrap();
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
-    let cap = shmrc::manager::server::max_connections(fd_limit);
+    let cap = shmrc::checkers::manager::server::max_connections(fd_limit);
     // A watched client keeps the manager running (connections that never say Hello do
     // not), and takes one place.
     let t = TestNamespace::new("mgrcap");
@@ -472,7 +472,7 @@ fn raw_client_role() {
             segment: "shmrc-t-mgr-many0.not-a-segment".into(),
         }));
     } else {
-        for i in 1..=shmrc::manager::server::MAX_NAMESPACES {
+        for i in 1..=shmrc::checkers::manager::registry::MAX_NAMESPACES {
             bytes.extend(wire::encode_request(&Request::Watch {
                 namespace: namespace(i),
             }));
@@ -519,7 +519,7 @@ fn a_client_registering_too_many_namespaces_is_refused() {
     let rt = Runtime::new();
     assert!(rt.shmrc(&["manager"]).status.success());
     let said = raw_client(&rt, false);
-    let limit = shmrc::manager::server::MAX_NAMESPACES;
+    let limit = shmrc::checkers::manager::registry::MAX_NAMESPACES;
     assert!(
         said.contains(&format!("more than {limit} namespaces for one client")),
         "{said}"

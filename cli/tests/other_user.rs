@@ -126,7 +126,7 @@ fn another_user_can_neither_open_attach_unlink_nor_reach_the_manager() {
     assert!(
         matches!(
             seen.action,
-            shmrc::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == user.uid.as_raw()
+            shmrc::checkers::sweep::Action::Skipped(Error::OtherUser { owner, .. }) if owner == user.uid.as_raw()
         ),
         "{seen:?}"
     );

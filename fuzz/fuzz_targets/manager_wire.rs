@@ -1,10 +1,10 @@
 #![no_main]
 //! Fuzz target `manager_wire`: any bytes, as a request and as a reply of the manager's
-//! wire format (`shmrc::manager::wire`). The decoders must never panic, and whatever
+//! wire format (`shmrc::checkers::manager::wire`). The decoders must never panic, and whatever
 //! they accept must be the one encoding of what they decoded (no two byte strings mean
 //! the same frame, so nothing slips past a check by a second spelling). Seeds:
 //! `fuzz/seeds/manager_wire/`.
-use shmrc::manager::wire;
+use shmrc::checkers::manager::wire;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let _ = wire::frame_len(data, wire::MAX_REQUEST_PAYLOAD);

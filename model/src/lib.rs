@@ -10,7 +10,7 @@
 //!   finalizer word, the pending flag) and each process's position inside claim,
 //!   transfer, release and finalize, one transition per atomic step, with a crash
 //!   possible between any two. Its holder steps are production's own
-//!   (`shmrc::holders::{Claim, Finalize}::step`, `transfer_step`), stepped on the
+//!   (`shmrc::checkers::holders::{Claim, Finalize}::step`, `transfer_step`), stepped on the
 //!   state's words. `proofs/` explores it exhaustively.
 //!
 //! Built with `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`), [`protocol`] runs

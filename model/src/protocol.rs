@@ -86,13 +86,15 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use shmrc::Error;
-use shmrc::holders::{self, Claim, Finalize, Holders, Reclaim, Recycle, Recycled, StepOs};
-use shmrc::os::Mapping;
-use shmrc::segment::{self, Fields, Layout};
-use shmrc::sweep::{self, Decision, Found};
-use shmrc::sync::process::AtomicU64 as Counter;
-use shmrc::sync::{AtomicU64, Ordering::SeqCst};
-use shmrc::token::Token;
+use shmrc::checkers::holders::{
+    self, Claim, Finalize, Holders, Reclaim, Recycle, Recycled, StepOs,
+};
+use shmrc::checkers::os::Mapping;
+use shmrc::checkers::segment::{self, Fields, Layout};
+use shmrc::checkers::sweep::{self, Decision, Found};
+use shmrc::checkers::sync::process::AtomicU64 as Counter;
+use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
+use shmrc::checkers::token::Token;
 
 /// Most processes in a state: users plus the fresh sweeper of [`State::check_p3`].
 pub const MAX_PROCS: usize = 5;
@@ -1056,23 +1058,32 @@ static GENERATION_CHECKS: Counter = Counter::new(0);
 /// far in this process (what `shmrc-proofs` reports).
 pub fn production_steps() -> [(&'static str, u64); 7] {
     [
-        ("shmrc::holders::Claim::step", CLAIM_STEPS.load(Relaxed)),
         (
-            "shmrc::holders::Finalize::step",
+            "shmrc::checkers::holders::Claim::step",
+            CLAIM_STEPS.load(Relaxed),
+        ),
+        (
+            "shmrc::checkers::holders::Finalize::step",
             FINALIZE_STEPS.load(Relaxed),
         ),
         (
-            "shmrc::holders::transfer_step",
+            "shmrc::checkers::holders::transfer_step",
             TRANSFER_STEPS.load(Relaxed),
         ),
-        ("shmrc::segment::initialize", PUBLISHES.load(Relaxed)),
         (
-            "shmrc::sweep::decide and decide_again",
+            "shmrc::checkers::segment::initialize",
+            PUBLISHES.load(Relaxed),
+        ),
+        (
+            "shmrc::checkers::sweep::decide and decide_again",
             SWEEP_DECISIONS.load(Relaxed),
         ),
-        ("shmrc::holders::Recycle::step", RECYCLE_STEPS.load(Relaxed)),
         (
-            "shmrc::holders::generation_is",
+            "shmrc::checkers::holders::Recycle::step",
+            RECYCLE_STEPS.load(Relaxed),
+        ),
+        (
+            "shmrc::checkers::holders::generation_is",
             GENERATION_CHECKS.load(Relaxed),
         ),
     ]

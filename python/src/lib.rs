@@ -20,9 +20,9 @@ use std::time::Duration;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
+use shmrc::checkers::os::Os;
 use shmrc::manager::runtime::RuntimeDir;
 use shmrc::manager::{self, Serve};
-use shmrc::os::Os;
 use shmrc::{
     CreateOptions, DefaultOs, Error, Namespace, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy,
 };

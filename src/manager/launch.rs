@@ -10,7 +10,7 @@
 //!   session of its own ([`start_detached`]), waits until a manager answers, and exits
 //!   0, or 1 with the reason on its standard error. The manager is thereby not the
 //!   client's child: it never lingers as the client's zombie and outlives it.
-//! - `serve` ([`SERVE`]): the manager itself ([`server::run`]), its standard error
+//! - `serve` ([`SERVE`]): the manager itself (`server::run`), its standard error
 //!   appended to `manager.log` in the runtime directory.
 //!
 //! A manager process shows as `shmrc manager --foreground` in `ps`. The `shmrc` CLI

@@ -66,20 +66,17 @@ pub mod launch;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod log;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-#[doc(hidden)]
-pub mod registry;
+pub(crate) mod registry;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod runtime;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-#[doc(hidden)]
-pub mod server;
+pub(crate) mod server;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub(crate) mod sys;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod watched;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
-#[doc(hidden)]
-pub mod wire;
+pub(crate) mod wire;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use connection::{status, status_at};
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]

@@ -143,6 +143,7 @@ pub struct Sweep {
 impl Sweep {
     /// Sweeps each namespace on `os` (`sweep_after_deaths`), in order; one result per
     /// namespace. A sweeper killed part-way gets [`crate::Error::Killed`] from then on.
+    #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
     pub fn carry_out<O: Os>(&self, os: &O) -> Vec<(Namespace, Result<SweepReport>)> {
         self.carry_out_knowing(os, None)
     }
@@ -191,6 +192,7 @@ pub fn sweep_everything<O: Os>(os: &O) -> Result<Vec<(Namespace, Result<SweepRep
 }
 
 /// Every shmrc namespace of user `os.uid()` that has a segment, sorted.
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
     Ok(segments_found(os)?.into_keys().collect())
 }
@@ -383,6 +385,7 @@ impl Registry {
     }
 
     /// Whether no client is watched.
+    #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
     pub fn is_empty(&self) -> bool {
         self.clients.is_empty()
     }

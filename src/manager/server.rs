@@ -31,7 +31,6 @@ use std::time::{Duration, Instant};
 
 use super::creations::Creations;
 use super::log::{info, warning};
-pub use super::registry::{MAX_NAMESPACES, namespaces_found};
 use super::registry::{Registry, Sweep, Tick, Use};
 use super::runtime::RuntimeDir;
 use super::sys::{self, Peer, PidFd};
@@ -64,7 +63,7 @@ const RESERVED_FDS: u64 = 64;
 /// limit of 20,000; 480 with 1,024).
 ///
 /// ```
-/// use shmrc::manager::server::max_connections;
+/// use shmrc::checkers::manager::server::max_connections;
 /// assert_eq!(max_connections(20_000), 9_968);
 /// assert_eq!(max_connections(1_024), 480);
 /// assert_eq!(max_connections(1 << 20), 16_384);

@@ -40,6 +40,8 @@ use crate::token::Token;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub mod posix;
 pub mod remembering;
+// The simulated kernel: the checkers' (and loom's and shuttle's OS); no user build carries it.
+#[cfg(any(feature = "checkers", feature = "loom", feature = "shuttle", test))]
 pub mod sim;
 
 /// What `fstat` says of an open segment.

@@ -19,10 +19,10 @@
 //! the committed seeds (`fuzz/seeds/<target>/`) in `cargo test` and checks the seeds
 //! are still what [`seeds`] makes.
 
-use shmrc::handle::{self, Decoded};
-use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs};
-use shmrc::sweep::{Action, sweep_with};
+use shmrc::checkers::handle::{self, Decoded};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimKernel, SimOs};
+use shmrc::checkers::sweep::{Action, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy, transport};
 
 /// The user every process of the world runs as.

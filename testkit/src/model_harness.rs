@@ -29,11 +29,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Mutex;
 
-use shmrc::holders::{self, Slot};
-use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs, SimStream};
-use shmrc::segment::{GENERATION_OFFSET, HEADER_BYTES};
-use shmrc::sweep::{Action, sweep_with};
+use shmrc::checkers::holders::{self, Slot};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
+use shmrc::checkers::segment::{GENERATION_OFFSET, HEADER_BYTES};
+use shmrc::checkers::sweep::{Action, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, transport};
 use shmrc_model::oracle::{
     self, Count, DATA_LEN, Name, Op, Oracle, Outcome, PROCESSES, SegObservation, SlotObservation,
@@ -593,7 +593,10 @@ impl Harness {
     /// A completed sweep did to each segment what the oracle now says: kept what is
     /// named, unlinked the rest (P1, P3), touched nothing else (P2), and saw nothing
     /// damaged (P4).
-    fn check_sweep(&mut self, report: &shmrc::sweep::SweepReport) -> Result<(), Violation> {
+    fn check_sweep(
+        &mut self,
+        report: &shmrc::checkers::sweep::SweepReport,
+    ) -> Result<(), Violation> {
         for seg in &report.segments {
             let Some(id) = self
                 .names
@@ -629,7 +632,7 @@ impl Harness {
     }
 
     /// The live process slot whose token is `token`, if any.
-    fn slot_of(&self, token: shmrc::token::Token) -> Option<usize> {
+    fn slot_of(&self, token: shmrc::checkers::token::Token) -> Option<usize> {
         self.procs
             .iter()
             .position(|p| p.as_ref().is_some_and(|p| p.os.token() == token))

@@ -25,11 +25,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use shmrc::holders::{self, FREE, Slot, TOMB};
-use shmrc::os::Os;
-use shmrc::os::sim::{SimKernel, SimOs, SimStream};
-use shmrc::segment::{self, HEADER_BYTES, Header};
-use shmrc::sweep::{Action, sweep_with};
+use shmrc::checkers::holders::{self, FREE, Slot, TOMB};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
+use shmrc::checkers::segment::{self, HEADER_BYTES, Header};
+use shmrc::checkers::sweep::{Action, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
 
 /// The user every simulated process runs as.

@@ -322,7 +322,7 @@ unsafe fn copy_to_shared(dst: *mut u8, data: &[u8]) {
     }
 }
 
-/// A bounds-checked window of a [`PosixMap`] (from [`PosixMap::region`]), for callers
+/// A bounds-checked window of a buffer's mapping ([`ShmBuf::region`](crate::ShmBuf::region)), for callers
 /// who want the bytes of a buffer without copying them.
 ///
 /// The window lives no longer than the mapping. The safe methods hand out only its
@@ -400,7 +400,7 @@ impl<'a> DataRegion<'a> {
     ///
     /// # Safety
     /// While the returned slice lives, no thread of any process may write these bytes
-    /// (through [`Mapping::write`], another slice, or another process's mapping of the
+    /// (through [`ShmBuf::write_at`](crate::ShmBuf::write_at), another slice, or another process's mapping of the
     /// same segment); the caller guarantees it, typically by a protocol of its own
     /// ("the producer finished before it sent the handle").
     ///
@@ -426,7 +426,7 @@ impl<'a> DataRegion<'a> {
     /// # Safety
     /// While the returned slice lives, nothing else may access these bytes at all: no
     /// other slice of them (shared or mutable, from this or another region), no
-    /// [`Mapping::read`] or [`Mapping::write`] of them, and no other process reading or
+    /// [`ShmBuf::read_at`](crate::ShmBuf::read_at) or [`ShmBuf::write_at`](crate::ShmBuf::write_at) of them, and no other process reading or
     /// writing them through its own mapping.
     ///
     /// ```
