@@ -170,6 +170,13 @@ impl Buf {
         Ok(PyBytes::new(py, &bytes))
     }
 
+    /// A file_system handle's bytes without an in-flight reference (a locator): they
+    /// keep nothing alive, and attach while the buffer lives.
+    fn locator<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.buf.locator().py()?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
     /// A file_descriptor handle as (bytes, descriptor): the caller owns the descriptor.
     fn share_fd<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyBytes>, RawFd)> {
         let (bytes, fd) = self.buf.share().and_then(ShareHandle::into_fd_parts).py()?;
@@ -353,6 +360,17 @@ fn sweep_json(py: Python<'_>, namespace: Option<&str>, dry_run: bool) -> PyResul
     serde_json::to_string(&swept).map_err(|e| shmrc_err("ShmrcError", e.to_string(), None))
 }
 
+/// This user's runtime directory (`$SHMRC_RUNTIME_DIR`, `$XDG_RUNTIME_DIR/shmrc` or
+/// `/tmp/shmrc-<uid>`), made `0700` if missing and checked (a real directory of this
+/// user's, no access for others: else `UnsafeRuntimeDirError`).
+#[pyfunction]
+fn runtime_dir() -> PyResult<PathBuf> {
+    let uid = DefaultOs::default().uid();
+    let runtime = RuntimeDir::for_user(uid).py()?;
+    runtime.ensure(uid).py()?;
+    Ok(runtime.path().to_path_buf())
+}
+
 /// `shmrc status --json`: the running manager's counters and clients, as a JSON text.
 #[pyfunction]
 fn manager_status_json(py: Python<'_>) -> PyResult<String> {
@@ -400,6 +418,7 @@ fn _shmrc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ls_json, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_json, m)?)?;
     m.add_function(wrap_pyfunction!(manager_status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime_dir, m)?)?;
     m.add_function(wrap_pyfunction!(set_manager_command, m)?)?;
     m.add_function(wrap_pyfunction!(run_manager, m)?)?;
     Ok(())
