@@ -30,6 +30,7 @@ import fcntl
 import operator
 import os
 import secrets
+import stat
 
 from . import GoneError, ShmBuf, ShmrcError, _check_namespace, _make_error, _shmrc
 
@@ -47,6 +48,8 @@ _SHM_NAME_PREFIX = "/psm_"
 NAMESPACE_ENV = "SHMRC_SHARED_MEMORY_NAMESPACE"
 DEFAULT_NAMESPACE = "shmrc-sm"
 _NAME_MAX = 255
+# The longest entry read: a locator is at most 74 + 255 bytes (src/handle.rs).
+_MAX_ENTRY = 4096
 
 
 def _make_filename():
@@ -62,18 +65,19 @@ def _namespace():
 _INDEX_DIRS = {}
 
 
-def _index_dir(namespace):
-    """The name index of ``namespace`` (made ``0700`` if missing)."""
+def _index_dir(namespace, make=False):
+    """The name index of ``namespace`` (made ``0700`` if missing when ``make``)."""
     key = (
         namespace,
         os.environ.get("SHMRC_RUNTIME_DIR"),
         os.environ.get("XDG_RUNTIME_DIR"),
     )
     path = _INDEX_DIRS.get(key)
-    if path is None or not os.path.isdir(path):
+    if path is None:
         path = os.path.join(os.fsdecode(_shmrc.runtime_dir()), "shared_memory", namespace)
-        os.makedirs(path, mode=0o700, exist_ok=True)
         _INDEX_DIRS[key] = path
+    if make:
+        os.makedirs(path, mode=0o700, exist_ok=True)
     return path
 
 
@@ -117,21 +121,34 @@ class _Locked:
 
 
 def _read_entry(path):
-    with open(path, "rb") as entry:
-        return entry.read()
+    """The locator in the entry at ``path`` (``FileNotFoundError`` if none). An entry
+    that is no regular file (a symbolic link is not followed) reads as ``b""``, which
+    no block's locator equals."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return b""
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return b""
+        return os.read(fd, _MAX_ENTRY)
+    finally:
+        os.close(fd)
 
 
 def _remove_if(directory, name, locator):
     """Removes the entry ``name`` if it still holds ``locator``; whether it did."""
     path = os.path.join(directory, name)
-    with _Locked(directory):
-        try:
+    try:
+        with _Locked(directory):
             if _read_entry(path) != locator:
                 return False
-        except FileNotFoundError:
-            return False
-        os.unlink(path)
-        return True
+            os.unlink(path)
+            return True
+    except FileNotFoundError:  # no such entry, or no index at all
+        return False
 
 
 def _attach_entry(directory, name):
@@ -159,11 +176,16 @@ def _attach_entry(directory, name):
 
 def _publish(directory, name, locator):
     """Adds the entry ``name`` -> ``locator`` atomically (a temporary file linked in:
-    a reader never sees a partial entry); ``False`` if the name is taken (by a live
-    block: a stale entry is removed and the link tried again)."""
+    a reader never sees a partial entry, and a taken name fails the link); ``False``
+    if the name is taken by a live block (a stale entry is removed and the link tried
+    again)."""
     path = os.path.join(directory, name)
     tmp = os.path.join(directory, ".tmp-%d-%s" % (os.getpid(), secrets.token_hex(8)))
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:  # no index yet (or it was removed)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:
             os.write(fd, locator)
@@ -175,14 +197,25 @@ def _publish(directory, name, locator):
                 return True
             except FileExistsError:
                 pass
-            try:
-                raw, _ = _attach_entry(directory, name)
-            except FileNotFoundError:
+            if not _taken(directory, name):
                 continue  # stale (now removed) or removed meanwhile: try again
-            del raw
             return False
     finally:
         os.unlink(tmp)
+
+
+def _taken(directory, name):
+    """Whether the entry ``name`` is a live block's (or something that is not a block's
+    entry at all: the name is taken all the same, and nothing here removes or
+    replaces what it did not make); a stale entry is removed."""
+    try:
+        raw, _ = _attach_entry(directory, name)
+    except FileNotFoundError:
+        return False
+    except ShmrcError as e:
+        raise FileExistsError(errno.EEXIST, "the name %r is taken: %s" % (name, e), name) from e
+    del raw
+    return True
 
 
 def prune(namespace=None):
@@ -191,7 +224,11 @@ def prune(namespace=None):
     namespace = _check_namespace(namespace) if namespace is not None else _namespace()
     directory = _index_dir(namespace)
     removed = []
-    for name in sorted(os.listdir(directory)):
+    try:
+        names = sorted(os.listdir(directory))
+    except FileNotFoundError:
+        return removed
+    for name in names:
         if name.startswith("."):
             continue
         try:
@@ -258,24 +295,25 @@ class SharedMemory:
                 if size == 0:
                     raise
         if raw is None:
-            block = ShmBuf(size, "file_system", namespace)
-            raw = block._buf
+            raw = ShmBuf(size, "file_system", namespace)._buf
             locator = raw.locator()
-            if name is not None:
-                if not _publish(directory, shown, locator):
-                    # The new block goes now, not with the traceback's frame.
-                    del block, raw
-                    raise FileExistsError(
-                        errno.EEXIST, "a shared memory block named %r exists" % shown, shown
-                    )
-                full = "/" + shown
-            else:
-                while True:
-                    full = _make_filename()
-                    if _publish(directory, full.lstrip("/"), locator):
-                        break
+            try:
+                if name is not None:
+                    if not _publish(directory, shown, locator):
+                        raise FileExistsError(
+                            errno.EEXIST, "a shared memory block named %r exists" % shown, shown
+                        )
+                    full = "/" + shown
+                else:
+                    while True:
+                        full = _make_filename()
+                        if _publish(directory, full.lstrip("/"), locator):
+                            break
+            except BaseException:
+                # The new block goes now, not with the traceback's frame.
+                del raw
+                raise
             self._locator = locator
-            del block
         self._name = full
         self._namespace = namespace
         self._size = len(raw)
@@ -339,11 +377,11 @@ def _unlink_name(name, namespace=None):
     namespace = _check_namespace(namespace) if namespace is not None else _namespace()
     directory = _index_dir(namespace)
     name = _check_name(name[1:] if name.startswith("/") else name)
-    with _Locked(directory):
-        try:
+    try:
+        with _Locked(directory):
             os.unlink(os.path.join(directory, name))
-        except FileNotFoundError:
-            return False
+    except FileNotFoundError:  # no such entry, or no index at all
+        return False
     return True
 
 

@@ -28,6 +28,8 @@ def sm(ns, monkeypatch):
     monkeypatch.setenv(shared_memory.NAMESPACE_ENV, ns)
     yield ns
     directory = shared_memory._index_dir(ns)
+    if not os.path.exists(directory):
+        return
     left = [n for n in os.listdir(directory) if n != ".lock"]
     for name in left:
         os.unlink(os.path.join(directory, name))
@@ -114,13 +116,24 @@ def test_a_bad_namespace_is_refused(sm, monkeypatch):
         SharedMemory(create=True, size=8)
 
 
-def test_a_corrupt_index_entry_names_itself(sm):
-    directory = shared_memory._index_dir(sm)
-    path = os.path.join(directory, "junk")
-    with open(path, "wb") as entry:
-        entry.write(b"not a locator")
+@pytest.mark.parametrize("entry", ["file", "other link", "bad hex", "bad locator"])
+def test_a_corrupt_index_entry_names_itself(sm, entry):
+    path = os.path.join(shared_memory._index_dir(sm, make=True), "junk")
+    if entry == "file":
+        with open(path, "wb") as f:
+            f.write(b"not a locator")
+    else:
+        target = {
+            "other link": "/etc/passwd",
+            "bad hex": "shmrc-locator:zz",
+            "bad locator": "shmrc-locator:" + b"SHRH but no more".hex(),
+        }[entry]
+        os.symlink(target, path)
     with pytest.raises(shmrc.MalformedError, match="name index entry .*junk"):
         SharedMemory("junk")
+    # Nobody else's entry is removed or replaced by a create or an unlink.
+    with pytest.raises(FileExistsError):
+        SharedMemory("junk", create=True, size=8)
     os.unlink(path)
 
 
