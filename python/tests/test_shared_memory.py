@@ -370,3 +370,18 @@ def test_a_sigkilled_holder_frees_what_nobody_else_holds(sm, tmp_path):
         block.close()
     assert gone_within(held_files, 10)
     assert sorted(shared_memory.prune()) == sorted(made["names"])
+
+
+def test_a_subclass_with_o_creat_alone_attaches_or_creates(sm):
+    class AttachOrCreate(SharedMemory):
+        _flags = os.O_CREAT | os.O_RDWR
+
+    made = AttachOrCreate("either", size=32)  # nothing there: created
+    made.buf[0] = 5
+    again = AttachOrCreate("either", size=32)  # there: attached
+    assert again.buf[0] == 5 and again.size == 32
+    with pytest.raises(FileNotFoundError):
+        AttachOrCreate("neither")  # nothing there and no size to create it with
+    again.close()
+    made.unlink()
+    made.close()
