@@ -77,8 +77,18 @@ def _index_dir(namespace, make=False):
         path = os.path.join(os.fsdecode(_shmrc.runtime_dir()), "shared_memory", namespace)
         _INDEX_DIRS[key] = path
     if make:
-        os.makedirs(path, mode=0o700, exist_ok=True)
+        _make_dirs(path)
     return path
+
+
+def _make_dirs(path):
+    """``path`` and its parent (``shared_memory``), each ``0700`` (``os.makedirs``
+    gives a parent it makes the default mode)."""
+    for directory in (os.path.dirname(path), path):
+        try:
+            os.mkdir(directory, 0o700)
+        except FileExistsError:
+            pass
 
 
 def _check_name(name):
@@ -184,7 +194,7 @@ def _publish(directory, name, locator):
     try:
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:  # no index yet (or it was removed)
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        _make_dirs(directory)
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
     try:
         try:

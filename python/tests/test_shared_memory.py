@@ -55,6 +55,9 @@ def gone_within(files, seconds):
 def test_create_attach_close_unlink(sm):
     a = SharedMemory(create=True, size=4096)
     assert a.name.startswith("psm_") and a.size == 4096 and len(a.buf) == 4096
+    index = shared_memory._index_dir(sm)
+    for directory in (index, os.path.dirname(index)):
+        assert os.stat(directory).st_mode & 0o777 == 0o700, directory
     assert isinstance(a.buf, memoryview) and a.buf.format == "B"
     assert repr(a) == "SharedMemory(%r, size=4096)" % a.name
     assert bytes(a.buf[:4]) == b"\0\0\0\0"
