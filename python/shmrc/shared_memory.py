@@ -230,7 +230,8 @@ def _taken(directory, name):
 
 def prune(namespace=None):
     """Removes every entry of the name index (of ``namespace``, default the current
-    one) whose block is gone; returns their names."""
+    one) whose block is gone, and returns their names; also removes the temporary
+    files of creates whose process died midway."""
     namespace = _check_namespace(namespace) if namespace is not None else _namespace()
     directory = _index_dir(namespace)
     removed = []
@@ -239,6 +240,20 @@ def prune(namespace=None):
     except FileNotFoundError:
         return removed
     for name in names:
+        if name.startswith(".tmp-"):
+            # A create's temporary file, left if its process died between making
+            # it and removing it.
+            try:
+                pid = int(name.split("-")[1])
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                try:
+                    os.unlink(os.path.join(directory, name))
+                except FileNotFoundError:
+                    pass
+            except (ValueError, IndexError, PermissionError):
+                pass
+            continue
         if name.startswith("."):
             continue
         try:
@@ -270,6 +285,9 @@ class SharedMemory:
     _prepend_leading_slash = True
 
     def __init__(self, name=None, create=False, size=0):
+        self._open(name, create, size, _namespace())
+
+    def _open(self, name, create, size, namespace):
         if isinstance(size, bool):
             raise TypeError("'size' must be an int, not bool")
         try:
@@ -284,7 +302,6 @@ class SharedMemory:
                 raise ValueError("'size' must be a positive number different from zero")
         if name is None and not self._flags & os.O_EXCL:
             raise ValueError("'name' can only be None if create=True")
-        namespace = _namespace()
         directory = _index_dir(namespace)
         if name is not None:
             if not isinstance(name, str):
@@ -396,18 +413,11 @@ def _unlink_name(name, namespace=None):
 
 
 def _rebuild(cls, name, size, namespace):
-    """Unpickles a :class:`SharedMemory`: attaches ``name`` in ``namespace``."""
-    saved = os.environ.get(NAMESPACE_ENV)
-    if namespace == (saved or DEFAULT_NAMESPACE):
-        return cls(name, False, size)
-    os.environ[NAMESPACE_ENV] = namespace
-    try:
-        return cls(name, False, size)
-    finally:
-        if saved is None:
-            del os.environ[NAMESPACE_ENV]
-        else:
-            os.environ[NAMESPACE_ENV] = saved
+    """Unpickles a :class:`SharedMemory`: attaches ``name`` in ``namespace`` (the
+    sender's, whatever this process's environment says)."""
+    block = cls.__new__(cls)
+    block._open(name, False, size, _check_namespace(namespace))
+    return block
 
 
 def _wrap(raw):

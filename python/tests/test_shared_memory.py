@@ -181,6 +181,14 @@ def test_the_last_close_frees_the_block_and_its_name(sm):
 
 
 def test_create_over_a_stale_name_and_prune(sm):
+    # A create's temporary file left by a dead process (one of a live process stays).
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    directory = shared_memory._index_dir(sm, make=True)
+    leftover = os.path.join(directory, ".tmp-%d-0123" % dead.pid)
+    busy = os.path.join(directory, ".tmp-%d-4567" % os.getpid())
+    for path in (leftover, busy):
+        open(path, "wb").close()
     a = SharedMemory("stale-1", create=True, size=8)
     b = SharedMemory("stale-2", create=True, size=8)
     live = SharedMemory("live", create=True, size=8)
@@ -188,7 +196,8 @@ def test_create_over_a_stale_name_and_prune(sm):
     b.close()
     c = SharedMemory("stale-1", create=True, size=8)  # over a stale entry
     assert shared_memory.prune() == ["stale-2"]
-    assert sorted(os.listdir(shared_memory._index_dir(sm))) == [".lock", "live", "stale-1"]
+    assert sorted(os.listdir(directory)) == [".lock", os.path.basename(busy), "live", "stale-1"]
+    os.unlink(busy)
     for block in (c, live):
         block.unlink()
         block.close()
@@ -266,6 +275,20 @@ def test_a_plain_script_attaches_by_name(sm):
     )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
     assert bytes(a.buf[:6]) == b"script"
+    a.unlink()
+    a.close()
+
+
+def test_a_pickle_attaches_in_the_senders_namespace(sm, monkeypatch):
+    a = SharedMemory(create=True, size=32)
+    data = pickle.dumps(a)
+    monkeypatch.setenv(shared_memory.NAMESPACE_ENV, "shmrc-elsewhere")
+    with pytest.raises(FileNotFoundError):
+        SharedMemory(a.name)  # not in this namespace
+    b = pickle.loads(data)
+    assert b.name == a.name and os.environ[shared_memory.NAMESPACE_ENV] == "shmrc-elsewhere"
+    b.close()
+    monkeypatch.setenv(shared_memory.NAMESPACE_ENV, sm)
     a.unlink()
     a.close()
 
