@@ -5,7 +5,8 @@
 //! the mapping of each cause of `shmrc::Error` to its Python exception (the classes
 //! are `shmrc._errors`', Python classes of module `shmrc`, so that they pickle). The Python modules in `shmrc/`
 //! build the public API on it (the buffer protocol, pickling, the torch reducers);
-//! no protocol logic lives in Python.
+//! no protocol logic lives in Python but the name index of `shmrc.shared_memory`
+//! (files holding the library's locators, `Buf.locator`).
 //!
 //! # Safety
 //! One `unsafe` block: taking ownership of a descriptor number that Python hands over
