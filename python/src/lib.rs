@@ -5,7 +5,8 @@
 //! the mapping of each cause of `shmrc::Error` to its Python exception (the classes
 //! are `shmrc._errors`', Python classes of module `shmrc`, so that they pickle). The Python modules in `shmrc/`
 //! build the public API on it (the buffer protocol, pickling, the torch reducers);
-//! no protocol logic lives in Python.
+//! no protocol logic lives in Python but the name index of `shmrc.shared_memory`
+//! (files holding the library's locators, `Buf.locator`).
 //!
 //! # Safety
 //! One `unsafe` block: taking ownership of a descriptor number that Python hands over
@@ -167,6 +168,13 @@ impl Buf {
     /// attaches them.
     fn share_bytes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
         let bytes = self.buf.share().and_then(ShareHandle::into_bytes).py()?;
+        Ok(PyBytes::new(py, &bytes))
+    }
+
+    /// A file_system handle's bytes without an in-flight reference (a locator): they
+    /// keep nothing alive, and attach while the buffer lives.
+    fn locator<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyBytes>> {
+        let bytes = self.buf.locator().py()?;
         Ok(PyBytes::new(py, &bytes))
     }
 
@@ -353,6 +361,17 @@ fn sweep_json(py: Python<'_>, namespace: Option<&str>, dry_run: bool) -> PyResul
     serde_json::to_string(&swept).map_err(|e| shmrc_err("ShmrcError", e.to_string(), None))
 }
 
+/// This user's runtime directory (`$SHMRC_RUNTIME_DIR`, `$XDG_RUNTIME_DIR/shmrc` or
+/// `/tmp/shmrc-<uid>`), made `0700` if missing and checked (a real directory of this
+/// user's, no access for others: else `UnsafeRuntimeDirError`).
+#[pyfunction]
+fn runtime_dir() -> PyResult<PathBuf> {
+    let uid = DefaultOs::default().uid();
+    let runtime = RuntimeDir::for_user(uid).py()?;
+    runtime.ensure(uid).py()?;
+    Ok(runtime.path().to_path_buf())
+}
+
 /// `shmrc status --json`: the running manager's counters and clients, as a JSON text.
 #[pyfunction]
 fn manager_status_json(py: Python<'_>) -> PyResult<String> {
@@ -395,6 +414,7 @@ fn _shmrc(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(ls_json, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_json, m)?)?;
     m.add_function(wrap_pyfunction!(manager_status_json, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime_dir, m)?)?;
     m.add_function(wrap_pyfunction!(set_manager_command, m)?)?;
     m.add_function(wrap_pyfunction!(run_manager, m)?)?;
     Ok(())

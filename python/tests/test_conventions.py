@@ -91,3 +91,13 @@ def test_a_share_handle_is_not_made_from_a_callers_values_and_closes_nothing():
     finally:
         os.close(r)
         os.close(w)
+
+
+def test_the_shared_memory_stubs_match_the_modules():
+    import shmrc.managers
+    import shmrc.shared_memory
+
+    for module in (shmrc.shared_memory, shmrc.managers):
+        stub = _stub_names(os.path.join(PACKAGE, module.__name__.split(".")[-1] + ".pyi"))
+        assert set(module.__all__) <= stub, module.__name__
+        assert all(hasattr(module, n) for n in stub if not n.startswith("_")), module.__name__

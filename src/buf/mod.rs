@@ -448,6 +448,57 @@ impl<O: Os> ShmBuf<O> {
         })
     }
 
+    /// The bytes of a file_system handle that carries no in-flight reference: a
+    /// *locator*, which can be kept (in a file, an index) and attached any number of
+    /// times by this user's processes while the buffer lives. Each attach claims a
+    /// slot of its own; once the last holder has released the buffer, attaching a
+    /// locator gives [`Error::Gone`]. Unlike [`ShmBuf::share`], it keeps nothing alive.
+    /// A file_descriptor buffer has no name to locate it by: [`Error::WrongStrategy`].
+    ///
+    /// ```
+    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
+    ///
+    /// let named = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-locator")?);
+    /// let buf = ShmBuf::with_options(64, &named)?;
+    /// let locator = buf.locator()?;
+    /// let first = ShmBuf::attach(ShareHandle::from_bytes(&locator)?)?;
+    /// assert_eq!(first.len(), 64);
+    /// drop((buf, first));
+    /// let gone = ShmBuf::attach(ShareHandle::from_bytes(&locator)?);
+    /// assert!(matches!(gone, Err(Error::Gone { .. })), "{gone:?}");
+    ///
+    /// let anonymous = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
+    /// assert!(matches!(anonymous.locator(), Err(Error::WrongStrategy { .. })));
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn locator(&self) -> Result<Vec<u8>> {
+        let inner = &self.inner;
+        let Backing::Named { name, .. } = &inner.backing else {
+            return Err(Error::WrongStrategy {
+                op: "making a locator (a buffer without a name)",
+                strategy: self.strategy(),
+            });
+        };
+        let meta = HandleMeta {
+            strategy: Strategy::FileSystem,
+            key: inner.fields.key(),
+            data_len: inner.fields.layout.data_len,
+            capacity: inner.fields.layout.capacity,
+            generation: self.generation(),
+            share_key: inner.fields.share_key,
+        };
+        Ok(crate::handle::encode(&crate::handle::Decoded {
+            meta,
+            name: Some(name.clone()),
+            in_flight: None,
+        }))
+    }
+
     /// Attaches the buffer a handle points at, taking over its in-flight reference.
     /// In a process that already holds the buffer this returns another `Arc` of it
     /// (one slot per process) and gives the handle's reference back.

@@ -52,6 +52,18 @@ pub struct Readiness {
     pub hung_up: bool,
 }
 
+/// `timeout` in poll's whole milliseconds, rounded up so that a wait never ends
+/// before its deadline; zero stays zero (a check that does not wait: rounding it up
+/// to 1 ms made every such check sleep, e.g. the client's health check before each
+/// segment it names to the manager).
+fn poll_timeout(timeout: Option<Duration>) -> PollTimeout {
+    match timeout {
+        None => PollTimeout::NONE,
+        Some(t) => PollTimeout::try_from(t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128))
+            .unwrap_or(PollTimeout::MAX),
+    }
+}
+
 /// Waits until one of `fds` is readable or hung up, or `timeout` passes (`None`:
 /// forever); says what each became. An interrupted wait returns with nothing ready.
 pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<Vec<Readiness>> {
@@ -59,13 +71,7 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Resul
         .iter()
         .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
         .collect();
-    let timeout = match timeout {
-        None => PollTimeout::NONE,
-        // Round up so a wait never ends just before its deadline.
-        Some(t) => PollTimeout::try_from(t.as_millis().saturating_add(1).min(i32::MAX as u128))
-            .unwrap_or(PollTimeout::MAX),
-    };
-    match poll(&mut pollfds, timeout) {
+    match poll(&mut pollfds, poll_timeout(timeout)) {
         Ok(_) => {}
         Err(Errno::EINTR) => return Ok(vec![Readiness::default(); fds.len()]),
         Err(e) => return Err(Error::os("poll", e)),
@@ -191,6 +197,17 @@ mod tests {
         assert_eq!(nix::unistd::getsid(Some(pid)).unwrap(), pid);
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn poll_timeouts_round_up_to_whole_milliseconds_and_zero_stays_zero() {
+        let ms = |t: Option<Duration>| i32::from(poll_timeout(t));
+        assert_eq!(ms(Some(Duration::ZERO)), 0);
+        assert_eq!(ms(Some(Duration::from_nanos(1))), 1);
+        assert_eq!(ms(Some(Duration::from_millis(1))), 1);
+        assert_eq!(ms(Some(Duration::from_micros(1500))), 2);
+        assert_eq!(ms(Some(Duration::from_secs(u64::MAX))), i32::MAX);
+        assert_eq!(ms(None), -1);
     }
 
     #[test]
