@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use crate::environment;
 use crate::error::{Error, Result};
+use crate::os::Os;
+use crate::os::posix::PosixOs;
 
 /// Environment variable that names the runtime directory (tests use it to isolate a
 /// manager).
@@ -111,6 +113,26 @@ impl RuntimeDir {
             PathBuf::from(format!("/tmp/shmrc-{uid}"))
         };
         Ok(RuntimeDir { dir })
+    }
+
+    /// The runtime directory of this process's user (its effective uid), as
+    /// [`RuntimeDir::for_user`] finds it, made `0700` if missing and checked (a real
+    /// directory of this user's that no one else can enter: else
+    /// [`Error::UnsafeRuntimeDir`](crate::Error::UnsafeRuntimeDir)): what the CLI and the Python package
+    /// serve and query the manager in.
+    ///
+    /// ```
+    /// use shmrc::manager::runtime::RuntimeDir;
+    ///
+    /// let runtime = RuntimeDir::of_this_user()?;
+    /// assert!(runtime.path().is_dir());
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
+    pub fn of_this_user() -> Result<RuntimeDir> {
+        let uid = PosixOs.uid();
+        let runtime = RuntimeDir::for_user(uid)?;
+        runtime.ensure(uid)?;
+        Ok(runtime)
     }
 
     /// A runtime directory at `dir` (nothing is checked or created yet).
