@@ -5,7 +5,6 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use shmrc::Namespace;
-use shmrc::checkers::os::Os;
 use shmrc_bench::harness::BenchOptions;
 use shmrc_bench::table::{Table, age, bytes};
 use shmrc_bench::workloads::PEER_CONTENDER;
@@ -169,7 +168,7 @@ pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
 }
 
 fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
-    let now = shmrc::DefaultOs::default().now_unix_nanos();
+    let now = unix_nanos_now();
     let listing = shmrc::report::listing(parse_namespace(namespace)?.as_ref())?;
     if json {
         return print_json(&listing, true);
@@ -238,4 +237,11 @@ fn sweep(namespace: Option<&str>, dry_run: bool, json: bool) -> Result<()> {
         swept.reclaimed, swept.unlinked
     );
     Ok(())
+}
+
+/// Now, in nanoseconds since the Unix epoch (the clock the segments' creation times use).
+fn unix_nanos_now() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
 }

@@ -13,10 +13,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use shmrc::checkers::holders::Outcome;
-use shmrc::checkers::os::Os;
 use shmrc::{
-    CreateOptions, DefaultOs, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport,
+    CreateOptions, Error, Namespace, Outcome, Result, ShareHandle, ShmBuf, Strategy, transport,
 };
 
 use crate::worker::{checksum, fnv1a};
@@ -77,7 +75,6 @@ pub fn run(args: &DemoArgs) -> Result<()> {
 }
 
 fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
-    let os = DefaultOs::default();
     println!(
         "shmrc demo: {} workers, {} buffers of {} per strategy, namespace {ns}",
         args.workers,
@@ -157,7 +154,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
         ledger.entry(b.strategy().name()).or_default().refs_killed += 1;
     }
     if let Some(before) = manager_before {
-        watch_manager_sweep(&os, ns, &own, killed_at, &before, &mut ledger)?;
+        watch_manager_sweep(ns, &own, killed_at, &before, &mut ledger)?;
     }
 
     // 4. The others still read their data.
@@ -232,7 +229,7 @@ fn run_in(args: &DemoArgs, ns: &Namespace, socket: PathBuf) -> Result<()> {
     ledger
         .entry(Strategy::FileSystem.name())
         .or_default()
-        .leaked = os.shm_list(&ns.name_start(os.uid()))?.len();
+        .leaked = names_in_dev_shm(ns)?.len();
     ledger
         .entry(Strategy::FileDescriptor.name())
         .or_default()
@@ -353,7 +350,6 @@ fn own_segment(worker: &Worker, ns: &Namespace, size: usize) -> Result<String> {
 /// Waits (at most 5 s) until the manager's sweep has unlinked `own`, the dead worker's
 /// own segment, and books what the manager reclaimed and unlinked since `before`.
 fn watch_manager_sweep(
-    os: &DefaultOs,
     ns: &Namespace,
     own: &str,
     killed_at: Instant,
@@ -361,11 +357,7 @@ fn watch_manager_sweep(
     ledger: &mut BTreeMap<&str, Row>,
 ) -> Result<()> {
     let deadline = killed_at + Duration::from_secs(5);
-    while os
-        .shm_list(&ns.name_start(os.uid()))?
-        .iter()
-        .any(|n| n == own)
-    {
+    while names_in_dev_shm(ns)?.iter().any(|n| n == own) {
         if Instant::now() >= deadline {
             println!(
                 "    the manager (pid {}) has not unlinked it within 5 s",
@@ -411,4 +403,15 @@ fn open_memfds() -> usize {
                 .count()
         })
         .unwrap_or(0)
+}
+
+/// The names in `/dev/shm` of namespace `ns` for this user, read from the directory
+/// itself (not through shmrc's sweep, which the demo checks).
+fn names_in_dev_shm(ns: &Namespace) -> Result<Vec<String>> {
+    let start = ns.name_start(nix::unistd::geteuid().as_raw());
+    let entries = std::fs::read_dir("/dev/shm").map_err(|e| Error::os("reading /dev/shm", e))?;
+    Ok(entries
+        .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+        .filter(|name| name.starts_with(&start))
+        .collect())
 }

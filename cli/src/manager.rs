@@ -5,8 +5,6 @@
 
 use std::time::Duration;
 
-use shmrc::DefaultOs;
-use shmrc::checkers::os::Os;
 use shmrc::manager::runtime::RuntimeDir;
 use shmrc::manager::{self, Serve};
 
@@ -27,7 +25,7 @@ pub struct ManagerArgs {
 
 /// Runs `shmrc manager`.
 pub fn run(args: &ManagerArgs) -> Result<()> {
-    let runtime = RuntimeDir::for_user(DefaultOs::default().uid())?;
+    let runtime = RuntimeDir::of_this_user()?;
     let grace = args.grace_ms.map(Duration::from_millis);
     if !args.foreground {
         if let Some(pid) = manager::serve(Serve::Detached, runtime, grace)? {

@@ -100,7 +100,7 @@ fn obey(
             let (buf, _) = held.remove(index);
             let unlinked = buf
                 .release()?
-                .is_some_and(|f| f.outcome == shmrc::checkers::holders::Outcome::Unlinked);
+                .is_some_and(|f| f.outcome == shmrc::Outcome::Unlinked);
             format!("dropped {}", u8::from(unlinked))
         }
         "hold" => {
@@ -156,7 +156,7 @@ fn obey(
             let mut unlinked = 0;
             for (buf, _) in held.drain(..) {
                 if let Some(f) = buf.release()? {
-                    unlinked += u32::from(f.outcome == shmrc::checkers::holders::Outcome::Unlinked);
+                    unlinked += u32::from(f.outcome == shmrc::Outcome::Unlinked);
                 }
             }
             format!("released {unlinked}")
