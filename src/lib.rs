@@ -98,6 +98,9 @@
 //!   the program's own image ([`manager::ManagerMode`], [`manager::status`]).
 //! - `report` (feature `serde`): what `shmrc ls --json` and `shmrc sweep --json` print.
 //! - [`Error`]: every failure, by cause.
+//! - [`raise_fd_limit`]: raise this process's open-file limit, for a program that holds
+//!   more than about a thousand file_descriptor buffers (shmrc never changes
+//!   process-wide limits by itself).
 //! - `cuda` (feature `cuda`): device buffers shared on the same protocol.
 //!
 //! User code never names an OS: [`ShmBuf`], [`ShareHandle`] and [`transport::Message`]
@@ -127,14 +130,30 @@
 //!   with [`Error::TimeNamespace`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+// docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) marks each item with the
+// features it needs; the checkers' builds (loom, shuttle) are not API and get no badge.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "loom", feature = "shuttle"))))]
+
+// Linux only: the protocol stands on memfd_create and file seals, pidfd_open (a holder's
+// death, race-free), SCM_RIGHTS, and /proc/<pid>/stat start times (a holder's identity).
+// Stop here, with the reason, rather than at the first missing libc item.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "shmrc supports Linux only (kernel 5.3 or later): it needs memfd_create with file seals, \
+     pidfd_open, SCM_RIGHTS and /proc/<pid>/stat. docs/PLATFORMS.md sketches what a macOS \
+     backend would use."
+);
 
 #[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
 mod array;
 #[doc(hidden)]
 pub mod buf;
 #[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "channel")))]
 pub mod channel;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod environment;
 #[doc(hidden)]
@@ -206,11 +225,15 @@ pub type DefaultOs = os::sim::SimOs;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 mod production;
 #[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
 pub use array::FrozenArray;
 #[cfg(all(feature = "serde", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod report;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use os::posix::raise_fd_limit;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use production::{inspect, sweep};
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
