@@ -44,7 +44,12 @@
 //! | travels as | an fd over a Unix socket | bytes (a name), or over a socket |
 //! | a holder SIGKILLed | the kernel frees its reference | its slot is reclaimed by the manager, [`sweep()`] or the next release |
 //! | can be frozen | yes ([`FrozenBuf`]) | no (named segments cannot be sealed) |
-//! | cost per held buffer | one open fd | no fd once mapped |
+//! | cost per held buffer | one open fd ([`raise_fd_limit`] for more than about a thousand) | no fd once mapped |
+//!
+//! Making and letting go of many buffers (a batch per step)? A [`ShmPool`] hands out
+//! recycled ones of either strategy: a segment or memfd nobody holds any more is
+//! reused, without a new reservation ([`PoolLimits`] bound what it keeps idle,
+//! [`PoolStats`] count what it did).
 //!
 //! **2. Fill it.** Before anyone else has it, a [`ShmBufMut`] is a plain `&mut [u8]`
 //! (or `&mut [T]` for any `bytemuck::Pod` `T`, `cast_mut`): zero-copy, no `unsafe`.
@@ -84,6 +89,7 @@
 //! # Index
 //! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: create, share, attach, read and
 //!   write; [`DataRegion`]: zero-copy `unsafe` access.
+//! - [`ShmPool`], [`PoolLimits`], [`PoolStats`]: recycled buffers of either strategy.
 //! - [`ShmBufMut`], [`FrozenBuf`], [`FreezeError`]: zero-copy access without `unsafe`;
 //!   `FrozenArray` (feature `ndarray`).
 //! - `channel` (feature `channel`): typed messages carrying buffers between processes.
