@@ -155,6 +155,12 @@ pub fn main() -> std::process::ExitCode {
 }
 
 fn run(command: Command) -> Result<()> {
+    // The `shmrc` program holds many file_descriptor buffers (demo, soak, bench and
+    // their workers), so it raises its open-file limit, as the library leaves to
+    // programs. Best effort: at the limit, a command fails naming it.
+    if let Err(e) = shmrc::raise_fd_limit() {
+        eprintln!("shmrc: cannot raise the open-file limit: {e}");
+    }
     match command {
         Command::Demo(args) => crate::demo::run(&args)?,
         Command::Ls { namespace, json } => ls(namespace.as_deref(), json)?,
