@@ -219,14 +219,15 @@ pub enum Error {
     /// The process (or system) hit its open-file limit, or file descriptors passed over
     /// a socket were dropped by the kernel for that reason (a connection that lost
     /// descriptors is out of step: close it). Release buffers, raise `RLIMIT_NOFILE`
-    /// (`ulimit -n`), or switch to [`Strategy::FileSystem`], which keeps no descriptor
+    /// ([`raise_fd_limit`](crate::raise_fd_limit) up to the hard limit, `ulimit -n`
+    /// beyond it; shmrc never raises it by itself), or switch to [`Strategy::FileSystem`], which keeps no descriptor
     /// open per buffer. shmrc's own share of the descriptors is counted: the process
     /// descriptors it kept to judge other processes' liveness quickly (at most 64, and at
     /// most 1/16 of the limit) are closed when the limit is hit, and their number is
     /// `liveness_fds`.
     #[error(
         "too many open files in {call} (RLIMIT_NOFILE soft limit {limit}{}): release \
-         buffers, raise the limit, or switch to the file_system strategy",
+         buffers, raise the limit (shmrc::raise_fd_limit), or switch to the file_system strategy",
         if *liveness_fds > 0 {
             format!("; {liveness_fds} were shmrc's liveness descriptors, closed now")
         } else {

@@ -44,7 +44,12 @@
 //! | travels as | an fd over a Unix socket | bytes (a name), or over a socket |
 //! | a holder SIGKILLed | the kernel frees its reference | its slot is reclaimed by the manager, [`sweep()`] or the next release |
 //! | can be frozen | yes ([`FrozenBuf`]) | no (named segments cannot be sealed) |
-//! | cost per held buffer | one open fd | no fd once mapped |
+//! | cost per held buffer | one open fd ([`raise_fd_limit`] for more than about a thousand) | no fd once mapped |
+//!
+//! Making and letting go of many buffers (a batch per step)? A [`ShmPool`] hands out
+//! recycled ones of either strategy: a segment or memfd nobody holds any more is
+//! reused, without a new reservation ([`PoolLimits`] bound what it keeps idle,
+//! [`PoolStats`] count what it did).
 //!
 //! **2. Fill it.** Before anyone else has it, a [`ShmBufMut`] is a plain `&mut [u8]`
 //! (or `&mut [T]` for any `bytemuck::Pod` `T`, `cast_mut`): zero-copy, no `unsafe`.
@@ -84,6 +89,7 @@
 //! # Index
 //! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: create, share, attach, read and
 //!   write; [`DataRegion`]: zero-copy `unsafe` access.
+//! - [`ShmPool`], [`PoolLimits`], [`PoolStats`]: recycled buffers of either strategy.
 //! - [`ShmBufMut`], [`FrozenBuf`], [`FreezeError`]: zero-copy access without `unsafe`;
 //!   `FrozenArray` (feature `ndarray`).
 //! - `channel` (feature `channel`): typed messages carrying buffers between processes.
@@ -98,6 +104,9 @@
 //!   the program's own image ([`manager::ManagerMode`], [`manager::status`]).
 //! - `report` (feature `serde`): what `shmrc ls --json` and `shmrc sweep --json` print.
 //! - [`Error`]: every failure, by cause.
+//! - [`raise_fd_limit`]: raise this process's open-file limit, for a program that holds
+//!   more than about a thousand file_descriptor buffers (shmrc never changes
+//!   process-wide limits by itself).
 //! - `cuda` (feature `cuda`): device buffers shared on the same protocol.
 //!
 //! User code never names an OS: [`ShmBuf`], [`ShareHandle`] and [`transport::Message`]
@@ -129,11 +138,27 @@
 //!   with [`Error::TimeNamespace`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+// docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) marks each item with the
+// features it needs; the checkers' builds (loom, shuttle) are not API and get no badge.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "loom", feature = "shuttle"))))]
+
+// Linux only: the protocol stands on memfd_create and file seals, pidfd_open (a holder's
+// death, race-free), SCM_RIGHTS, and /proc/<pid>/stat start times (a holder's identity).
+// Stop here, with the reason, rather than at the first missing libc item.
+#[cfg(not(target_os = "linux"))]
+compile_error!(
+    "shmrc supports Linux only (kernel 5.3 or later): it needs memfd_create with file seals, \
+     pidfd_open, SCM_RIGHTS and /proc/<pid>/stat. docs/PLATFORMS.md sketches what a macOS \
+     backend would use."
+);
 
 mod buf;
 #[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "channel")))]
 pub mod channel;
 #[cfg(feature = "cuda")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod environment;
 mod error;
@@ -232,6 +257,7 @@ pub mod checkers {
 }
 
 #[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
 pub use buf::FrozenArray;
 pub use buf::{CreateOptions, ShmBuf};
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
@@ -252,6 +278,9 @@ pub use sweep::{Action, SegmentReport, SweepReport};
 pub use token::Token;
 
 #[cfg(all(feature = "serde", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod report;
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 pub use os::posix::DataRegion;
+#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+pub use os::posix::raise_fd_limit;

@@ -76,8 +76,9 @@ pub struct SegmentView {
     pub age_ms: Option<u64>,
     /// Dead holders' slots reclaimed (dry run, `ls`: that a sweep would reclaim).
     pub reclaimed: u32,
-    /// What the sweep did, or would do: `kept`, `unlinked`, `removed_half_created`,
-    /// `being_created`, `vanished` or `skipped`.
+    /// What the sweep did: `kept`, `unlinked`, `removed_half_created`, `being_created`,
+    /// `vanished` or `skipped`; in `ls` and a dry run, what a sweep would do:
+    /// `would_unlink` and `would_remove_half_created` in place of the two changes.
     pub action: &'static str,
     /// The same as the table's STATE or ACTION column says it.
     pub state: String,
@@ -229,7 +230,7 @@ impl SegmentView {
             created_at_unix_nanos: created,
             age_ms: created.map(|at| now_nanos.saturating_sub(at) / 1_000_000),
             reclaimed: seg.reclaimed,
-            action: action_name(&seg.action),
+            action: action_name(&seg.action, done),
             state: state(&seg.action, done),
             error: match &seg.action {
                 Action::Skipped(e) => Some(e.to_string()),
@@ -239,12 +240,15 @@ impl SegmentView {
     }
 }
 
-/// An action's name in JSON.
-fn action_name(action: &Action) -> &'static str {
+/// An action's name in JSON: what was done, or (`done` false: `ls`, a dry run) what a
+/// sweep would do.
+fn action_name(action: &Action, done: bool) -> &'static str {
     match action {
         Action::Kept => "kept",
-        Action::Unlinked => "unlinked",
-        Action::RemovedHalfCreated => "removed_half_created",
+        Action::Unlinked if done => "unlinked",
+        Action::Unlinked => "would_unlink",
+        Action::RemovedHalfCreated if done => "removed_half_created",
+        Action::RemovedHalfCreated => "would_remove_half_created",
         Action::BeingCreated => "being_created",
         Action::Vanished => "vanished",
         Action::Skipped(_) => "skipped",

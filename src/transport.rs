@@ -365,7 +365,7 @@ mod tests {
     #[test]
     fn more_descriptors_than_one_message_carries_arrive_in_order() {
         let (k, a, b, to_b, at_b) = pair();
-        // As the real backend raises RLIMIT_NOFILE to its hard limit at first use.
+        // As a program that raised RLIMIT_NOFILE (`raise_fd_limit`) would have.
         k.set_fd_limit(a.pid(), 4096);
         k.set_fd_limit(b.pid(), 4096);
         let opts = CreateOptions::new().strategy(Strategy::FileDescriptor);

@@ -110,9 +110,57 @@ struct BenchArgs {
     only: Option<String>,
 }
 
-/// Runs the command line.
-pub fn main() -> Result<()> {
-    match Cli::parse().command {
+impl Command {
+    /// Whether the command was asked for JSON (then its error is JSON too).
+    fn json(&self) -> bool {
+        match self {
+            Command::Ls { json, .. } | Command::Sweep { json, .. } | Command::Status { json } => {
+                *json
+            }
+            Command::Bench(args) => args.json,
+            _ => false,
+        }
+    }
+}
+
+/// A failure under `--json`: `{"error": "…"}` on stdout, where the document was due.
+#[derive(serde::Serialize)]
+struct ErrorDoc {
+    error: String,
+}
+
+/// Runs the command line: exit 0 on success; on failure exit 1 with the cause on stderr
+/// (`shmrc: …`), or, under `--json`, as `{"error": "…"}` on stdout.
+pub fn main() -> std::process::ExitCode {
+    let command = Cli::parse().command;
+    let json = command.json();
+    match run(command) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            let printed = json
+                && print_json(
+                    &ErrorDoc {
+                        error: e.to_string(),
+                    },
+                    false,
+                )
+                .is_ok();
+            if !printed {
+                eprintln!("shmrc: {e}");
+            }
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(command: Command) -> Result<()> {
+    // The `shmrc` program holds many file_descriptor buffers (demo, soak, bench and
+    // their workers), so it raises its open-file limit, as the library leaves to
+    // programs. Best effort: at the limit, a command fails naming it.
+    if let Err(e) = shmrc::raise_fd_limit() {
+        eprintln!("shmrc: cannot raise the open-file limit: {e}");
+    }
+    match command {
         Command::Demo(args) => crate::demo::run(&args)?,
         Command::Ls { namespace, json } => ls(namespace.as_deref(), json)?,
         Command::Sweep {
@@ -198,7 +246,8 @@ fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
             seg.state.clone(),
         ]);
     }
-    println!("{}", crate::status::manager_line());
+    // A notice, not the listing: on stderr.
+    eprintln!("{}", crate::status::manager_line());
     if table.is_empty() {
         println!(
             "no shmrc segments of this user in /dev/shm (file_descriptor buffers never appear here)"
@@ -222,7 +271,7 @@ fn sweep(namespace: Option<&str>, dry_run: bool, json: bool) -> Result<()> {
             seg.state.clone(),
         ]);
     }
-    println!("{}", crate::status::manager_line());
+    eprintln!("{}", crate::status::manager_line());
     if !table.is_empty() {
         table.print();
     }

@@ -23,13 +23,7 @@ mod worker;
 
 #[cfg(not(any(feature = "loom", feature = "shuttle")))]
 fn main() -> std::process::ExitCode {
-    match cli::main() {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("shmrc: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    cli::main()
 }
 
 #[cfg(any(feature = "loom", feature = "shuttle"))]

@@ -5,12 +5,41 @@ use shmrc_bench::table::{Table, age};
 
 use crate::error::Result;
 
-/// Runs `shmrc status`.
+/// `shmrc status --json`: `{"running": false}` when no manager runs (the normal idle
+/// state), else `{"running": true, "pid": …, …}`.
+#[derive(serde::Serialize)]
+struct StatusDoc<'a> {
+    running: bool,
+    #[serde(flatten)]
+    status: Option<&'a shmrc::manager::ManagerStatus>,
+}
+
+/// Runs `shmrc status`. No manager running is an answer, not a failure (exit 0); a
+/// manager that cannot be asked (a runtime directory that cannot be read, a reply out
+/// of step) is a failure.
 pub fn run(json: bool) -> Result<()> {
-    let status = shmrc::manager::status()?;
+    let status = match shmrc::manager::status() {
+        Ok(status) => status,
+        Err(shmrc::Error::NoManager { .. }) => {
+            if json {
+                let doc = StatusDoc {
+                    running: false,
+                    status: None,
+                };
+                return crate::cli::print_json(&doc, false);
+            }
+            println!("no manager running (one starts when a program first needs it)");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
     if json {
-        // One line: `{"pid":…,"uptime_ms":…,…,"client_list":[…]}`.
-        return crate::cli::print_json(&status, false);
+        // One line: `{"running":true,"pid":…,"uptime_ms":…,…,"client_list":[…]}`.
+        let doc = StatusDoc {
+            running: true,
+            status: Some(&status),
+        };
+        return crate::cli::print_json(&doc, false);
     }
     let mut summary = Table::new(["MANAGER", ""]);
     for (key, value) in [

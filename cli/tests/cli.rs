@@ -76,18 +76,28 @@ fn a_bad_namespace_is_a_clear_error() {
 
 #[test]
 fn a_failing_command_exits_1_naming_the_cause() {
+    let args = ["ls", "--namespace", "bad/name"];
+    let out = shmrc_within(&args, &[]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "shmrc {args:?}: {err}");
+    assert!(out.stdout.is_empty(), "shmrc {args:?} printed a result");
+    assert!(
+        err.starts_with("shmrc: ") && err.contains("\"bad/name\""),
+        "the error names the namespace: {err}"
+    );
+    // Under --json the error is the JSON document, on stdout where the result was due.
     for args in [
-        &["ls", "--namespace", "bad/name"][..],
-        &["sweep", "--json", "--namespace", "bad/name"],
+        &["sweep", "--json", "--namespace", "bad/name"][..],
+        &["ls", "--json", "--namespace", "bad/name"],
     ] {
         let out = shmrc_within(args, &[]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "shmrc {args:?}: {err}");
-        assert!(out.stdout.is_empty(), "shmrc {args:?} printed a result");
-        assert!(
-            err.starts_with("shmrc: ") && err.contains("\"bad/name\""),
-            "the error names the namespace: {err}"
-        );
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(1), "shmrc {args:?}: {stdout}");
+        assert!(out.stderr.is_empty(), "shmrc {args:?}: {:?}", out.stderr);
+        let doc: Value = serde_json::from_str(&stdout)
+            .unwrap_or_else(|e| panic!("shmrc {args:?}: not JSON ({e}): {stdout}"));
+        let error = doc["error"].as_str().expect("an error string");
+        assert!(error.contains("\"bad/name\""), "{doc}");
     }
     // A cause of the CLI's own: a benchmark peer started without its configuration.
     let out = shmrc_within(
@@ -157,7 +167,10 @@ fn ls_json_and_sweep_json_report_sizes_holders_and_counts() {
         "{seg:#}"
     );
     assert!(seg["age_ms"].is_u64(), "{seg:#}");
-    assert_eq!(seg["action"], "unlinked", "what a sweep would do: {seg:#}");
+    assert_eq!(
+        seg["action"], "would_unlink",
+        "what a sweep would do: {seg:#}"
+    );
     assert_eq!(seg["reclaimed"], 1, "{seg:#}");
     assert!(seg["error"].is_null(), "{seg:#}");
     let seg = segment(ns, &kept_name);
@@ -237,4 +250,70 @@ fn an_unknown_manager_role_stops_the_program_before_main_naming_it() {
         "{stderr}"
     );
     assert!(out.stdout.is_empty(), "main ran: {out:?}");
+}
+
+/// No manager is the normal idle state: `status` says so and exits 0, as text or as
+/// `{"running": false}`; `ls` keeps its notice about the manager off stdout.
+#[test]
+fn status_without_a_manager_is_an_answer_not_a_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    // A runtime directory must be this user's alone.
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let env = [("SHMRC_RUNTIME_DIR", dir.path().display().to_string())];
+    let out = shmrc_within(&["status"], &env);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("no manager running"), "{text}");
+
+    let out = shmrc_within(&["status", "--json"], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("JSON");
+    assert_eq!(doc, serde_json::json!({"running": false}));
+
+    let t = TestNamespace::new("cli-notice");
+    let out = shmrc_within(&["ls", "--namespace", t.ns.prefix()], &env);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(stderr.contains("no manager running"), "{stderr}");
+    assert!(!stdout.contains("manager"), "{stdout}");
+}
+
+/// A manager that cannot be asked is a failure: a runtime directory that is a file.
+#[test]
+fn status_that_cannot_ask_fails() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let env = [("SHMRC_RUNTIME_DIR", file.path().display().to_string())];
+    for args in [&["status"][..], &["status", "--json"]] {
+        let out = shmrc_within(args, &env);
+        println!("{}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(1),
+            "shmrc {args:?}: {} {}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let out = shmrc_within(&["status", "--json"], &env);
+    let doc: Value = serde_json::from_slice(&out.stdout).expect("the error as JSON");
+    assert!(doc["error"].is_string(), "{doc}");
 }

@@ -88,10 +88,11 @@ impl Drop for Runtime {
     /// process), rather than panic again while unwinding.
     fn drop(&mut self) {
         let out = self.shmrc(&["status", "--json"]);
-        if !out.status.success() {
+        let json = String::from_utf8_lossy(&out.stdout);
+        if !out.status.success() || !running(&json) {
             return;
         }
-        let pid = field(&String::from_utf8_lossy(&out.stdout), "pid") as u32;
+        let pid = field(&json, "pid") as u32;
         if std::thread::panicking() {
             if let Ok(pid) = i32::try_from(pid) {
                 let _ = nix::sys::signal::kill(
@@ -138,9 +139,13 @@ fn a_started_manager_answers_status_and_exits_after_its_grace_period() {
     wait_gone(pid as u32, Duration::from_secs(60));
     assert!(!rt.socket().exists(), "the socket went with it");
     let out = rt.shmrc(&["status"]);
-    assert!(!out.status.success());
-    let why = String::from_utf8_lossy(&out.stderr);
-    assert!(why.contains("no shmrc manager is running"), "{why}");
+    assert!(
+        out.status.success(),
+        "no manager is an answer, not a failure"
+    );
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(said.contains("no manager running"), "{said}");
+    assert!(!running(&rt.status()));
 }
 
 #[test]
@@ -277,7 +282,10 @@ fn an_idle_client_is_watched_again_by_a_new_manager_when_the_first_is_killed() {
     eventually("a new manager watches the idle worker", || {
         let out = rt.shmrc(&["status", "--json"]);
         let json = String::from_utf8_lossy(&out.stdout);
-        out.status.success() && field(&json, "pid") as u32 != first && field(&json, "clients") == 1
+        out.status.success()
+            && running(&json)
+            && field(&json, "pid") as u32 != first
+            && field(&json, "clients") == 1
     });
     workers.remove(0).kill();
     eventually("the new manager sweeps on the worker's death", || {
@@ -432,7 +440,8 @@ fn connections_beyond_the_cap_are_refused_and_the_manager_keeps_serving() {
     assert!(reply.starts_with("created "), "{reply}");
     drop(held);
     eventually("the manager serves again once connections close", || {
-        rt.shmrc(&["status", "--json"]).status.success()
+        let out = rt.shmrc(&["status", "--json"]);
+        out.status.success() && running(&String::from_utf8_lossy(&out.stdout))
     });
     assert_eq!(
         field(&rt.status(), "refused"),
@@ -526,4 +535,13 @@ fn a_client_registering_too_many_namespaces_is_refused() {
     );
     let status = rt.status();
     assert_eq!(field(&status, "refused"), 1, "{status}");
+}
+
+/// Whether `shmrc status --json` said a manager runs.
+fn running(json: &str) -> bool {
+    let doc: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("not JSON ({e}): {json}"));
+    doc["running"]
+        .as_bool()
+        .unwrap_or_else(|| panic!("no running in {json}"))
 }

@@ -340,6 +340,10 @@ fn manager_pid(runtime: &Path) -> Option<u32> {
         return None;
     }
     let json = String::from_utf8(out.stdout).expect("utf-8 status");
+    let doc: serde_json::Value = serde_json::from_str(&json).expect("JSON status");
+    if doc["running"] != true {
+        return None;
+    }
     Some(u32::try_from(field(&json, "pid")).expect("a pid"))
 }
 

@@ -230,16 +230,15 @@ impl Manager {
     }
 
     fn running(&self) -> bool {
-        let status = Command::new(env!("CARGO_BIN_EXE_shmrc"))
-            .args(["status", "--json"])
-            .env("SHMRC_RUNTIME_DIR", &self.runtime)
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .map(|mut child| {
-                shmrc_testkit::process::wait_within(&mut child, Duration::from_secs(60))
-            });
-        status.is_ok_and(|s| s.success())
+        let out = shmrc_testkit::process::output_within(
+            Command::new(env!("CARGO_BIN_EXE_shmrc"))
+                .args(["status", "--json"])
+                .env("SHMRC_RUNTIME_DIR", &self.runtime),
+            Duration::from_secs(60),
+        );
+        out.status.success()
+            && serde_json::from_slice::<serde_json::Value>(&out.stdout)
+                .is_ok_and(|doc| doc["running"] == true)
     }
 
     fn stop(mut self) {

@@ -709,7 +709,14 @@ mod tests {
     /// (`SHMRC_WRITE_FUZZ_SEEDS=1` rewrites them after a format change).
     #[test]
     fn committed_fuzz_seeds_are_todays_encodings() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/seeds/manager_wire");
+        let fuzz = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz");
+        if !fuzz.join("Cargo.toml").exists() {
+            // The published tarball: cargo leaves the nested fuzz package out, and the
+            // seeds with it. In the repository the fuzz package is always there.
+            eprintln!("no fuzz package beside the crate (a published tarball): nothing to compare");
+            return;
+        }
+        let dir = fuzz.join("seeds/manager_wire");
         let mut seeds: Vec<(&str, Vec<u8>)> = vec![
             ("hello", encode_request(&sample_requests()[0])),
             ("watch", encode_request(&sample_requests()[1])),

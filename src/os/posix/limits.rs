@@ -1,8 +1,8 @@
-//! The descriptor limit: raising this process's `RLIMIT_NOFILE` soft limit once, and
-//! turning `EMFILE`/`ENFILE` into [`Error::TooManyFds`] with the limit in force.
+//! The descriptor limit: raising this process's `RLIMIT_NOFILE` soft limit when the
+//! program asks ([`raise_fd_limit`]; the library never does it by itself), and turning
+//! `EMFILE`/`ENFILE` into [`Error::TooManyFds`] with the limit in force.
 
 use std::fs;
-use std::sync::Once;
 
 use nix::errno::Errno;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
@@ -11,9 +11,24 @@ use crate::error::{Error, Result};
 
 /// Raises this process's `RLIMIT_NOFILE` soft limit to its hard limit (or to
 /// `/proc/sys/fs/nr_open` when the hard limit is unlimited) and returns the new soft
-/// limit. The file_descriptor strategy holds one descriptor per buffer, so the default
-/// soft limit (often 1024) is reached quickly; [`PosixOs`](super::PosixOs) calls this
-/// once by itself before its first `memfd_create` or `recv`.
+/// limit.
+///
+/// The file_descriptor strategy holds one descriptor per buffer, so the usual soft limit
+/// of 1024 is reached after about a thousand live buffers, and then creating, receiving
+/// or attaching fails with [`Error::TooManyFds`]. The limit is the whole process's (every
+/// library in it, and the children it starts, inherit it), so shmrc leaves it alone
+/// unless the program calls this; a program that holds many buffers calls it once at
+/// start. The manager, a process of its own, raises its own limit.
+///
+/// # Errors
+/// [`Error::Os`] when `getrlimit` or `setrlimit` fails (a hard limit that is unlimited
+/// and `/proc/sys/fs/nr_open` unreadable).
+///
+/// ```
+/// let soft = shmrc::raise_fd_limit()?;
+/// assert!(soft >= 64);
+/// # Ok::<(), shmrc::Error>(())
+/// ```
 pub fn raise_fd_limit() -> Result<u64> {
     let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).map_err(|e| Error::os("getrlimit", e))?;
     if soft >= hard {
@@ -36,16 +51,6 @@ pub fn raise_fd_limit() -> Result<u64> {
         }
         Err(e) => Err(Error::os("setrlimit", e)),
     }
-}
-
-/// Raises the fd limit once per process, before the first call that creates many fds.
-pub(super) fn ensure_fd_limit_raised() {
-    static RAISED: Once = Once::new();
-    RAISED.call_once(|| {
-        // Best effort: a process that cannot raise it gets TooManyFds later, with the
-        // limit in the message.
-        let _ = raise_fd_limit();
-    });
 }
 
 /// The soft `RLIMIT_NOFILE` in force now (for error messages).

@@ -13,7 +13,7 @@ use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
 use nix::sys::statfs::{HUGETLBFS_MAGIC, TMPFS_MAGIC, fstatfs};
 use nix::unistd::ftruncate;
 
-use super::limits::{ensure_fd_limit_raised, fd_error};
+use super::limits::fd_error;
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
 use crate::os::{FileInfo, FileKind, Listed, Os};
@@ -160,7 +160,6 @@ pub(super) fn owner(name: &str) -> Result<u32> {
 
 /// [`Os::memfd_create`].
 pub(super) fn memfd_create(debug_name: &str) -> Result<PosixFile> {
-    ensure_fd_limit_raised();
     sys_memfd_create(
         debug_name,
         MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING,

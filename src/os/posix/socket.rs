@@ -23,7 +23,7 @@ use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, MsgFlags, send as sys_send, sendmsg};
 
 use super::PosixFile;
-use super::limits::{ensure_fd_limit_raised, fd_error, fd_limit};
+use super::limits::{fd_error, fd_limit};
 use crate::error::{Error, Result};
 use crate::os::MAX_FDS_PER_SEND;
 
@@ -110,7 +110,6 @@ pub(super) fn recv(
     buf: &mut [u8],
     files: &mut Vec<PosixFile>,
 ) -> Result<usize> {
-    ensure_fd_limit_raised();
     if buf.is_empty() {
         return Err(Error::InvalidArgument(
             "recv needs room for at least one byte".into(),
