@@ -778,7 +778,7 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Reuses the segment for a new use if no other process (nor a handle in flight)
-    /// holds it: bumps its generation (see [`holders::recycle`]) and returns `true`;
+    /// holds it: bumps its generation (the protocol's recycle step, docs/PROTOCOL.md) and returns `true`;
     /// `false` if it is still held (or is a plain file_descriptor buffer, without
     /// slots). The caller (a
     /// [`crate::ShmPool`]) makes sure no other reference of this process uses it.

@@ -118,7 +118,7 @@ impl RuntimeDir {
     /// The runtime directory of this process's user (its effective uid), as
     /// [`RuntimeDir::for_user`] finds it, made `0700` if missing and checked (a real
     /// directory of this user's that no one else can enter: else
-    /// [`Error::UnsafeRuntimeDir`](crate::Error::UnsafeRuntimeDir)): what the CLI and the Python package
+    /// [`Error::UnsafeRuntimeDir`]): what the CLI and the Python package
     /// serve and query the manager in.
     ///
     /// ```
