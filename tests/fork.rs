@@ -7,11 +7,13 @@
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 #![allow(unsafe_code)]
 
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, fork};
-use shmrc::checkers::holders::Outcome;
+use std::time::Duration;
+
+use nix::sys::wait::WaitStatus;
+use shmrc::Outcome;
 use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
+use shmrc_testkit::process::fork_and_wait;
 
 /// The child's checks; its exit code says which failed (0: none).
 fn in_child(buf: ShmBuf) -> i32 {
@@ -46,34 +48,9 @@ fn a_forked_child_never_releases_its_parents_reference() {
     )
     .unwrap();
     // SAFETY: this test binary runs this one test, so no other thread holds a lock the
-    // child could need; the child runs only `in_child` and leaves with `_exit`, never
-    // returning into the test harness.
-    match unsafe { fork() }.unwrap() {
-        ForkResult::Child => {
-            let code = in_child(buf.clone());
-            // SAFETY: `_exit` ends the child at once without running the parent's
-            // atexit handlers or destructors twice.
-            unsafe { nix::libc::_exit(code) }
-        }
-        ForkResult::Parent { child } => {
-            // Bounded: a child still running after 30 s is killed (ours, by pid).
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-            let status = loop {
-                match waitpid(child, Some(WaitPidFlag::WNOHANG)).unwrap() {
-                    WaitStatus::StillAlive if std::time::Instant::now() < deadline => {
-                        std::thread::sleep(std::time::Duration::from_millis(5));
-                    }
-                    WaitStatus::StillAlive => {
-                        let _ = nix::sys::signal::kill(child, nix::sys::signal::Signal::SIGKILL);
-                        let _ = waitpid(child, None);
-                        panic!("the forked child ran past 30 s; killed");
-                    }
-                    status => break status,
-                }
-            };
-            assert_eq!(status, WaitStatus::Exited(child, 0));
-        }
-    }
+    // child could need; the child runs only `in_child`.
+    let status = unsafe { fork_and_wait(Duration::from_secs(30), || in_child(buf.clone())) };
+    assert!(matches!(status, WaitStatus::Exited(_, 0)), "{status:?}");
     let census = buf.census().unwrap();
     assert_eq!(
         (census.live, census.dead),

@@ -864,25 +864,23 @@ mod posix_only {
         assert_eq!(me.pid(), std::process::id());
         assert_eq!(token_of(std::process::id()), Some(me));
         // SAFETY: this process runs only this test; the child calls nothing but
-        // `current`/`is_alive` (getpid, reading /proc) and `_exit`.
-        match unsafe { nix::unistd::fork() }.unwrap() {
-            nix::unistd::ForkResult::Child => {
+        // `current`/`is_alive` (getpid, reading /proc).
+        let status = unsafe {
+            shmrc_testkit::process::fork_and_wait(std::time::Duration::from_secs(30), || {
                 let mine = os.current();
                 let ok = mine.pid() == std::process::id()
                     && mine != me
                     && os.current() == mine
                     && os.is_alive(mine)
                     && os.is_alive(me);
-                // SAFETY: `_exit` ends the forked child without running the parent's
-                // atexit handlers or destructors.
-                unsafe { nix::libc::_exit(if ok { 0 } else { 1 }) };
-            }
-            nix::unistd::ForkResult::Parent { child } => {
-                let status = nix::sys::wait::waitpid(child, None).unwrap();
-                assert_eq!(status, nix::sys::wait::WaitStatus::Exited(child, 0));
-                assert_eq!(os.current(), me, "the parent keeps its token");
-            }
-        }
+                i32::from(!ok)
+            })
+        };
+        assert!(
+            matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+            "{status:?}"
+        );
+        assert_eq!(os.current(), me, "the parent keeps its token");
     }
 
     #[test]

@@ -4,13 +4,14 @@
 //! its own: the test forks, so it must be the only test of its binary.)
 #![cfg(not(any(feature = "loom", feature = "shuttle")))]
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
-use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
-use nix::unistd::{ForkResult, Pid, fork};
+use nix::sys::wait::WaitStatus;
+use nix::unistd::Pid;
 use shmrc::{CreateOptions, PoolLimits, ShmPool, Strategy};
 use shmrc_testkit::names::TestNamespace;
+use shmrc_testkit::process::fork_and_wait;
 
 /// The child's work: three buffers, two back in the pool, one of them reused, then a
 /// SIGKILL of itself (no destructor runs). Returns only on failure.
@@ -39,33 +40,12 @@ fn a_killed_pools_segments_are_swept_like_any_others() {
         .strategy(Strategy::FileSystem)
         .namespace(t.ns.clone());
     // SAFETY: this test binary runs this one test, so no other thread holds a lock the
-    // child could need; the child runs only `fill_pool_then_die` and leaves by SIGKILL
-    // or `_exit`, never returning into the test harness.
-    match unsafe { fork() }.unwrap() {
-        ForkResult::Child => {
-            let code = fill_pool_then_die(options);
-            // SAFETY: `_exit` ends the child without running the parent's handlers.
-            unsafe { nix::libc::_exit(code) }
-        }
-        ForkResult::Parent { child } => {
-            // Bounded: a child still running after 30 s is killed (ours, by pid).
-            let deadline = Instant::now() + Duration::from_secs(30);
-            let status = loop {
-                match waitpid(child, Some(WaitPidFlag::WNOHANG)).unwrap() {
-                    WaitStatus::StillAlive if Instant::now() < deadline => {
-                        std::thread::sleep(Duration::from_millis(5));
-                    }
-                    WaitStatus::StillAlive => {
-                        let _ = kill(child, Signal::SIGKILL);
-                        let _ = waitpid(child, None);
-                        panic!("the pool's child ran past 30 s; killed");
-                    }
-                    status => break status,
-                }
-            };
-            assert_eq!(status, WaitStatus::Signaled(child, Signal::SIGKILL, false));
-        }
-    }
+    // child could need; the child runs only `fill_pool_then_die`, which ends by SIGKILL.
+    let status = unsafe { fork_and_wait(Duration::from_secs(30), || fill_pool_then_die(options)) };
+    assert!(
+        matches!(status, WaitStatus::Signaled(_, Signal::SIGKILL, false)),
+        "{status:?}"
+    );
     assert_eq!(
         t.names().len(),
         3,

@@ -323,20 +323,8 @@ impl<O: Os> FakeDriver<O> {
     /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
-    /// # fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
-    /// #     use nix::sys::wait::{WaitStatus, waitpid};
-    /// #     use nix::unistd::{ForkResult, fork};
-    /// #     // SAFETY: this program runs no other thread that could hold a lock at the fork.
-    /// #     match unsafe { fork() }.expect("fork") {
-    /// #         ForkResult::Child => std::process::exit(match consumer() {
-    /// #             Ok(()) => 0,
-    /// #             Err(e) => { eprintln!("consumer: {e}"); 1 }
-    /// #         }),
-    /// #         ForkResult::Parent { child } => {
-    /// #             assert_eq!(waitpid(child, None).expect("waitpid"), WaitStatus::Exited(child, 0));
-    /// #         }
-    /// #     }
-    /// # }
+    /// # // SAFETY: a doc example runs one thread (fork's contract).
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
     /// use std::sync::Arc;
     /// use shmrc::cuda::{CudaDevice, DeviceHandle, FakeDriver};
     /// use shmrc::{CreateOptions, DefaultOs, Namespace};

@@ -4,7 +4,13 @@
 //! should end by itself; [`wait_gone`] waits for a process that is not our child (a
 //! detached manager) to exit; [`Talker`] is a child told things line by line on its
 //! stdin, answering on its stdout; [`accept_within`] takes a child's connection to a
-//! listening socket. None of them can wait forever.
+//! listening socket; [`fork_and_wait`] runs a closure in a forked child and reaps it,
+//! and [`in_child`] is the same for a doc example's consumer. None of them can wait
+//! forever.
+//!
+//! # Safety
+//! [`fork_and_wait`] and [`in_child`] fork: they are `unsafe fn`s whose callers promise
+//! what `fork` needs (no other thread holds a lock the child's closure takes).
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::PermissionsExt;
@@ -13,6 +19,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill};
+use nix::sys::wait::{WaitPidFlag, WaitStatus, waitpid};
+use nix::unistd::{ForkResult, fork};
 
 /// How long a child's output may stay open after the child ended (a process it started
 /// and left behind may hold the pipes).
@@ -261,6 +271,66 @@ pub fn copy_of_this_test(dir: &Path) -> PathBuf {
     std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
         .expect("chmod the copy");
     copy
+}
+
+/// Forks: the child runs `body` and leaves with `_exit` and the code `body` returns,
+/// never returning into the caller (a test harness); the parent waits for it at most
+/// `limit`, and past that kills it (its own child, by pid), reaps it and fails the
+/// test. Returns how the child ended.
+///
+/// # Safety
+/// `fork`'s contract: no other thread of this process may hold a lock (the allocator's
+/// included) that `body` takes; a test binary that runs one test, or a doc example,
+/// keeps it.
+pub unsafe fn fork_and_wait(limit: Duration, body: impl FnOnce() -> i32) -> WaitStatus {
+    // SAFETY: the caller keeps fork's contract (above); the child only runs `body` and
+    // `_exit`s.
+    match unsafe { fork() }.expect("fork") {
+        ForkResult::Child => {
+            let code = body();
+            // SAFETY: `_exit` ends the child at once, running none of the parent's atexit
+            // handlers or destructors a second time.
+            unsafe { nix::libc::_exit(code) }
+        }
+        ForkResult::Parent { child } => {
+            let deadline = Instant::now() + limit;
+            loop {
+                match waitpid(child, Some(WaitPidFlag::WNOHANG)).expect("waitpid") {
+                    WaitStatus::StillAlive if Instant::now() < deadline => {
+                        std::thread::sleep(Duration::from_millis(5));
+                    }
+                    WaitStatus::StillAlive => {
+                        let _ = kill(child, Signal::SIGKILL);
+                        let _ = waitpid(child, None);
+                        panic!("the forked child ran past {limit:?}; killed");
+                    }
+                    status => return status,
+                }
+            }
+        }
+    }
+}
+
+/// Runs a doc example's `consumer` in a forked child (another process of the same
+/// user, as a real consumer would be) and asserts that it succeeded within 60 s; the
+/// child prints the error it returned.
+///
+/// # Safety
+/// As [`fork_and_wait`]: a doc example runs one thread.
+pub unsafe fn in_child(consumer: impl FnOnce() -> shmrc::Result<()>) {
+    let run = || match consumer() {
+        Ok(()) => 0,
+        Err(e) => {
+            eprintln!("consumer: {e}");
+            1
+        }
+    };
+    // SAFETY: the caller keeps fork's contract (above).
+    let status = unsafe { fork_and_wait(Duration::from_secs(60), run) };
+    assert!(
+        matches!(status, WaitStatus::Exited(_, 0)),
+        "the consumer failed: {status:?}"
+    );
 }
 
 #[cfg(test)]
