@@ -12,7 +12,7 @@
 //! kernel passed at exec (a plain integer argument, no precondition).
 #![allow(unsafe_code)]
 // A loom or shuttle build has no manager client, the reader of paths and programs.
-#![cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+#![cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
 
 use std::fmt;
 

@@ -12,7 +12,7 @@ use crate::strategy::Strategy;
 /// `Result` with [`Error`]: what every fallible shmrc call returns.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// fn scratch(len: usize) -> shmrc::Result<shmrc::ShmBuf> {
 ///     let buf = shmrc::ShmBuf::new(len)?;
@@ -35,7 +35,7 @@ pub type Result<T, E = Error> = std::result::Result<T, E>;
 /// operation that failed has changed nothing the caller could lose.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{Error, ShareHandle, ShmBuf};
 ///
@@ -612,7 +612,7 @@ impl Error {
     /// before it was attached.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy};
     ///

@@ -41,12 +41,12 @@ use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::PosixFile;
 use crate::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
 use crate::strategy::Strategy;
 use crate::token::Token;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use std::os::fd::OwnedFd;
 
 const MAGIC: [u8; 4] = *b"SHRH";
@@ -271,7 +271,7 @@ pub(crate) enum Target<O: Os> {
 /// too, owned the same way.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShareHandle, ShmBuf, Strategy};
 ///
@@ -300,7 +300,7 @@ impl<O: Os> ShareHandle<O> {
     /// (file_system) or only over a Unix socket (file_descriptor).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::{CreateOptions, ShmBuf, Strategy};
     ///
     /// let buf = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
@@ -315,7 +315,7 @@ impl<O: Os> ShareHandle<O> {
     /// The buffer's length in bytes, before it is attached.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert_eq!(buf.share()?.len(), 4096);
     /// # }
@@ -328,7 +328,7 @@ impl<O: Os> ShareHandle<O> {
     /// Whether the buffer is empty (never: buffers have at least one byte).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// assert!(!shmrc::ShmBuf::new(1)?.share()?.is_empty());
     /// # }
     /// # Ok::<(), shmrc::Error>(())
@@ -340,7 +340,7 @@ impl<O: Os> ShareHandle<O> {
     /// The segment's name (file_system handles; `None` for file_descriptor ones).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -398,7 +398,7 @@ impl<O: Os> ShareHandle<O> {
     /// travel over a Unix socket ([`crate::transport::send`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
     ///
@@ -532,7 +532,7 @@ impl<O: Os> fmt::Debug for ShareHandle<O> {
 }
 
 // The default OS's constructors, beside the generic type.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 impl ShareHandle {
     /// Decodes a handle made by [`ShareHandle::into_bytes`] in another process of this
     /// user; it owns the in-flight reference the bytes carry (attach it, or drop it to
@@ -544,7 +544,7 @@ impl ShareHandle {
     /// [`Error::OutsideNamespace`]: crate::Error::OutsideNamespace
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
     ///
@@ -567,7 +567,7 @@ impl ShareHandle {
     }
 }
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 impl ShareHandle {
     /// Splits a file_descriptor handle into its description (bytes) and its memfd, for
     /// a channel of your own that passes descriptors (Python's `multiprocessing`
@@ -580,7 +580,7 @@ impl ShareHandle {
     /// timeout).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::{CreateOptions, ShareHandle, ShmBuf, Strategy};
     ///
     /// let buf = ShmBuf::with_options(64, &CreateOptions::new().strategy(Strategy::FileDescriptor))?;
@@ -616,7 +616,7 @@ impl ShareHandle {
     /// is checked when the handle is attached.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
     ///

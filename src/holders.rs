@@ -152,7 +152,7 @@ pub enum ClaimError {
 /// How a finalize ended (the last holder's release, or a sweep's).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, Outcome, ShmBuf, Strategy};
 ///
@@ -181,7 +181,7 @@ pub enum Outcome {
 /// What a finalize did.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, Outcome, ShmBuf, Strategy};
 ///
@@ -214,7 +214,7 @@ pub enum Reclaim {
 /// A read-only count of slot states (for `ls` and dry-run sweeps).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -249,7 +249,7 @@ impl Census {
     /// Whether a finalize would destroy the segment now.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     /// let ns = Namespace::new("shmrc-doc-unheld")?;
@@ -1269,7 +1269,7 @@ impl std::fmt::Debug for Flat<RecyclePhase> {
 }
 
 // Plain atomics, outside any model checker's run.
-#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     use super::*;
 

@@ -15,7 +15,7 @@
 //!   unlinks the segment once nobody live holds it, while the job is still running.
 //!
 //! ```
-//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+//! # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 //! use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
 //! use std::os::unix::net::UnixStream;
 //!
@@ -139,9 +139,12 @@
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
 // docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) marks each item with the
-// features it needs; the checkers' builds (loom, shuttle) are not API and get no badge.
+// features it needs; the checkers' seam is not API and gets no badge.
 #![cfg_attr(docsrs, feature(doc_cfg))]
-#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "loom", feature = "shuttle"))))]
+#![cfg_attr(docsrs, doc(auto_cfg(hide(feature = "checkers"))))]
+// With the checkers' seam on, the protocol rooms' own docs (links between private
+// rooms) become reachable; they are the maintainers' docs, not the user's.
+#![cfg_attr(feature = "checkers", allow(rustdoc::private_intra_doc_links))]
 
 // Linux only: the protocol stands on memfd_create and file seals, pidfd_open (a holder's
 // death, race-free), SCM_RIGHTS, and /proc/<pid>/stat start times (a holder's identity).
@@ -154,7 +157,7 @@ compile_error!(
 );
 
 mod buf;
-#[cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(feature = "channel", not(any(shmrc_loom, shmrc_shuttle))))]
 #[cfg_attr(docsrs, doc(cfg(feature = "channel")))]
 pub mod channel;
 #[cfg(feature = "cuda")]
@@ -239,7 +242,7 @@ pub mod checkers {
         pub use crate::token::*;
     }
     /// The manager's inner rooms (the registry's decisions, the server loop, the wire).
-    #[cfg(not(any(feature = "loom", feature = "shuttle")))]
+    #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
     pub mod manager {
         /// The manager's decisions, with no I/O.
         pub mod registry {
@@ -256,17 +259,17 @@ pub mod checkers {
     }
 }
 
-#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
 #[cfg_attr(docsrs, doc(cfg(feature = "ndarray")))]
 pub use buf::FrozenArray;
 pub use buf::{CreateOptions, ShmBuf};
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use buf::{FreezeError, FrozenBuf, ShmBufMut};
 pub use error::{Error, Result};
 pub use handle::ShareHandle;
 pub use holders::{Census, Finalized, Outcome};
 pub use manager::DefaultOs;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use manager::{inspect, sweep};
 pub use namespace::NameParts;
 pub use namespace::Namespace;
@@ -277,10 +280,10 @@ pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, shari
 pub use sweep::{Action, SegmentReport, SweepReport};
 pub use token::Token;
 
-#[cfg(all(feature = "serde", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(feature = "serde", not(any(shmrc_loom, shmrc_shuttle))))]
 #[cfg_attr(docsrs, doc(cfg(feature = "serde")))]
 pub mod report;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use os::posix::DataRegion;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use os::posix::raise_fd_limit;

@@ -28,7 +28,7 @@ pub const DEFAULT_PREFIX: &str = "shmrc";
 /// `shmrc`; a job of its own namespace can sweep and list just its segments.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -51,7 +51,7 @@ pub struct Namespace {
 /// What a segment name says about its creation.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -177,7 +177,7 @@ impl Namespace {
     /// longer prefix is another namespace.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///

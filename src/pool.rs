@@ -94,7 +94,7 @@ impl Default for PoolLimits {
 /// What [`ShmPool::stats`] counts.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmPool, Strategy};
 /// let options = CreateOptions::new()
@@ -197,7 +197,7 @@ struct State<O: Os> {
 /// `shmrc::pool`).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, ShmPool, Strategy};
 ///
@@ -256,7 +256,7 @@ impl<O: Os> ShmPool<O> {
     /// A zero or too large `len` is [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmPool, Strategy};
     /// let options = CreateOptions::new()
@@ -331,7 +331,7 @@ impl<O: Os> ShmPool<O> {
     /// [`ShmPool::get`].)
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use std::time::Duration;
     /// use shmrc::{CreateOptions, Namespace, PoolLimits, ShmPool, Strategy};
@@ -443,7 +443,7 @@ impl<O: Os> std::fmt::Debug for ShmPool<O> {
     }
 }
 
-#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     //! The pool's own decisions on the simulated kernel: a buffer that a thread of this
     //! process attached is never handed out again; lent buffers take turns.
@@ -559,7 +559,7 @@ mod tests {
 }
 
 // The default OS's constructor, beside the generic type.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 impl ShmPool {
     /// A pool of recycled buffers created with `options` (either strategy, fixed now:
     /// see the module docs of `shmrc::pool` for file_descriptor pools), kept within
@@ -568,7 +568,7 @@ impl ShmPool {
     /// [`Error::InvalidArgument`]: crate::Error::InvalidArgument
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use std::os::unix::net::UnixStream;
     /// use shmrc::{CreateOptions, Error, PoolLimits, ShmBuf, ShmPool, Strategy, transport};

@@ -81,7 +81,7 @@ pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
 /// Where things are in a segment.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -142,7 +142,7 @@ fn data_offset_for(capacity: usize) -> usize {
 /// The immutable header fields, as written by the creator.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -606,7 +606,7 @@ fn open_stated<O: Os>(
     Ok(Opened { map, fields })
 }
 
-#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     //! `validate` at each bound's edge, with the checksum recomputed (a scribbled header
     //! fails the checksum first, so a hostile-header test that leaves the checksum stale

@@ -22,7 +22,7 @@ use crate::sync::process::{AtomicU8, Ordering};
 /// follows the handle it gets, whatever its own setting.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -175,7 +175,7 @@ pub fn sharing_strategy() -> Strategy {
 /// which `?` turns into an [`Error::InvalidArgument`](crate::Error::InvalidArgument).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::checkers::strategy::{Strategy, set_sharing_strategy, strategy_in_force};
 /// set_sharing_strategy(Strategy::FileSystem);
 /// assert_eq!(strategy_in_force()?, Strategy::FileSystem);
@@ -214,7 +214,7 @@ pub const STRATEGY_ENV: &str = "SHMRC_SHARING_STRATEGY";
 /// already created keep theirs.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{ShmBuf, Strategy, set_sharing_strategy};
 ///

@@ -24,7 +24,7 @@ use crate::token::Token;
 /// [`SweepReport::segments`].
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{Action, CreateOptions, Namespace, SegmentReport, ShmBuf, Strategy};
 ///
@@ -69,7 +69,7 @@ pub struct SegmentReport {
 /// what it would do).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{Action, CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -110,7 +110,7 @@ pub enum Action {
 /// The result of [`sweep()`](crate::sweep()) or [`inspect()`](crate::inspect()).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy, SweepReport};
 ///

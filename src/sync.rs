@@ -3,7 +3,7 @@
 //! Protocol state that other processes can see (header words, holder slots, the
 //! finalizer word) uses [`AtomicU64`] from here. By default that is a transparent
 //! wrapper of `std`'s (same layout, so a mapping's words can be viewed as it); under
-//! `--features loom` it is loom's and under `--features shuttle` shuttle's, so the
+//! `--cfg shmrc_loom` it is loom's and under `--cfg shmrc_shuttle` shuttle's, so the
 //! model checkers see every access the protocol makes. [`spin`] is the one back-off the
 //! protocol uses, so a retry loop yields to the checker's scheduler instead of burning
 //! a schedule.
@@ -15,7 +15,7 @@
 //! `clippy.toml` forbids `std`'s atomic types everywhere; this module alone wraps them.
 #![allow(clippy::disallowed_types)]
 
-#[cfg(all(feature = "loom", feature = "shuttle"))]
+#[cfg(all(shmrc_loom, shmrc_shuttle))]
 compile_error!("features `loom` and `shuttle` are exclusive: enable one of them");
 
 pub use std::sync::atomic::Ordering;
@@ -86,7 +86,7 @@ macro_rules! std_atomic_integer {
     };
 }
 
-#[cfg(feature = "loom")]
+#[cfg(shmrc_loom)]
 mod backend {
     pub use loom::sync::atomic::AtomicU64;
     /// Yields to loom's scheduler.
@@ -95,7 +95,7 @@ mod backend {
     }
 }
 
-#[cfg(feature = "shuttle")]
+#[cfg(shmrc_shuttle)]
 mod backend {
     pub use shuttle::sync::atomic::AtomicU64;
     /// Yields to shuttle's scheduler.
@@ -104,7 +104,7 @@ mod backend {
     }
 }
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod backend {
     std_atomic!(
         /// A 64-bit atomic with the layout of `u64` (a mapping's words are viewed as it).

@@ -24,7 +24,7 @@ const TOKEN_MASK: u64 = (1 << (PID_BITS + START_BITS)) - 1;
 /// A process identity: pid plus start time.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -73,7 +73,7 @@ impl Token {
     /// The process id.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     /// let ns = Namespace::new("shmrc-doc-token-pid")?;
@@ -93,7 +93,7 @@ impl Token {
     /// it), truncated to 40 bits.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     /// let ns = Namespace::new("shmrc-doc-token-start")?;

@@ -13,7 +13,7 @@
 //! gets [`crate::Error::TooManyFds`] (never "received 0 items of ancdata" in silence);
 //! the connection is then out of step and should be closed.
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use std::os::unix::net::UnixStream;
 
 use crate::error::{Error, Result};
@@ -30,7 +30,7 @@ const FLAG_MORE: u16 = 1;
 /// [`Error::InvalidArgument`] before anything is written.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::transport::{self, MAX_PAYLOAD};
 /// use std::os::unix::net::UnixStream;
 ///
@@ -46,7 +46,7 @@ const MAX_HANDLES_PER_FRAME: usize = 4096;
 /// What [`recv`] returns: your payload and the handles that came with it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::{ShmBuf, transport};
 /// use std::os::unix::net::UnixStream;
 ///
@@ -77,7 +77,7 @@ pub struct Message<O: Os = DefaultOs> {
 /// at most 253 descriptors and reassembled by [`recv`]).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
 /// use std::os::unix::net::UnixStream;
 ///
@@ -94,7 +94,7 @@ pub struct Message<O: Os = DefaultOs> {
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> Result<()> {
     send_with(&DefaultOs::default(), stream, payload, handles)
 }
@@ -107,7 +107,7 @@ pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> R
 /// close it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::{Error, ShmBuf, transport};
 /// use std::os::unix::net::UnixStream;
 ///
@@ -128,7 +128,7 @@ pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> R
 /// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub fn recv(stream: &UnixStream) -> Result<Message> {
     recv_with(&DefaultOs::default(), stream)
 }
@@ -338,7 +338,7 @@ fn malformed(why: String) -> Error {
     }
 }
 
-#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     use super::*;
     use crate::buf::{CreateOptions, ShmBuf};

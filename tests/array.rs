@@ -1,6 +1,6 @@
 //! `FrozenArray` (feature `ndarray`): shaped views of frozen storage, checked when made
 //! and when received; one storage under many arrays.
-#![cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#![cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use shmrc::{Error, FrozenArray, FrozenBuf, ShmBufMut};
 use shmrc_testkit::names::TestNamespace;

@@ -2,7 +2,7 @@
 //! `SHMRC_TEST_CHILD=<role>` (the `child` test below runs the role and exits), started
 //! by `channel::spawn`. Children are killed only by pid and always reaped; every
 //! receive has a time limit; each test's namespace must be empty at its end.
-#![cfg(all(feature = "channel", not(any(feature = "loom", feature = "shuttle"))))]
+#![cfg(all(feature = "channel", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};

@@ -15,7 +15,7 @@
 //! The test isolates the manager with a runtime directory of its own
 //! (`SHMRC_RUNTIME_DIR`), so that a manager some other program started cannot stand in
 //! for the one this program must start by itself.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

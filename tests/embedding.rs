@@ -4,7 +4,7 @@
 //! file_descriptor handle split into bytes and a descriptor for a channel of its own
 //! ([`ShareHandle::into_fd_parts`]). One test per process state: this file is its own
 //! test binary, so the command set here reaches no other test.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::ffi::OsString;
 use std::path::PathBuf;

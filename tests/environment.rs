@@ -13,7 +13,7 @@
 //! Each case runs in a child process (a copy of this test binary in a role), since the
 //! environment is process-wide and read once. The setuid test needs root: without it
 //! the test says so, and fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

@@ -4,7 +4,7 @@
 //! refused without side effects. (Causes the real kernel cannot be made to produce on
 //! demand, like another pid namespace or an fd limit hit mid-protocol, are checked on
 //! the simulated kernel in `sim_protocol.rs`.)
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;

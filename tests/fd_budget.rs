@@ -7,7 +7,7 @@
 //! process-wide: the child lowers its limits to 64, judges the liveness of 10 live
 //! processes it started, counts its open descriptors, then makes memfds until the
 //! limit stops it.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;

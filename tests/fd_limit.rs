@@ -2,7 +2,7 @@
 //! file_descriptor buffers without touching `RLIMIT_NOFILE`, and raises it only when
 //! asked (`shmrc::raise_fd_limit`). One test in its own binary: it changes this
 //! process's limit.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::net::UnixStream;
 

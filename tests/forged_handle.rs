@@ -12,7 +12,7 @@
 //! one that does not — and the receiver the real handle was for must still find its
 //! in-flight reference and attach. Needs root (for the throwaway user); without it the
 //! test says so, and fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;

@@ -4,7 +4,7 @@
 //!
 //! This file holds one test so that its process has no other test thread that could
 //! hold a lock across the fork.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #![allow(unsafe_code)]
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! seal (`EBUSY`), the buffer comes back unchanged, and once that process is gone the
 //! freeze succeeds. The other process is a forked child (it inherits the writable
 //! mapping); this file holds one test so that no other test thread runs at the fork.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #![allow(unsafe_code)]
 
 use std::time::Duration;

@@ -3,7 +3,7 @@
 //! between fuzzing runs, and the seeds stay the valid inputs the fuzzers should start
 //! from. `SHMRC_WRITE_FUZZ_SEEDS=1 cargo test --test fuzz_seeds` rewrites the seeds
 //! after a format change.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use shmrc_testkit::attacks;
 

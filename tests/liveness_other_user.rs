@@ -10,7 +10,7 @@
 //! (root) and of a child of ours that was reaped (its pid unused since). Needs root and
 //! util-linux's `unshare`, `mount` and `setpriv`; without them the test says so, and
 //! fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::CommandExt;

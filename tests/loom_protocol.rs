@@ -11,11 +11,11 @@
 //! join, then sweeps as a fresh process and asserts P5 again and P3 (once everyone is
 //! dead or released and swept, nothing is left).
 //!
-//! Run: `cargo test --release --features loom --test loom_protocol -- --nocapture`.
+//! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_protocol -- --nocapture`.
 //! `LOOM_MAX_PREEMPTIONS` bounds every model; unset, the 2-process models get 3 and
 //! the 3-process ones 2. Each model prints how many crash positions and executions it
 //! explored.
-#![cfg(feature = "loom")]
+#![cfg(shmrc_loom)]
 
 mod concurrency;
 

@@ -20,7 +20,7 @@
 //!
 //! Built with `RUSTFLAGS='--cfg shmrc_plant="manager_forgets_death"'` the registry
 //! forgets to sweep after a death, and these tests fail (see `docs/VERIFICATION.md`).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::BTreeSet;
 use std::time::Duration;

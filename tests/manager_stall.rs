@@ -13,7 +13,7 @@
 //! Afterwards the manager is continued and stopped, by its pid; every namespace is
 //! emptied. Bounds are liveness bounds (the stall they rule out is 10 s a thread), not
 //! performance measurements.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};

@@ -15,7 +15,7 @@
 //! # Safety
 //! `unsafe` for `fork` (the children run shmrc and block, and leave only by SIGKILL or
 //! `_exit`), `_exit`, and setting the environment before any child exists.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #![allow(unsafe_code)]
 
 use std::io::Read;

@@ -8,7 +8,7 @@
 //! made. The cgroup is removed in every outcome. Needs root and a writable memory
 //! cgroup (v1 or v2): without them the test says so, and fails where
 //! `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 //!
 //! proptest-state-machine runs on std atomics, so under loom or shuttle this file is
 //! compiled out (the sim itself runs there; its loom and shuttle tests are elsewhere).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use proptest::prelude::*;
 use proptest::sample::select;

@@ -6,7 +6,7 @@
 //! flag and whether the name exists must agree, and the model must take exactly one
 //! transition more than the real operation passes crash points (the transition from
 //! the call to its first crash point), so the model's steps are the code's steps.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::HashMap;
 

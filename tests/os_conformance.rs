@@ -13,9 +13,9 @@
 //! Checks that only make sense on the real kernel (zombies, the fd limit, `FD_CLOEXEC`,
 //! a full `/dev/shm`) are in `mod posix_only` at the end.
 //!
-//! Under `--features loom` or `shuttle` the posix backend does not exist and the sim's
+//! Under `--cfg shmrc_loom` or `shuttle` the posix backend does not exist and the sim's
 //! atomics only work inside a model checker, so the suite is compiled out.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::HashSet;
 

@@ -30,7 +30,7 @@
 //! It needs root (to make the users). Without it the test says so and passes, unless
 //! `SHMRC_REQUIRE_ROOT=1` or `SHMRC_REQUIRE_OTHER_USER=1` (set by `.ci/run`), which make
 //! that a failure.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;

@@ -6,7 +6,7 @@
 //! (file_descriptor pools: `tests/pool_fd.rs`). The consumer is a copy of this test binary
 //! ([`consumer_role`]), spawned (not forked: other tests run on threads beside it),
 //! run under a time limit and killed by its pid past it.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::time::Duration;
 

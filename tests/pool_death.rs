@@ -2,7 +2,7 @@
 //! fills a pool (buffers in use, idle ones kept, one recycled) and is SIGKILLed; one
 //! sweep then unlinks every segment it had, and nothing is left in /dev/shm. (A file of
 //! its own: the test forks, so it must be the only test of its binary.)
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::time::Duration;
 

@@ -7,7 +7,7 @@
 //! consumer is a copy of this test binary ([`consumer_role`]), spawned (not forked:
 //! other tests run on threads beside it), driven line by line over its stdin and
 //! stdout under a time limit, and killed by its pid.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::{UnixListener, UnixStream};

@@ -21,7 +21,7 @@
 //! missing the tests say so and pass, unless `SHMRC_REQUIRE_ROOT=1` (set by `.ci/run`
 //! when it runs as root), which makes that a failure. Every child runs under a time
 //! limit and is killed by its pid past it; a pid namespace dies with its first process.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -8,7 +8,7 @@
 //!
 //! The second needs root (for two throwaway users); without it the test says so, and
 //! fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::process::{CommandExt, ExitStatusExt};

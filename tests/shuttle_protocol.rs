@@ -15,7 +15,7 @@
 //! releases alone must unlink (shuttle's atomics are sequentially consistent, unlike
 //! loom's).
 //!
-//! Run: `cargo test --release --features shuttle --test shuttle_protocol -- --nocapture`
+//! Run: `RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --nocapture`
 //! (`SHMRC_SHUTTLE_ITERATIONS`, `SHMRC_SHUTTLE_PCT_ITERATIONS` raise the counts).
 //!
 //! # Replaying a failure
@@ -23,9 +23,9 @@
 //! several lines). Replay it, deterministically (the random choices are part of the
 //! schedule), with
 //! `SHMRC_SHUTTLE_SCENARIO=<scenario> SHMRC_SHUTTLE_REPLAY=<schedule, or a file holding
-//! it> cargo test --release --features shuttle --test shuttle_protocol -- --ignored
+//! it> RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --ignored
 //! replay_a_failing_schedule --nocapture`; every test prints its scenario's name.
-#![cfg(feature = "shuttle")]
+#![cfg(shmrc_shuttle)]
 
 mod concurrency;
 
@@ -399,7 +399,7 @@ fn scenario(name: &str) -> fn(&'static Stats) {
 
 fn check(name: &'static str, scheduler: &str) {
     eprintln!(
-        "shuttle scenario {name} ({scheduler}); to replay a failure: SHMRC_SHUTTLE_SCENARIO={name} SHMRC_SHUTTLE_REPLAY=<schedule> cargo test --release --features shuttle --test shuttle_protocol -- --ignored replay_a_failing_schedule"
+        "shuttle scenario {name} ({scheduler}); to replay a failure: SHMRC_SHUTTLE_SCENARIO={name} SHMRC_SHUTTLE_REPLAY=<schedule> RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --ignored replay_a_failing_schedule"
     );
     let stats: &'static Stats = Box::leak(Box::default());
     let body = scenario(name);

@@ -4,7 +4,7 @@
 //! namespace was touched and nothing unlinked twice (P2), a sweep leaves the namespace
 //! empty and every object freed (P3), only the expected errors appeared (P4), and
 //! hostile words in a header are recovered (P5).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use shmrc::checkers::holders::Outcome;
 use shmrc::checkers::os::Os;

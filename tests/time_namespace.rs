@@ -31,7 +31,7 @@
 //! # Safety
 //! One `unsafe` block: the `pre_exec` closure that makes a time namespace with an
 //! offset of part of a tick in a forked child before it `exec`s (system calls only).
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #![allow(unsafe_code)]
 
 use std::ffi::CStr;

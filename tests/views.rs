@@ -1,7 +1,7 @@
 //! Typed views and frozen buffers (src/buf/view.rs, src/buf/frozen.rs, src/buf/buf_mut.rs):
 //! exclusive writes before sharing, a freeze the kernel enforces, read-only `&[T]` for
 //! every holder, and each refusal an `Error` that hands the buffer back.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::net::UnixStream;
 

@@ -5,7 +5,7 @@
 //! ([`planted`]), what the workloads write and check in each buffer
 //! ([`payload`]: one byte, or every byte) and the report [`table`]s. `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
-#![cfg(not(any(feature = "loom", feature = "shuttle")))]
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 pub mod floor;
 pub mod harness;

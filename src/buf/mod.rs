@@ -17,19 +17,19 @@
 //! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
 //!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.
 
-#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
 pub(crate) mod array;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod buf_mut;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod frozen;
 pub(crate) mod view;
 
-#[cfg(all(feature = "ndarray", not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
 pub use array::FrozenArray;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use buf_mut::ShmBufMut;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use frozen::{FreezeError, FrozenBuf};
 
 use std::fmt;
@@ -41,7 +41,7 @@ use crate::holders::{self, ClaimError, Finalized, Holders};
 use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::DataRegion;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
@@ -53,7 +53,7 @@ use crate::token::Token;
 /// namespace `shmrc`.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -89,7 +89,7 @@ impl CreateOptions {
     /// slots, the namespace `shmrc`.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, ShmBuf};
     ///
@@ -105,7 +105,7 @@ impl CreateOptions {
     /// Use `strategy` instead of the process-wide one.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::{CreateOptions, ShmBuf, Strategy};
     ///
     /// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
@@ -127,7 +127,7 @@ impl CreateOptions {
     /// is [`Error::InvalidArgument`] at creation.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
     ///
@@ -156,7 +156,7 @@ impl CreateOptions {
     /// [`inspect()`](crate::inspect()) just its segments.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -307,7 +307,7 @@ fn let_go<O: Os>(
 /// memory is safe exactly as long as the parent keeps holding it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, ShmBuf, Strategy};
 /// let buf = ShmBuf::with_options(4096, &CreateOptions::new().strategy(Strategy::FileSystem))?;
@@ -387,7 +387,7 @@ impl<O: Os> ShmBuf<O> {
     /// In a child that inherited the buffer across `fork`: [`Error::NotHolder`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -456,7 +456,7 @@ impl<O: Os> ShmBuf<O> {
     /// A file_descriptor buffer has no name to locate it by: [`Error::WrongStrategy`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
     ///
@@ -509,7 +509,7 @@ impl<O: Os> ShmBuf<O> {
     /// be given back when the handle drops.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::{CreateOptions, ShmBuf, Strategy, transport};
     /// use std::os::unix::net::UnixStream;
     ///
@@ -593,7 +593,7 @@ impl<O: Os> ShmBuf<O> {
     /// the last reference) is [`Error::Gone`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use nix::sys::wait::{WaitStatus, waitpid};
     /// use nix::unistd::{ForkResult, fork};
@@ -654,7 +654,7 @@ impl<O: Os> ShmBuf<O> {
     /// segment).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -680,7 +680,7 @@ impl<O: Os> ShmBuf<O> {
     /// Length of the data in bytes.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(1000)?;
     /// assert_eq!(buf.len(), 1000);
     /// # }
@@ -694,7 +694,7 @@ impl<O: Os> ShmBuf<O> {
     /// zero-length create is [`Error::InvalidArgument`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// assert!(!shmrc::ShmBuf::new(1)?.is_empty());
     /// assert!(matches!(shmrc::ShmBuf::new(0), Err(shmrc::Error::InvalidArgument(_))));
     /// # }
@@ -708,7 +708,7 @@ impl<O: Os> ShmBuf<O> {
     /// process-wide one changes).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::{ShmBuf, Strategy, set_sharing_strategy};
     ///
     /// set_sharing_strategy(Strategy::FileDescriptor);
@@ -729,7 +729,7 @@ impl<O: Os> ShmBuf<O> {
     /// file_descriptor ones).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -767,7 +767,7 @@ impl<O: Os> ShmBuf<O> {
     /// an earlier use is [`Error::Stale`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(64)?;
     /// assert_eq!(buf.generation(), 0); // never recycled
     /// # }
@@ -821,7 +821,7 @@ impl<O: Os> ShmBuf<O> {
     /// reattaches: see [`ShmBuf::reattach`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(64)?;
     /// assert!(buf.is_held()); // the creating process holds it
     /// # }
@@ -844,7 +844,7 @@ impl<O: Os> ShmBuf<O> {
     /// past the end is [`Error::OutOfBounds`] and copies nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(8)?;
     /// buf.write_at(4, b"abcd")?;
     /// let mut out = [0u8; 8];
@@ -866,7 +866,7 @@ impl<O: Os> ShmBuf<O> {
     /// past the end is [`Error::OutOfBounds`] and writes nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4)?;
     /// buf.write_at(0, &42u32.to_le_bytes())?;
     /// let mut out = [0u8; 4];
@@ -886,7 +886,7 @@ impl<O: Os> ShmBuf<O> {
     /// range past the end is [`Error::BadView`] and copies nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(16)?;
     /// buf.write_items(1, &[2.5f32, 3.5])?;
     /// let mut out = [0f32; 4];
@@ -906,7 +906,7 @@ impl<O: Os> ShmBuf<O> {
     /// nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(8)?;
     /// buf.write_items(0, &[u64::MAX])?;
     /// assert!(buf.write_items(1, &[1u64]).is_err());
@@ -939,13 +939,13 @@ impl<O: Os> ShmBuf<O> {
         }
     }
 
-    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
     pub(crate) fn mapping(&self) -> &O::Map {
         &self.inner.map
     }
 
     /// The OS this buffer runs on.
-    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
     pub(crate) fn os(&self) -> &O {
         &self.inner.os
     }
@@ -970,14 +970,14 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// Whether this value is the only live reference to the buffer in this process.
-    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
     pub(crate) fn is_only_clone(&self) -> bool {
         Arc::strong_count(&self.inner) == 1
     }
 
     /// Holds, as the current process, the memfd `file` of a file_descriptor segment
     /// (maps and validates it): what attaching a received memfd does.
-    #[cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
     pub(crate) fn adopt_anonymous(os: &O, file: O::File, what: &str) -> Result<ShmBuf<O>> {
         let held = hold_file(os, &file, what, None, None)?.anonymous(file);
         Ok(ShmBuf {
@@ -1232,7 +1232,7 @@ pub(crate) fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -
 }
 
 // The default OS's constructors and the raw data region, beside the generic type.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 impl ShmBuf {
     /// Creates a zero-filled buffer of `len` bytes with the process-wide strategy
     /// ([`sharing_strategy`](crate::sharing_strategy)), in the namespace `shmrc`. A
@@ -1243,7 +1243,7 @@ impl ShmBuf {
     /// [`Error::NoSpace`]: crate::Error::NoSpace
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert_eq!(buf.len(), 4096);
@@ -1262,7 +1262,7 @@ impl ShmBuf {
     /// slots, namespace).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
     ///
@@ -1279,13 +1279,13 @@ impl ShmBuf {
     }
 }
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 impl ShmBuf {
     /// The data as a raw region, for zero-copy access (`unsafe` slices with a stated
     /// contract, or a raw pointer).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(8)?;
     /// buf.write_at(0, b"zerocopy")?;
     /// let region = buf.region();

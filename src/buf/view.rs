@@ -18,7 +18,7 @@
 
 // The casts serve the buffers of the real kernel (frozen, exclusive); a loom or
 // shuttle build has only the range check.
-#![cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+#![cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
 
 use std::ops::Range;
 

@@ -34,7 +34,7 @@ use crate::strategy::Strategy;
 /// and reach memory already unmapped or freed.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -60,7 +60,7 @@ impl DeviceSpan {
     /// The device address (in this process), to pass to kernels or libraries.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
@@ -80,7 +80,7 @@ impl DeviceSpan {
     /// Length in bytes.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-len", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -95,7 +95,7 @@ impl DeviceSpan {
     /// Whether the span is empty (never: buffers have at least one byte).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-empty", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -113,7 +113,7 @@ impl DeviceSpan {
     /// [`Error::OutOfBounds`] and copies nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
@@ -137,7 +137,7 @@ impl DeviceSpan {
     /// end is [`Error::OutOfBounds`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-read", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -208,7 +208,7 @@ impl fmt::Debug for DeviceSpan {
 ///   free waits for this process's work on it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceBuf};
@@ -269,7 +269,7 @@ impl<O: Os> DeviceBuf<O> {
     /// over a socket ([`super::transport::send`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -383,7 +383,7 @@ impl<O: Os> DeviceBuf<O> {
     /// [`HandleKind::PosixFd`], as its allocator exports it); `None` before.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, HandleKind};
@@ -406,7 +406,7 @@ impl<O: Os> DeviceBuf<O> {
     /// buffer never shared has no keep-alive). It is what [`crate::inspect()`] lists.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -485,7 +485,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// handle that was never attached gives its reference back.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceHandle};
@@ -518,7 +518,7 @@ impl<O: Os> DeviceHandle<O> {
     /// buffers, in one message).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -553,7 +553,7 @@ impl<O: Os> DeviceHandle<O> {
     /// descriptor and travels only with [`super::transport::send`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -590,7 +590,7 @@ impl<O: Os> DeviceHandle<O> {
     /// share or received with [`super::transport`]; not one rebuilt from bytes).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::CreateOptions;
@@ -630,7 +630,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ([`Error::CudaBadIdentity`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
@@ -659,7 +659,7 @@ impl<O: Os> DeviceHandle<O> {
     /// this process exits).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -741,7 +741,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// free it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -856,7 +856,7 @@ impl<O: Os> DeviceView<O> {
     /// buffer starts in it.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -888,7 +888,7 @@ impl<O: Os> DeviceView<O> {
     /// released it too.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -926,7 +926,7 @@ impl<O: Os> DeviceView<O> {
     /// buffer).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -989,7 +989,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::Cuda`]: crate::Error::Cuda
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
@@ -1020,7 +1020,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::CudaBadIdentity`]: crate::Error::CudaBadIdentity
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).

@@ -51,7 +51,7 @@ impl<O: Os> Drop for DeviceInner<O> {
 /// [`CudaDevice::with_driver`]) and clone it; clones share everything.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::CudaDevice;
@@ -102,7 +102,7 @@ impl<O: Os> CudaDevice<O> {
     /// drivers have [`CudaDevice::real`] and [`CudaDevice::fake`].
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -133,7 +133,7 @@ impl<O: Os> CudaDevice<O> {
     /// information, address ranges).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-driver", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -149,7 +149,7 @@ impl<O: Os> CudaDevice<O> {
     /// The allocator new buffers come from.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-allocator-get", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -173,7 +173,7 @@ impl<O: Os> CudaDevice<O> {
     /// of your own.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -201,7 +201,7 @@ impl<O: Os> CudaDevice<O> {
     /// without it.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -226,7 +226,7 @@ impl<O: Os> CudaDevice<O> {
     /// Buffers dropped here that some process may still hold.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -254,7 +254,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::CudaUnsupported`]: crate::Error::CudaUnsupported
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-meminfo", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -309,7 +309,7 @@ impl<O: Os> CudaDevice<O> {
     /// views of it live).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).

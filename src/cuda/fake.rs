@@ -71,7 +71,7 @@ const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// The longest name prefix (room for `-<pid>-<tag><n, 8 hex>-<8 hex>`).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::DefaultOs;
@@ -194,7 +194,7 @@ struct VmmRegion {
 /// device's size). `O` is [`DefaultOs`](crate::DefaultOs) outside the checkers.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -238,7 +238,7 @@ impl<O: Os> FakeDriver<O> {
     /// [`Error::InvalidArgument`]).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -282,7 +282,7 @@ impl<O: Os> FakeDriver<O> {
     /// `CUDA_ERROR_NOT_SUPPORTED`, so devices over it share legacy IPC handles.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-no-fd", 1 << 30)?.without_posix_fd();
     /// assert!(!driver.supports_posix_fd()?);
@@ -298,7 +298,7 @@ impl<O: Os> FakeDriver<O> {
     /// Number of allocations made here and not yet freed.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -320,7 +320,7 @@ impl<O: Os> FakeDriver<O> {
     /// Number of other processes' allocations opened here and not yet closed.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -354,7 +354,7 @@ impl<O: Os> FakeDriver<O> {
     /// default stream waited on one (what a test checks the ordering with).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-fake-ev", 1 << 20)?;
@@ -418,7 +418,7 @@ impl<O: Os> FakeDriver<O> {
     /// Work queued and not yet landed (what a test of the model looks at).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-fake-q", 1 << 20)?;
     /// let (a, b) = (driver.alloc(64)?, driver.alloc(64)?);

@@ -45,7 +45,7 @@ pub enum Drain {
 /// [`CudaDevice::collect`](super::CudaDevice::collect) returns.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CollectReport, CudaDevice};

@@ -22,7 +22,7 @@
 //!   descriptor rides with `SCM_RIGHTS`).
 //!
 //! ```
-//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+//! # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 //! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 //! # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 //! # // SAFETY: a doc example runs one thread (fork's contract).
@@ -67,11 +67,11 @@ pub mod driver;
 pub mod fake;
 pub mod identity;
 pub mod limbo;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod placement;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod real;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod transport;
 
 pub use allocator::{
@@ -85,7 +85,7 @@ pub use driver::{
 };
 pub use fake::FakeDriver;
 pub use limbo::CollectReport;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use placement::{AnyBuf, AnyHandle, Placement};
 
 /// Locks `m`, recovering from poisoning: no code holding these locks panics half-way
@@ -94,7 +94,7 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod production {
     use std::sync::Arc;
 
@@ -110,7 +110,7 @@ mod production {
         /// without a GPU, as where this example runs in CI).
         ///
         /// ```
-        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::cuda::CudaDevice;
@@ -144,7 +144,7 @@ mod production {
         /// `prefix`.
         ///
         /// ```
-        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::CreateOptions;
@@ -173,7 +173,7 @@ mod production {
         /// [`CudaDevice::attach`], or drop it to give the reference back).
         ///
         /// ```
-        /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+        /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// # // SAFETY: a doc example runs one thread (fork's contract).

@@ -238,7 +238,7 @@ impl Api {
 /// [`CudaDevice::real`](super::CudaDevice::real), which loads it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -288,7 +288,7 @@ impl RealDriver {
     /// no such device): nothing else is touched, and the program can fall back.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, real::RealDriver};

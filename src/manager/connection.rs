@@ -45,7 +45,7 @@ pub(crate) fn connect(runtime: &RuntimeDir) -> Result<UnixStream> {
 /// socket it tried.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::{self, ManagerMode};
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -70,7 +70,7 @@ pub fn status() -> Result<ManagerStatus> {
 /// answers there.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::Error;
 /// use shmrc::manager::{launch::start_detached, runtime::RuntimeDir, status_at};
 /// use std::time::Duration;

@@ -238,7 +238,7 @@ pub enum Serve {
 /// ends (at once, saying so on stderr, when another manager runs there already).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::{Serve, runtime::RuntimeDir, serve, status_at};
 /// use std::time::Duration;
 ///
@@ -378,7 +378,7 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
 /// `start` role and `shmrc manager` do), or reap it.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::{connection::status_at, launch::start_detached, runtime::RuntimeDir};
 /// use std::time::Duration;
 ///

@@ -26,7 +26,7 @@
 //!   death's sweep needs no listing.
 //!
 //! ```
-//! # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+//! # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 //! use shmrc::manager::{self, ManagerMode};
 //! use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 //!
@@ -54,40 +54,40 @@
 pub mod mode;
 pub use mode::{ManagerMode, manager_mode, set_manager_mode};
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod client;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod connection;
 // What the clients create in /dev/shm (inotify), for their deaths' sweeps.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod creations;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod launch;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod log;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod registry;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod runtime;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod server;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod sys;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod watched;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod wire;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use connection::{status, status_at};
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use launch::{
     Serve, manager_command, manager_program, serve, set_manager_command, set_manager_program,
 };
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use watched::{DefaultOs, Watched, inspect, sweep};
 /// The OS the user API runs on when none is named: in a loom or shuttle build there is
 /// no real kernel, only the simulated one.
-#[cfg(any(feature = "loom", feature = "shuttle"))]
+#[cfg(any(shmrc_loom, shmrc_shuttle))]
 pub type DefaultOs = crate::os::sim::SimOs;
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use wire::{ClientRow, ManagerStatus};

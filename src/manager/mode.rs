@@ -1,6 +1,6 @@
 //! Whether this process's file_system buffers make the user's manager watch it: the
 //! process-wide [`ManagerMode`], set by [`set_manager_mode`] or `$SHMRC_MANAGER`.
-#![cfg_attr(any(feature = "loom", feature = "shuttle"), allow(dead_code))]
+#![cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
 
 use std::sync::{Mutex, MutexGuard};
 

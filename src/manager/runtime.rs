@@ -71,7 +71,7 @@ const SUN_PATH_LEN: usize = 108;
 /// its log. Everything in it is private to the user (mode `0700`).
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::runtime::RuntimeDir;
 ///
 /// let uid = nix::unistd::geteuid().as_raw();
@@ -228,7 +228,7 @@ impl RuntimeDir {
     /// Creates the directory (mode `0700`) if it is missing, then [`RuntimeDir::check`]s it.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use std::os::unix::fs::PermissionsExt;
     /// use shmrc::manager::runtime::RuntimeDir;
     ///
@@ -255,7 +255,7 @@ impl RuntimeDir {
     /// wrong with it.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use std::os::unix::fs::PermissionsExt;
     /// use shmrc::manager::runtime::RuntimeDir;
     ///

@@ -70,7 +70,7 @@ pub type DefaultOs = Watched;
 /// A segment whose creator died before publishing its header is removed.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -95,7 +95,7 @@ pub fn sweep(ns: &Namespace) -> Result<SweepReport> {
 /// segment of `ns` for this user, with its holders.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::{Action, CreateOptions, Namespace, ShmBuf, Strategy};
 ///

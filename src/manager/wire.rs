@@ -114,7 +114,7 @@ pub enum Reply {
 /// [`manager::status`](crate::manager::status) returns.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::{self, ManagerMode, ManagerStatus};
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
@@ -162,7 +162,7 @@ pub struct ManagerStatus {
 /// One live client of the manager: a row of [`ManagerStatus::rows`].
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::manager::{self, ClientRow, ManagerMode};
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///

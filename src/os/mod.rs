@@ -37,11 +37,11 @@ use crate::local::ProcessLocal;
 use crate::sync::AtomicU64;
 use crate::token::Token;
 
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod posix;
 pub mod remembering;
 // The simulated kernel: the checkers' (and loom's and shuttle's OS); no user build carries it.
-#[cfg(any(feature = "checkers", feature = "loom", feature = "shuttle", test))]
+#[cfg(any(feature = "checkers", shmrc_loom, shmrc_shuttle, test))]
 pub mod sim;
 
 /// What `fstat` says of an open segment.

@@ -65,7 +65,7 @@ impl<O: Os> Layer for Remembering<O> {
     }
 }
 
-#[cfg(all(test, not(any(feature = "loom", feature = "shuttle"))))]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     use super::*;
     use crate::os::sim::SimKernel;

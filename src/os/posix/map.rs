@@ -330,7 +330,7 @@ unsafe fn copy_to_shared(dst: *mut u8, data: &[u8]) {
 /// may write the same bytes at any time.
 ///
 /// ```
-/// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// let buf = shmrc::ShmBuf::new(4096)?;
 /// let region = buf.region();
 /// // SAFETY: nobody else holds this buffer yet, so nothing else touches its bytes.
@@ -360,7 +360,7 @@ impl<'a> DataRegion<'a> {
     /// Length of the window in bytes.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert_eq!(buf.region().len(), 4096);
     /// # }
@@ -373,7 +373,7 @@ impl<'a> DataRegion<'a> {
     /// Whether the window is empty (never, for a buffer's region).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert!(!buf.region().is_empty());
     /// # }
@@ -386,7 +386,7 @@ impl<'a> DataRegion<'a> {
     /// The first byte of the window (aligned to 64 bytes for a buffer's region).
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// assert_eq!(buf.region().as_ptr() as usize % 64, 0);
     /// # }
@@ -405,7 +405,7 @@ impl<'a> DataRegion<'a> {
     /// ("the producer finished before it sent the handle").
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// buf.write_at(0, b"tensor")?;
     /// // SAFETY: this process is the only holder and writes nothing while `bytes` lives.
@@ -430,7 +430,7 @@ impl<'a> DataRegion<'a> {
     /// writing them through its own mapping.
     ///
     /// ```
-    /// # #[cfg(not(any(feature = "loom", feature = "shuttle")))] {
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// let buf = shmrc::ShmBuf::new(4096)?;
     /// // SAFETY: not shared yet: no other slice, copy or process touches the bytes.
     /// let bytes = unsafe { buf.region().as_mut_slice() };

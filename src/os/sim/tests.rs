@@ -4,7 +4,7 @@
 
 /// Ordinary tests: they create atomics outside any model, so they run without the
 /// model-checker features only.
-#[cfg(not(any(feature = "loom", feature = "shuttle")))]
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod plain {
     use std::{fmt, io};
 
@@ -824,7 +824,7 @@ mod plain {
 
 /// The sim under loom: two simulated processes, each driven by a loom thread, claim
 /// slots of one segment concurrently; loom explores every interleaving.
-#[cfg(feature = "loom")]
+#[cfg(shmrc_loom)]
 #[test]
 fn sim_processes_claim_distinct_slots_under_loom() {
     use super::SimKernel;
@@ -869,7 +869,7 @@ fn sim_processes_claim_distinct_slots_under_loom() {
 /// PCT schedules; whoever ends up holding keeps the segment alive. Both outcomes
 /// (the claimer wins, the claimer is too late) must occur, or the schedules did
 /// not explore the race.
-#[cfg(feature = "shuttle")]
+#[cfg(shmrc_shuttle)]
 #[test]
 fn sim_release_and_claim_race_under_shuttle() {
     use super::SimKernel;
