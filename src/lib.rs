@@ -148,6 +148,9 @@ pub mod handle;
 #[doc(hidden)]
 pub mod holders;
 #[doc(hidden)]
+#[path = "channel/ledger.rs"]
+pub mod ledger;
+#[doc(hidden)]
 pub mod local;
 pub mod manager;
 #[doc(hidden)]
