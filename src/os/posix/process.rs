@@ -237,6 +237,8 @@ fn liveness(token: Token) -> Liveness {
         // process): ask the kernel whether the pid exists at all.
         Err(e) if entry_gone(&e) => presumed_if(pid_exists(pid)),
         // Unreadable: assume alive (a possible leak, never a premature unlink).
+        // Planted: unreadable taken for dead (`hidepid=1`'s EACCES).
+        Err(_) if cfg!(shmrc_plant = "unreadable_stat_is_dead") => Liveness::Dead,
         Err(_) => Liveness::Presumed,
         Ok(content) => match parse_proc_stat(content.as_ref()) {
             Some(st) if st.pid == pid => {
@@ -354,10 +356,12 @@ fn pid_exists(pid: u32) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
-    !matches!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
-        Err(Errno::ESRCH)
-    )
+    let answer = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None);
+    if cfg!(shmrc_plant = "eperm_is_no_process") {
+        // Planted: another user's live process (EPERM) taken for no process.
+        return !matches!(answer, Err(Errno::ESRCH | Errno::EPERM));
+    }
+    !matches!(answer, Err(Errno::ESRCH))
 }
 
 /// Whether the zombie leader `pid` still has running threads (more than its own entry
@@ -445,6 +449,53 @@ mod tests {
         }
         assert_eq!(parse_proc_stat(&stat_line(b"cat", "SS", 1)), None);
         assert_eq!(parse_proc_stat(&stat_line(b"cat", "S", 1)[..60]), None);
+    }
+
+    proptest::proptest! {
+        /// Any command name the kernel can show (up to 64 bytes, any bytes, parentheses
+        /// and spaces included), any state letter, pid and start time: parsed back as
+        /// written, the fields found after the *last* `)`.
+        #[test]
+        fn every_stat_line_parses_back(
+            comm in proptest::collection::vec(proptest::num::u8::ANY, 0..=64),
+            pid in 1u32..=4_194_304,
+            state in proptest::sample::select(b"RSDZTtXxKWPI".to_vec()),
+            start in proptest::num::u64::ANY,
+        ) {
+            let mut line = stat_line(&comm, &(state as char).to_string(), start);
+            let at = line.iter().position(|&b| b == b' ').unwrap();
+            line.splice(..at, pid.to_string().into_bytes());
+            proptest::prop_assert_eq!(
+                parse_proc_stat(&line),
+                Some(ProcStat { pid, state, start_ticks: start })
+            );
+            proptest::prop_assert_eq!(parse_start_ticks(&line), Some(start));
+        }
+
+        /// Every prefix of a stat line short of the start time, and any bytes at all:
+        /// refused or parsed, never a panic; a prefix cut inside the start time's digits
+        /// never yields a larger start time than the line's.
+        #[test]
+        fn any_bytes_and_every_cut_line_are_refused_or_parsed(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            comm in proptest::collection::vec(proptest::num::u8::ANY, 0..=64),
+            start in proptest::num::u64::ANY,
+        ) {
+            let _ = parse_proc_stat(&bytes);
+            let line = stat_line(&comm, "S", start);
+            let digits = start.to_string();
+            let field_end = line.len() - line.iter().rev().position(|&b| b == b')').unwrap();
+            for cut in 0..line.len() {
+                match parse_proc_stat(&line[..cut]) {
+                    None => {}
+                    Some(st) => {
+                        proptest::prop_assert!(cut > field_end, "parsed before the fields: {cut}");
+                        proptest::prop_assert!(st.start_ticks <= start);
+                        proptest::prop_assert!(st.start_ticks.to_string().len() <= digits.len());
+                    }
+                }
+            }
+        }
     }
 
     #[test]
