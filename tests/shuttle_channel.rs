@@ -3,7 +3,7 @@
 //! receiver (attaching and releasing, or dying before attaching) against the sender
 //! sharing the same buffer on a second channel; then the first channel closes and the
 //! handle in flight on the second must keep its segment (P1), with the world's P5/P3
-//! checks. `SHMRC_SHUTTLE_ITERATIONS` sets the schedules per test (default 2,000).
+//! checks. `SHMRC_SHUTTLE_ITERATIONS` sets the schedules per test (default 20,000).
 //!
 //! Run: `cargo test --release --features shuttle --test shuttle_channel -- --nocapture`.
 #![cfg(feature = "shuttle")]
@@ -20,7 +20,7 @@ fn iterations() -> usize {
     std::env::var("SHMRC_SHUTTLE_ITERATIONS")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(2_000)
+        .unwrap_or(20_000)
 }
 
 fn scenario(first: First) -> impl Fn() + Send + Sync + 'static {
