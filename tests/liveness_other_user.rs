@@ -6,7 +6,8 @@
 //!
 //! A probe (a copy of this test binary) runs as a throwaway user (`useradd --system`,
 //! removed in every outcome): once with `/proc` as it is, and in a mount namespace of
-//! its own with `/proc` mounted `hidepid=2`, then `hidepid=1`. It judges the token of this test process
+//! its own with `/proc` mounted `hidepid=2`, then `hidepid=1`, and from a user and a
+//! time namespace of its own. It judges the token of this test process
 //! (root) and of a child of ours that was reaped (its pid unused since). Needs root and
 //! util-linux's `unshare`, `mount` and `setpriv`; without them the test says so, and
 //! fails where `SHMRC_REQUIRE_ROOT=1` (as `.ci/run` sets it).
@@ -46,6 +47,14 @@ fn probe() {
         live.pid(),
         std::fs::read(format!("/proc/{}/stat", live.pid())).is_ok()
     );
+    let boottime = std::fs::read_to_string("/proc/self/timens_offsets")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("boottime"))
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("").to_owned())
+        });
+    println!("probe: boottime offset: {}", boottime.unwrap_or_default());
     println!("probe: live: {}", PosixOs.is_alive(live));
     println!("probe: dead: {}", PosixOs.is_alive(dead));
 }
@@ -128,6 +137,59 @@ fn another_users_live_process_is_alive_even_when_proc_hides_it() {
         "a hidden process is not dead: {hidden}"
     );
     assert!(hidden.contains("probe: dead: false"), "{hidden}");
+    drop(user);
+}
+
+/// The probe, as a throwaway user, in a user namespace of its own (mapped to itself)
+/// and a time namespace whose boottime is 100,000 s ahead: root's process, outside both,
+/// must still be alive (its start time read shifted, then unshifted), and the reaped pid
+/// dead. Needs unprivileged user namespaces and `unshare --time` (Linux 5.6).
+#[test]
+fn another_users_live_process_is_alive_seen_from_a_user_and_time_namespace() {
+    const TEST: &str = "another_users_process_from_a_user_and_time_namespace";
+    let user = match ThrowawayUser::create("nsprobe") {
+        Ok(user) => user,
+        Err(why) => return cannot_attack(TEST, &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = copy_of_this_test(dir.path());
+    let live = PosixOs.current();
+    let dead = dead_token();
+    let mut command = {
+        let mut c = Command::new("unshare");
+        c.args([
+            "--user",
+            "--map-current-user",
+            "--time",
+            "--boottime",
+            "100000",
+            "--fork",
+        ])
+        .arg(&probe)
+        .args(["--exact", "probe", "--nocapture", "--test-threads=1"])
+        .uid(user.uid)
+        .gid(user.gid);
+        c
+    };
+    command
+        .env(LIVE, live.word().to_string())
+        .env(DEAD, dead.word().to_string())
+        .current_dir("/");
+    let out = output_within(&mut command, Duration::from_secs(60));
+    let said = text_of(&out);
+    println!("{said}");
+    if !said.contains("probe: boottime offset: 100000\n") {
+        return cannot_attack(
+            TEST,
+            &format!("unshare --user --time as an unprivileged user failed: {said}"),
+        );
+    }
+    assert!(
+        said.contains("probe: live: true"),
+        "root's live process, judged from another user and time namespace, is dead: {said}"
+    );
+    assert!(said.contains("probe: dead: false"), "{said}");
     drop(user);
 }
 
