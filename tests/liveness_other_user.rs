@@ -1,8 +1,9 @@
 //! Liveness judged by an unprivileged user about another user's processes (issue 31,
 //! item 2, in part): `kill(pid, 0)` answers `EPERM` for a live process of another user,
 //! under `hidepid=2` its `/proc/<pid>` is not there at all, and under `hidepid=1` it is
-//! listed but its `stat` cannot be read (`EACCES`). All must read as *alive* (a root service holding a user's segment is not dead), and a pid that no
-//! process has must still read as dead.
+//! listed but its `stat` cannot be read (`EACCES`). All must read as *alive* (a root
+//! service holding a user's segment is not dead), and a pid that no process has must
+//! still read as dead.
 //!
 //! A probe (a copy of this test binary) runs as a throwaway user (`useradd --system`,
 //! removed in every outcome): once with `/proc` as it is, and in a mount namespace of
