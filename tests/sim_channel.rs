@@ -10,7 +10,7 @@ mod concurrency;
 
 use channel_ledger::{First, close, one_buffer_two_channels, send};
 use concurrency::World;
-use shmrc::ledger::Ledger;
+use shmrc::ledger::{InFlightEntry, Ledger};
 
 /// Runs the scenario with the first receiver done before the second send.
 fn sequential(first: First) -> bool {
@@ -115,4 +115,82 @@ fn a_closed_channel_whose_receiver_never_attached_gives_its_reference_back() {
         "the given-back reference was the last: the segment goes"
     );
     world.finish(vec![]);
+}
+
+/// Two buffers on two channels, one buffer on both, nothing attached: closing the first
+/// channel gives back exactly its own references (a buffer's own in-flight reference on
+/// the other channel, and the other buffer's, stay in flight).
+#[test]
+fn closing_a_channel_gives_back_its_own_references_and_no_other() {
+    let world = World::new(11);
+    let sender = world.spawn();
+    let x = world.create(&sender, 4).expect("create x");
+    let y = world.create(&sender, 4).expect("create y");
+    let mut ledger = Ledger::new();
+    let (ch1, ch2) = (ledger.new_channel(), ledger.new_channel());
+    let _x1 = send(&mut ledger, ch1, &x).expect("x on channel 1");
+    let x2 = send(&mut ledger, ch2, &x).expect("x on channel 2");
+    let y2 = send(&mut ledger, ch2, &y).expect("y on channel 2");
+    assert_eq!((ledger.pending(ch1), ledger.pending(ch2)), (1, 2));
+    assert_eq!(x.census().unwrap().in_flight, 2);
+    close(&mut ledger, ch1);
+    assert_eq!(
+        ledger.pending(ch2),
+        2,
+        "channel 2's references are still in flight"
+    );
+    assert_eq!(
+        x.census().unwrap().in_flight,
+        1,
+        "only channel 1's was given back"
+    );
+    assert_eq!(y.census().unwrap().in_flight, 1);
+    world.release(x).unwrap();
+    world.release(y).unwrap();
+    let r = world.spawn();
+    let gx = world
+        .attach(&r, &x2, sender.pid())
+        .unwrap()
+        .expect("x on channel 2");
+    let r2 = world.spawn();
+    let gy = world
+        .attach(&r2, &y2, sender.pid())
+        .unwrap()
+        .expect("y on channel 2");
+    assert_eq!(ledger.pending(ch2), 0);
+    world.finish(vec![(r, gx), (r2, gy)]);
+}
+
+/// The race loom found, made to happen in order: channel 1's receiver takes its
+/// reference over and releases it after the sender's prune and before its share (inside
+/// the encoding), so the share reuses the slot with the same word. The new entry must
+/// supersede the stale one: closing channel 1 then leaves channel 2's reference alone.
+#[test]
+fn a_receiver_releasing_between_the_prune_and_the_share_leaves_no_stale_entry() {
+    let world = World::new(13);
+    let sender = world.spawn();
+    let buf = world.create(&sender, 4).expect("create");
+    let mut ledger = Ledger::new();
+    let (ch1, ch2) = (ledger.new_channel(), ledger.new_channel());
+    let on_ch1 = send(&mut ledger, ch1, &buf).expect("send on channel 1");
+    let r1 = world.spawn();
+    let on_ch2 = ledger
+        .encode_and_record(ch2, || {
+            let got = world.attach(&r1, &on_ch1, sender.pid())?.expect("attach");
+            world.release(got)?;
+            let handle = buf.share()?;
+            let entries: Vec<_> = InFlightEntry::of(&buf, &handle).into_iter().collect();
+            Ok((handle.into_bytes()?, entries))
+        })
+        .expect("send on channel 2");
+    close(&mut ledger, ch1);
+    world.release(buf).unwrap();
+    let r2 = world.spawn();
+    let got = world
+        .attach(&r2, &on_ch2, sender.pid())
+        .unwrap()
+        .expect("P1: channel 2's handle keeps its segment");
+    // Taken over: the ledger lets go of the entry (and of its mapping).
+    assert_eq!(ledger.pending(ch2), 0);
+    world.finish(vec![(r2, got)]);
 }
