@@ -498,6 +498,39 @@ mod tests {
         }
     }
 
+    /// A token whose pid is a thread's (not a process's): `pidfd_open` refuses it with
+    /// something other than `ESRCH`, so `/proc` decides (the branch that keeps no
+    /// descriptor): alive while the thread runs, dead once it has exited.
+    #[test]
+    fn a_pid_that_pidfd_open_refuses_is_judged_by_proc() {
+        let (to_main, from_thread) = std::sync::mpsc::channel();
+        let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            to_main.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = from_main.recv_timeout(std::time::Duration::from_secs(30));
+        });
+        let tid = u32::try_from(from_thread.recv().unwrap()).unwrap();
+        let stat = parse_proc_stat(&fs::read(format!("/proc/{tid}/stat")).unwrap()).unwrap();
+        let start = timens::frame().unshift(stat.start_ticks).unwrap();
+        let token = Token::new(tid, start).unwrap();
+        match pidfd_open(tid) {
+            Err(Error::Os { source, .. }) => {
+                assert_ne!(source.raw_os_error(), Some(libc::ESRCH), "{source}")
+            }
+            other => panic!("pidfd_open of a thread's id: {:?}", other.map(|_| ())),
+        }
+        assert!(
+            PosixOs::new().is_alive(token),
+            "a running thread's token is dead"
+        );
+        to_thread.send(()).unwrap();
+        thread.join().unwrap();
+        assert!(
+            !PosixOs::new().is_alive(token),
+            "an exited thread's token is alive"
+        );
+    }
+
     #[test]
     fn own_stat_parses_and_names_this_process() {
         let st = parse_proc_stat(&fs::read("/proc/self/stat").unwrap()).unwrap();
