@@ -343,6 +343,39 @@ fn a_buffer_on_two_channels_keeps_its_segment_when_the_first_channel_closes() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+/// One buffer on two channels, the first channel's receiver (a child) SIGKILLed before
+/// it read anything: dropping that channel's sender gives back its reference, and only
+/// that one; the second channel's, from this live sender, keeps the segment.
+#[test]
+fn a_receiver_killed_before_attaching_takes_nothing_from_another_channel() {
+    let t = TestNamespace::new("chan-two-kill");
+    let buf = ShmBuf::with_options(64, &fs_options(&t.ns)).unwrap();
+    buf.write_at(0, &[7]).unwrap();
+    let (stall, to_stall, from_stall) = start::<Vec<ShmBuf>, u8>("stall", &t);
+    assert_eq!(from_stall.recv_timeout(LIMIT).unwrap(), 1);
+    to_stall.send(&vec![buf.clone()]).unwrap();
+    let (to_second, from_second) = channel::channel::<Vec<ShmBuf>>().unwrap();
+    to_second.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(buf.census().unwrap().in_flight, 2);
+    kill(stall);
+    drop(to_stall);
+    assert_eq!(
+        buf.census().unwrap().in_flight,
+        1,
+        "only the dead receiver's came back"
+    );
+    assert_eq!(to_second.in_flight(), 1);
+    drop(buf);
+    let got = from_second
+        .recv_timeout(LIMIT)
+        .expect("P1: the handle in flight from a live sender keeps its segment");
+    let mut first = [0u8];
+    got[0].read_at(0, &mut first).unwrap();
+    assert_eq!(first[0], 7);
+    drop(got);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 #[test]
 fn a_pools_memfd_in_a_message_never_received_is_given_back_when_the_receiver_goes() {
     let t = TestNamespace::new("chan-never-fd");
