@@ -41,6 +41,8 @@ pub(crate) fn new_channel() -> u64 {
 /// Encodes `msg` for `channel` ([`encode`]) with the ledger locked, recording the
 /// references it puts in flight ([`Ledger::encode_and_record`]): its bytes and the
 /// handles to send with them.
+/// (A message's own `Serialize` that sent on a channel, or asked a sender's
+/// `in_flight`, would wait for this lock forever: the one thing encoding must not do.)
 pub(crate) fn encode_recorded<T: Serialize>(
     channel: u64,
     msg: &T,
