@@ -167,6 +167,10 @@ mod environment;
 mod error;
 mod handle;
 mod holders;
+// The channel's in-flight ledger, generic over the OS: outside the `channel` feature so
+// that the sim, loom and shuttle run it (the channel uses it; the checkers reach it).
+#[path = "channel/ledger.rs"]
+mod ledger;
 mod local;
 pub mod manager;
 mod namespace;
@@ -204,6 +208,10 @@ pub mod checkers {
     /// The `holders` room (see its own docs).
     pub mod holders {
         pub use crate::holders::*;
+    }
+    /// The channel's in-flight ledger (see its own docs).
+    pub mod ledger {
+        pub use crate::ledger::*;
     }
     /// The `local` room (see its own docs).
     pub mod local {

@@ -111,6 +111,7 @@ fn child() {
         "stall" => stall(),
         "partial" => partial(),
         "late" => late(),
+        "take" => take(),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);
@@ -168,6 +169,22 @@ fn partial() -> i32 {
     to_parent.send(&1).unwrap();
     std::thread::sleep(LIMIT * 2);
     1
+}
+
+/// Receives one message of buffers, reads each one's first byte, releases them all,
+/// answers with the bytes' sum, and exits (its end of the channel closes with it).
+fn take() -> i32 {
+    let (to_parent, bufs) = channel::from_parent::<u8, Vec<ShmBuf>>().unwrap();
+    let got = bufs.recv_timeout(LIMIT).unwrap();
+    let mut sum = 0u8;
+    for buf in &got {
+        let mut first = [0u8];
+        buf.read_at(0, &mut first).unwrap();
+        sum = sum.wrapping_add(first[0]);
+    }
+    drop(got);
+    to_parent.send(&sum).unwrap();
+    0
 }
 
 /// Waits half a second, then sends one message.
@@ -281,6 +298,81 @@ fn a_message_never_received_is_given_back_when_the_receiver_goes() {
     drop(to_stall);
     assert_eq!(buf.census().unwrap().in_flight, 0);
     drop(buf);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// One buffer on two channels (issue 31): the first channel's receiver, a child, takes
+/// its reference over, releases it and exits; the sender shares the same buffer on a
+/// second channel (same slot, same word), then sees the first one closed and gives
+/// back what it had in flight there, and drops its own buffer. The handle in flight on
+/// the second channel, from this live sender, must keep its segment.
+#[test]
+fn a_buffer_on_two_channels_keeps_its_segment_when_the_first_channel_closes() {
+    let t = TestNamespace::new("chan-two");
+    let buf = ShmBuf::with_options(64, &fs_options(&t.ns)).unwrap();
+    buf.write_at(0, &[42]).unwrap();
+    let (take, to_take, from_take) = start::<Vec<ShmBuf>, u8>("take", &t);
+    to_take.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(from_take.recv_timeout(LIMIT).unwrap(), 42);
+    assert!(reap(take).success());
+    assert_eq!(
+        buf.census().unwrap().live,
+        1,
+        "the child released its reference"
+    );
+    let (to_second, from_second) = channel::channel::<Vec<ShmBuf>>().unwrap();
+    to_second.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(to_second.in_flight(), 1);
+    // The first channel's receiving end is gone: this send gives back what it had in
+    // flight, which is nothing (its reference was taken over).
+    assert!(matches!(to_take.send(&vec![]), Err(Error::Disconnected)));
+    drop(to_take);
+    assert_eq!(
+        to_second.in_flight(),
+        1,
+        "the second channel's reference is in flight"
+    );
+    drop(buf);
+    let got = from_second
+        .recv_timeout(LIMIT)
+        .expect("P1: the handle in flight from a live sender keeps its segment");
+    let mut first = [0u8];
+    got[0].read_at(0, &mut first).unwrap();
+    assert_eq!(first[0], 42);
+    drop(got);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// One buffer on two channels, the first channel's receiver (a child) SIGKILLed before
+/// it read anything: dropping that channel's sender gives back its reference, and only
+/// that one; the second channel's, from this live sender, keeps the segment.
+#[test]
+fn a_receiver_killed_before_attaching_takes_nothing_from_another_channel() {
+    let t = TestNamespace::new("chan-two-kill");
+    let buf = ShmBuf::with_options(64, &fs_options(&t.ns)).unwrap();
+    buf.write_at(0, &[7]).unwrap();
+    let (stall, to_stall, from_stall) = start::<Vec<ShmBuf>, u8>("stall", &t);
+    assert_eq!(from_stall.recv_timeout(LIMIT).unwrap(), 1);
+    to_stall.send(&vec![buf.clone()]).unwrap();
+    let (to_second, from_second) = channel::channel::<Vec<ShmBuf>>().unwrap();
+    to_second.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(buf.census().unwrap().in_flight, 2);
+    kill(stall);
+    drop(to_stall);
+    assert_eq!(
+        buf.census().unwrap().in_flight,
+        1,
+        "only the dead receiver's came back"
+    );
+    assert_eq!(to_second.in_flight(), 1);
+    drop(buf);
+    let got = from_second
+        .recv_timeout(LIMIT)
+        .expect("P1: the handle in flight from a live sender keeps its segment");
+    let mut first = [0u8];
+    got[0].read_at(0, &mut first).unwrap();
+    assert_eq!(first[0], 7);
+    drop(got);
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 

@@ -6,8 +6,8 @@
 //!   while the new one's counts as alive (the start time tells them apart);
 //! - **a process hidden from `/proc`** (in a mount namespace of its own, a probe
 //!   bind-mounts a directory over the target's `/proc/<pid>`): one whose `stat` is a
-//!   directory (the read fails), one whose `stat` is empty (nothing to parse), an empty
-//!   one (no entry: the kernel is asked with `kill(pid, 0)`) — each counts as alive
+//!   directory (the read fails), one whose `stat` is empty (nothing to parse), one
+//!   whose `stat` names another pid, an empty one (no entry: the kernel is asked with `kill(pid, 0)`) — each counts as alive
 //!   while the process runs; the last counts as dead once the process has gone;
 //! - **a `/proc` of another pid namespace** (a new pid namespace with the old `/proc`):
 //!   asking for this process's token stops the program with a message saying why,
@@ -137,10 +137,10 @@ fn read_token(child: &mut Child) -> Token {
     }
 }
 
-/// The state letter of `/proc/<pid>/stat` (after the last `)`), if readable.
-fn proc_state(pid: u32) -> Option<char> {
+/// The pid `/proc/<pid>/stat` names (its first field), if it can be read.
+fn stat_pid(pid: u32) -> Option<u32> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    stat.rsplit(')').next()?.trim_start().chars().next()
+    stat.split(' ').next()?.parse().ok()
 }
 
 /// Kills our child `child` by its pid and reaps it.
@@ -239,6 +239,15 @@ fn hidden_proc() {
     std::fs::write(unparseable.join("stat"), b"").expect("an empty stat");
     let empty = scratch.path().join("empty");
     std::fs::create_dir(&empty).expect("an empty directory");
+    // A `stat` that names another process (this probe): the pid asked is not the one
+    // read, so it tells nothing about the token's process.
+    let another = scratch.path().join("another");
+    std::fs::create_dir(&another).expect("a directory");
+    std::fs::write(
+        another.join("stat"),
+        std::fs::read("/proc/self/stat").expect("this probe's stat"),
+    )
+    .expect("a stat of another pid");
     let ways = [
         (
             "/proc/PID/stat unreadable (a directory)",
@@ -246,6 +255,7 @@ fn hidden_proc() {
             false,
         ),
         ("/proc/PID/stat unparseable (empty)", &unparseable, false),
+        ("/proc/PID/stat naming another pid", &another, false),
         ("/proc/PID hidden (no stat entry)", &empty, true),
     ];
     for (what, cover, asks_the_kernel) in ways {
@@ -253,10 +263,10 @@ fn hidden_proc() {
         let pid = token.pid();
         let at = format!("/proc/{pid}");
         mount(&["--bind", cover.to_str().expect("a UTF-8 path"), &at]);
-        assert_eq!(
-            proc_state(pid),
-            None,
-            "{what}: /proc/{pid}/stat is still readable"
+        assert_ne!(
+            stat_pid(pid),
+            Some(pid),
+            "{what}: /proc/{pid}/stat still names {pid}"
         );
         let alive = os.is_alive(token);
         kill(&mut target);
@@ -294,7 +304,7 @@ fn a_running_process_hidden_from_proc_counts_as_alive() {
     let said = probe(&["--mount", "--propagation", "private"], "hidden-proc");
     assert_eq!(
         said.matches("alive while running true").count(),
-        3,
+        4,
         "{said}"
     );
 }

@@ -157,13 +157,9 @@ impl<T: Serialize> Sender<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn send(&self, msg: &T) -> Result<()> {
-        oob::prune();
-        let encoded = oob::encode(msg)?;
-        match transport::send(&self.stream, &encoded.bytes, encoded.handles) {
-            Ok(()) => {
-                oob::record(self.id, encoded.in_flight);
-                Ok(())
-            }
+        let (bytes, handles) = oob::encode_recorded(self.id, msg)?;
+        match transport::send(&self.stream, &bytes, handles) {
+            Ok(()) => Ok(()),
             Err(e) => {
                 // This message's handles were given back when `send` dropped them.
                 if matches!(e, Error::Disconnected) {

@@ -9,7 +9,7 @@
 //! serializing a buffer anywhere else is an error naming why.
 
 use std::cell::RefCell;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard};
 
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::Error as _;
@@ -18,133 +18,57 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use crate::buf::FrozenBuf;
 use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
-use crate::handle::{ShareHandle, Target};
-use crate::holders;
+use crate::handle::ShareHandle;
+use crate::ledger::{self, InFlightEntry, Ledger};
 use crate::manager::DefaultOs;
-use crate::os::Os;
-use crate::segment::Header;
-
-/// An in-flight reference sent in a message (a file_system buffer's, or a pool's
-/// memfd's): what the sender needs to give it back if the message can never be
-/// received ([`super::Sender`]'s ledger).
-pub(crate) struct InFlightEntry {
-    /// The buffer's mapping (not a reference: the sender's reference goes when its
-    /// user drops it), to see whether the slot was taken over.
-    pub(crate) map: Arc<<DefaultOs as Os>::Map>,
-    pub(crate) capacity: usize,
-    pub(crate) slot: usize,
-    pub(crate) word: u64,
-    pub(crate) give_back: GiveBack,
-}
-
-/// How an [`InFlightEntry`] is given back.
-pub(crate) enum GiveBack {
-    /// A named segment's: the handle's encoding, decoded and dropped, vacates the slot
-    /// and finalizes (it may be the segment's last reference).
-    Named { encoded: Vec<u8> },
-    /// A pool's memfd's: the slot is vacated through the mapping, if the memfd is still
-    /// in the use the handle was of (nothing is finalized: the kernel frees a memfd).
-    Memfd { generation: u64 },
-}
 
 /// Every in-flight reference (file_system, or a pool's memfd) this process's channels
-/// have in flight, by channel.
-/// One ledger for the whole process, pruned before each message is encoded: a slot
-/// taken over (and perhaps released) by its receiver leaves the ledger before this
-/// process can share the same buffer into the same slot again, so a give-back never
-/// mistakes a newer reference for the old one. (A buffer shared by hand, outside
-/// channels, between a receiver's release and the next channel message is the one
-/// case this cannot see.)
-struct Ledger {
-    next_channel: u64,
-    entries: Vec<(u64, InFlightEntry)>,
-}
+/// have in flight, by channel ([`crate::ledger`]): one ledger for the whole process,
+/// locked across each message's prune, encoding and record.
+/// (A buffer shared by hand, outside channels, into a slot a stale entry names is the
+/// one case this cannot see.)
+static LEDGER: Mutex<Ledger<DefaultOs>> = Mutex::new(Ledger::new());
 
-static LEDGER: Mutex<Ledger> = Mutex::new(Ledger {
-    next_channel: 0,
-    entries: Vec::new(),
-});
-
-fn ledger() -> MutexGuard<'static, Ledger> {
+fn ledger() -> MutexGuard<'static, Ledger<DefaultOs>> {
     LEDGER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-impl Ledger {
-    fn prune(&mut self) {
-        self.entries.retain(|(_, e)| e.still_in_flight());
-    }
 }
 
 /// A fresh channel id for the ledger.
 pub(crate) fn new_channel() -> u64 {
-    let mut ledger = ledger();
-    ledger.next_channel += 1;
-    ledger.next_channel
+    ledger().new_channel()
 }
 
-/// Drops from the ledger every reference a receiver has taken over.
-pub(crate) fn prune() {
-    ledger().prune();
-}
-
-/// Records the references a sent message of `channel` put in flight.
-pub(crate) fn record(channel: u64, entries: Vec<InFlightEntry>) {
-    if !entries.is_empty() {
-        ledger()
-            .entries
-            .extend(entries.into_iter().map(|e| (channel, e)));
-    }
+/// Encodes `msg` for `channel` ([`encode`]) with the ledger locked, recording the
+/// references it puts in flight ([`Ledger::encode_and_record`]): its bytes and the
+/// handles to send with them.
+/// (A message's own `Serialize` that sent on a channel, or asked a sender's
+/// `in_flight`, would wait for this lock forever: the one thing encoding must not do.)
+pub(crate) fn encode_recorded<T: Serialize>(
+    channel: u64,
+    msg: &T,
+) -> Result<(Vec<u8>, Vec<ShareHandle>)> {
+    ledger().encode_and_record(channel, || {
+        let encoded = encode(msg)?;
+        Ok(((encoded.bytes, encoded.handles), encoded.in_flight))
+    })
 }
 
 /// How many references of `channel` are in flight, not yet taken over.
 pub(crate) fn pending(channel: u64) -> usize {
-    let mut ledger = ledger();
-    ledger.prune();
-    ledger.entries.iter().filter(|(c, _)| *c == channel).count()
+    ledger().pending(channel)
 }
 
 /// Gives back every reference of `channel` still in flight: its receiving end is gone,
 /// so nobody can take them over any more. One already taken over is left alone.
 pub(crate) fn give_back(channel: u64) {
-    let mut ledger = ledger();
-    ledger.prune();
-    let (mine, others): (Vec<_>, Vec<_>) =
-        ledger.entries.drain(..).partition(|(c, _)| *c == channel);
-    ledger.entries = others;
-    drop(ledger);
-    for (_, entry) in mine {
-        entry.give_back();
-    }
-}
-
-impl InFlightEntry {
-    /// Whether the slot still holds the in-flight reference (nobody took it over).
-    fn still_in_flight(&self) -> bool {
-        Header::of(&*self.map, self.capacity).and_then(|h| h.holders().slot_word(self.slot))
-            == Some(self.word)
-    }
-
-    /// Gives the reference back if its slot still holds it (best effort: the sending
-    /// process's exit releases it otherwise).
-    fn give_back(self) {
-        match self.give_back {
-            // Decoding gives a handle that owns the in-flight reference; dropping it
-            // vacates the slot if (and only if) it still holds that reference.
-            GiveBack::Named { encoded } => drop(ShareHandle::from_bytes(&encoded)),
-            GiveBack::Memfd { generation } => {
-                if let Some(header) = Header::of(&*self.map, self.capacity) {
-                    let (os, h) = (DefaultOs::default(), header.holders());
-                    let _ = holders::give_back_in_flight(&os, &h, self.slot, self.word, generation);
-                }
-            }
-        }
-    }
+    let mine = ledger().take_channel(channel);
+    ledger::give_back(mine);
 }
 
 #[derive(Default)]
 struct Outgoing {
     handles: Vec<ShareHandle>,
-    in_flight: Vec<InFlightEntry>,
+    in_flight: Vec<InFlightEntry<DefaultOs>>,
     error: Option<Error>,
 }
 
@@ -164,7 +88,7 @@ thread_local! {
 pub(crate) struct Encoded {
     pub(crate) bytes: Vec<u8>,
     pub(crate) handles: Vec<ShareHandle>,
-    pub(crate) in_flight: Vec<InFlightEntry>,
+    pub(crate) in_flight: Vec<InFlightEntry<DefaultOs>>,
 }
 
 /// Encodes `msg` with postcard, sharing every buffer in it. On error the handles made
@@ -209,7 +133,7 @@ pub(crate) fn decode<T: DeserializeOwned>(bytes: &[u8], handles: Vec<ShareHandle
 
 /// Sets `handle` aside in the current message and returns its index; `entry` is the
 /// record of the in-flight reference it carries, if any. Outside a message: an error.
-fn set_aside(handle: ShareHandle, entry: Option<InFlightEntry>) -> Result<u32, String> {
+fn set_aside(handle: ShareHandle, entry: Option<InFlightEntry<DefaultOs>>) -> Result<u32, String> {
     OUTGOING.with(|c| match c.borrow_mut().as_mut() {
         None => Err("a buffer serializes only inside a shmrc::channel message".to_owned()),
         Some(ctx) => {
@@ -273,35 +197,7 @@ impl Serialize for ShmBuf {
         let handle = self
             .share()
             .map_err(|e| S::Error::custom(fail_outgoing(e)))?;
-        let entry = match &handle.target {
-            Target::Named {
-                in_flight: Some(f), ..
-            } => Some((
-                f,
-                GiveBack::Named {
-                    encoded: handle.encoded(),
-                },
-            )),
-            Target::Anonymous {
-                in_flight: Some(f), ..
-            } => Some((
-                f,
-                GiveBack::Memfd {
-                    generation: self.generation(),
-                },
-            )),
-            _ => None,
-        };
-        let entry = entry.map(|(f, give_back)| {
-            let (map, capacity) = self.slot_watch();
-            InFlightEntry {
-                map,
-                capacity,
-                slot: f.slot,
-                word: f.word,
-                give_back,
-            }
-        });
+        let entry = InFlightEntry::of(self, &handle);
         let index = set_aside(handle, entry).map_err(S::Error::custom)?;
         serializer.serialize_u32(index)
     }

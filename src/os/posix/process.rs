@@ -237,6 +237,8 @@ fn liveness(token: Token) -> Liveness {
         // process): ask the kernel whether the pid exists at all.
         Err(e) if entry_gone(&e) => presumed_if(pid_exists(pid)),
         // Unreadable: assume alive (a possible leak, never a premature unlink).
+        // Planted: unreadable taken for dead (`hidepid=1`'s EACCES).
+        Err(_) if cfg!(shmrc_plant = "unreadable_stat_is_dead") => Liveness::Dead,
         Err(_) => Liveness::Presumed,
         Ok(content) => match parse_proc_stat(content.as_ref()) {
             Some(st) if st.pid == pid => {
@@ -354,10 +356,12 @@ fn pid_exists(pid: u32) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
-    !matches!(
-        nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None),
-        Err(Errno::ESRCH)
-    )
+    let answer = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None);
+    if cfg!(shmrc_plant = "eperm_is_no_process") {
+        // Planted: another user's live process (EPERM) taken for no process.
+        return !matches!(answer, Err(Errno::ESRCH | Errno::EPERM));
+    }
+    !matches!(answer, Err(Errno::ESRCH))
 }
 
 /// Whether the zombie leader `pid` still has running threads (more than its own entry
@@ -445,6 +449,133 @@ mod tests {
         }
         assert_eq!(parse_proc_stat(&stat_line(b"cat", "SS", 1)), None);
         assert_eq!(parse_proc_stat(&stat_line(b"cat", "S", 1)[..60]), None);
+    }
+
+    proptest::proptest! {
+        /// Any command name the kernel can show (up to 64 bytes, any bytes, parentheses
+        /// and spaces included), any state letter, pid and start time: parsed back as
+        /// written, the fields found after the *last* `)`.
+        #[test]
+        fn every_stat_line_parses_back(
+            comm in proptest::collection::vec(proptest::num::u8::ANY, 0..=64),
+            pid in 1u32..=4_194_304,
+            state in proptest::sample::select(b"RSDZTtXxKWPI".to_vec()),
+            start in proptest::num::u64::ANY,
+        ) {
+            let mut line = stat_line(&comm, &(state as char).to_string(), start);
+            let at = line.iter().position(|&b| b == b' ').unwrap();
+            line.splice(..at, pid.to_string().into_bytes());
+            proptest::prop_assert_eq!(
+                parse_proc_stat(&line),
+                Some(ProcStat { pid, state, start_ticks: start })
+            );
+            proptest::prop_assert_eq!(parse_start_ticks(&line), Some(start));
+        }
+
+        /// Every prefix of a stat line short of the start time, and any bytes at all:
+        /// refused or parsed, never a panic; a prefix cut inside the start time's digits
+        /// never yields a larger start time than the line's.
+        #[test]
+        fn any_bytes_and_every_cut_line_are_refused_or_parsed(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..300),
+            comm in proptest::collection::vec(proptest::num::u8::ANY, 0..=64),
+            start in proptest::num::u64::ANY,
+        ) {
+            let _ = parse_proc_stat(&bytes);
+            let line = stat_line(&comm, "S", start);
+            let digits = start.to_string();
+            let field_end = line.len() - line.iter().rev().position(|&b| b == b')').unwrap();
+            for cut in 0..line.len() {
+                match parse_proc_stat(&line[..cut]) {
+                    None => {}
+                    Some(st) => {
+                        proptest::prop_assert!(cut > field_end, "parsed before the fields: {cut}");
+                        proptest::prop_assert!(st.start_ticks <= start);
+                        proptest::prop_assert!(st.start_ticks.to_string().len() <= digits.len());
+                    }
+                }
+            }
+        }
+    }
+
+    /// The probe of `uid_is_the_effective_uid_of_an_unprivileged_process`: prints
+    /// `uid()` when run with `SHMRC_TEST_UID_PROBE` set; does nothing otherwise.
+    #[test]
+    fn uid_probe() {
+        if std::env::var_os("SHMRC_TEST_UID_PROBE").is_some() {
+            println!("uid probe: {}", uid());
+        }
+    }
+
+    /// `uid()` is the effective uid: a copy of this test binary run as `nobody` (65534)
+    /// says 65534 (as root, which CI is, a `uid()` of 0 would pass unnoticed otherwise).
+    /// Not root: said so, and a failure under `SHMRC_REQUIRE_ROOT=1`.
+    #[test]
+    fn uid_is_the_effective_uid_of_an_unprivileged_process() {
+        use std::os::unix::process::CommandExt;
+        if !geteuid().is_root() {
+            assert!(
+                std::env::var("SHMRC_REQUIRE_ROOT").as_deref() != Ok("1"),
+                "SHMRC_REQUIRE_ROOT=1 but this test does not run as root"
+            );
+            eprintln!("uid_is_the_effective_uid: SKIPPED, not root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            dir.path(),
+            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
+        )
+        .unwrap();
+        let probe = shmrc_testkit::process::copy_of_this_test(dir.path());
+        let out = shmrc_testkit::process::output_within(
+            std::process::Command::new(probe)
+                .args([
+                    "--exact",
+                    "os::posix::process::tests::uid_probe",
+                    "--nocapture",
+                ])
+                .env("SHMRC_TEST_UID_PROBE", "1")
+                .current_dir("/")
+                .uid(65534)
+                .gid(65534),
+            std::time::Duration::from_secs(30),
+        );
+        let said = shmrc_testkit::process::text_of(&out);
+        assert!(said.contains("uid probe: 65534\n"), "{said}");
+    }
+
+    /// A token whose pid is a thread's (not a process's): `pidfd_open` refuses it with
+    /// something other than `ESRCH`, so `/proc` decides (the branch that keeps no
+    /// descriptor): alive while the thread runs, dead once it has exited.
+    #[test]
+    fn a_pid_that_pidfd_open_refuses_is_judged_by_proc() {
+        let (to_main, from_thread) = std::sync::mpsc::channel();
+        let (to_thread, from_main) = std::sync::mpsc::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            to_main.send(nix::unistd::gettid().as_raw()).unwrap();
+            let _ = from_main.recv_timeout(std::time::Duration::from_secs(30));
+        });
+        let tid = u32::try_from(from_thread.recv().unwrap()).unwrap();
+        let stat = parse_proc_stat(&fs::read(format!("/proc/{tid}/stat")).unwrap()).unwrap();
+        let start = timens::frame().unshift(stat.start_ticks).unwrap();
+        let token = Token::new(tid, start).unwrap();
+        match pidfd_open(tid) {
+            Err(Error::Os { source, .. }) => {
+                assert_ne!(source.raw_os_error(), Some(libc::ESRCH), "{source}")
+            }
+            other => panic!("pidfd_open of a thread's id: {:?}", other.map(|_| ())),
+        }
+        assert!(
+            PosixOs::new().is_alive(token),
+            "a running thread's token is dead"
+        );
+        to_thread.send(()).unwrap();
+        thread.join().unwrap();
+        assert!(
+            !PosixOs::new().is_alive(token),
+            "an exited thread's token is alive"
+        );
     }
 
     #[test]

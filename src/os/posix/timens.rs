@@ -265,6 +265,37 @@ fn own_reading() -> Option<u64> {
 mod tests {
     use super::*;
 
+    proptest::proptest! {
+        /// Any offsets file the kernel writes (the monotonic line and the boottime
+        /// line, by name or by id, in either order, any spacing, any offset the kernel
+        /// accepts): the boottime offset is read back exactly; any text at all is
+        /// refused or read, never a panic.
+        #[test]
+        fn every_offsets_file_gives_its_boottime_offset(
+            mono in proptest::num::i64::ANY,
+            seconds in proptest::num::i64::ANY,
+            nanos in 0i64..1_000_000_000,
+            by_id in proptest::bool::ANY,
+            boottime_first in proptest::bool::ANY,
+            pad in 1usize..12,
+            junk in ".{0,80}",
+        ) {
+            let sp = " ".repeat(pad);
+            let boot = format!("{}{sp}{seconds}{sp}{nanos}", if by_id { "7" } else { "boottime" });
+            let monotonic = format!("monotonic{sp}{mono}{sp}0");
+            let text = if boottime_first {
+                format!("{boot}\n{monotonic}\n")
+            } else {
+                format!("{monotonic}\n{boot}\n")
+            };
+            proptest::prop_assert_eq!(
+                boottime_offset_nanos(&text),
+                Some(i128::from(seconds) * 1_000_000_000 + i128::from(nanos))
+            );
+            let _ = boottime_offset_nanos(&junk);
+        }
+    }
+
     #[test]
     fn the_boottime_offset_is_parsed_by_name_or_id() {
         let offsets = "monotonic           0         0\nboottime       100000         0\n";

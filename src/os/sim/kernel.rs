@@ -112,9 +112,7 @@ impl State {
     /// Records what process `pid` leaves at its death (the first death counts). The
     /// model checkers' builds skip it: reading every word would add steps to explore.
     pub(super) fn record_death(&mut self, pid: u32) {
-        if cfg!(not(any(shmrc_loom, shmrc_shuttle)))
-            && !self.at_death.contains_key(&pid)
-        {
+        if cfg!(not(any(shmrc_loom, shmrc_shuttle))) && !self.at_death.contains_key(&pid) {
             let footprint = self.footprint();
             self.at_death.insert(pid, footprint);
         }
