@@ -274,7 +274,9 @@ impl Run {
         };
         match Slot::decode(raw) {
             Slot::Free => Word::Free,
-            Slot::Tomb => Word::Tomb,
+            Slot::Tomb => Word::Tomb(pid(
+                shmrc::holders::tomb_owner(raw).expect("a tombstone of a process of this run")
+            )),
             Slot::Held(t) => Word::Held(pid(t)),
             Slot::InFlight(t) => Word::InFlight(pid(t)),
             Slot::Garbage(w) => panic!("garbage word {w:#x} in a header"),

@@ -55,6 +55,17 @@
 //! the state free of a counter; ending early writes nothing, so it cannot hide a
 //! violation.
 //!
+//! # Stalled finalizers
+//! The pending word counts the requests a live finalizer got to run again; the one
+//! that reaches [`Finalize::PATIENCE`] takes the finalizer over. States keep it as a flag
+//! (set or not), and a request is explored both ways ([`holders::Finalize::set_patience`]):
+//! as [`Transition::Step`] below the bound (`Deferred`), and as [`Transition::GiveUp`],
+//! the one that reaches it (the takeover). Since any process may stand still while the
+//! others run, a finalizer taken over this way resumes later at whatever step it stood:
+//! the stalled-finalizer scenario is in every exploration, and the proofs count its
+//! takeovers. [`Word::Tomb`] names the finalizer that turned it, as production's
+//! tombstones do.
+//!
 //! # Anonymous segments (a pool's memfds)
 //! With [`Config::anonymous`], every segment is a memfd recycled by a `ShmPool`: the
 //! same slots, claims, transfers and recycles, with no name. Create is `memfd_create`
@@ -68,8 +79,8 @@
 //! ever reusing the segment.
 //!
 //! # What is not modelled
-//! Hostile writers (garbage words, P5's other half: covered by `tests/sim_protocol.rs`
-//! and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
+//! Hostile writers (garbage words, a forged finalizer word: P5's other half, covered by
+//! `tests/sim_protocol.rs`, `tests/stalled_finalizer.rs` and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
 //! operation at a time per process; the real code serializes finalizers per process
 //! and keeps one slot per process with its process-local table), plain
 //! file_descriptor buffers outside a pool (no holder protocol: the kernel's descriptor
@@ -78,7 +89,8 @@
 //! # Planted bugs
 //! The model plants nothing itself: built with `--cfg shmrc_plant="NAME"`, the steps it
 //! runs are `src/holders.rs`'s with that bug (`no_rollback`, `release_without_cas`,
-//! `reclaim_live`), so the proofs catch a bug put into the code alone.
+//! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
+//! alone.
 
 use std::cell::Cell;
 use std::fmt;
@@ -111,8 +123,8 @@ pub type Pid = u8;
 pub enum Word {
     /// `FREE`: nobody.
     Free,
-    /// `TOMB`: turned by a finalizer.
-    Tomb,
+    /// `TOMB_BY | token`: turned by this process's finalize (or recycle).
+    Tomb(Pid),
     /// A process's token: it holds a reference (or, in the finalizer word, finalizes).
     Held(Pid),
     /// `IN_FLIGHT | token`: a handle sent by this process, not yet taken over.
@@ -124,7 +136,7 @@ impl Word {
     pub fn owner(self) -> Option<Pid> {
         match self {
             Word::Held(p) | Word::InFlight(p) => Some(p),
-            Word::Free | Word::Tomb => None,
+            Word::Free | Word::Tomb(_) => None,
         }
     }
 }
@@ -133,7 +145,7 @@ impl fmt::Display for Word {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Word::Free => write!(f, "."),
-            Word::Tomb => write!(f, "T"),
+            Word::Tomb(p) => write!(f, "T{p}"),
             Word::Held(p) => write!(f, "H{p}"),
             Word::InFlight(p) => write!(f, "I{p}"),
         }
@@ -720,7 +732,7 @@ impl State {
     fn all_tomb(&self, s: u8) -> bool {
         self.seg(s).slots[..self.slots()]
             .iter()
-            .all(|w| *w == Word::Tomb)
+            .all(|w| matches!(w, Word::Tomb(_)))
     }
 
     /// Runs process `p` from its crash point to the next. With `last_round`, a retry
@@ -861,9 +873,20 @@ impl State {
             Step::Fin(mut fin) => {
                 let s = fin_seg(op);
                 fin.set_round(if last_round { Finalize::ROUNDS - 1 } else { 0 });
+                // The pending word is a flag here, not a count: a request is explored both
+                // as one below the bound and as the one that reaches it.
+                fin.set_patience(if last_round { 1 } else { u64::MAX });
                 let os = self.kernel(p, s);
                 FINALIZE_STEPS.fetch_add(1, Relaxed);
+                let before = self.seg(s).finalizer;
                 let done = self.with_holders(s, |h| fin.step(&os, h, "the segment"));
+                if let Word::Held(q) = before
+                    && q != p
+                    && self.alive(p, q)
+                    && self.seg(s).finalizer == Word::Held(p)
+                {
+                    LIVE_TAKEOVERS.fetch_add(1, Relaxed);
+                }
                 if os.unlinked.get() {
                     if !self.all_tomb(s) {
                         self.flaw = Some(Flaw::UnlinkUncommitted(s));
@@ -873,6 +896,7 @@ impl State {
                 match done {
                     Poll::Pending => {
                         fin.set_round(0);
+                        fin.set_patience(Finalize::PATIENCE);
                         self.set_pc(p, Pc::At(op, Step::Fin(fin)));
                     }
                     // InUse, Deferred, Unlinked, AlreadyGone.
@@ -1051,6 +1075,15 @@ static PUBLISHES: Counter = Counter::new(0);
 static SWEEP_DECISIONS: Counter = Counter::new(0);
 static RECYCLE_STEPS: Counter = Counter::new(0);
 static GENERATION_CHECKS: Counter = Counter::new(0);
+static LIVE_TAKEOVERS: Counter = Counter::new(0);
+
+/// How often, in this process's explorations, a finalize took the finalizer word over
+/// from a live finalizer that had been asked to run again too often
+/// ([`Finalize::PATIENCE`]): the stalled-finalizer scenario, whose victim may resume
+/// at any of its steps afterwards.
+pub fn live_takeovers() -> u64 {
+    LIVE_TAKEOVERS.load(Relaxed)
+}
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
@@ -1099,7 +1132,7 @@ impl Word {
     pub fn encode(self) -> u64 {
         match self {
             Word::Free => holders::FREE,
-            Word::Tomb => holders::TOMB,
+            Word::Tomb(p) => holders::tomb_word(token(p)),
             Word::Held(p) => holders::held_word(token(p)),
             Word::InFlight(p) => holders::in_flight_word(token(p)),
         }
@@ -1112,7 +1145,11 @@ impl Word {
     pub fn decode(word: u64) -> Word {
         match holders::Slot::decode(word) {
             holders::Slot::Free => Word::Free,
-            holders::Slot::Tomb => Word::Tomb,
+            holders::Slot::Tomb => Word::Tomb(
+                holders::tomb_owner(word)
+                    .and_then(pid_of)
+                    .expect("a model process's tombstone"),
+            ),
             holders::Slot::Held(t) => Word::Held(pid_of(t).expect("a model process")),
             holders::Slot::InFlight(t) => Word::InFlight(pid_of(t).expect("a model process")),
             holders::Slot::Garbage(w) => panic!("the protocol wrote garbage {w:#x}"),
@@ -1309,7 +1346,7 @@ impl State {
             if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
                 return Some(format!("s{s} has a slot word {w} of no process"));
             }
-            if matches!(seg.finalizer, Word::Tomb | Word::InFlight(_))
+            if matches!(seg.finalizer, Word::Tomb(_) | Word::InFlight(_))
                 || !valid_owner(seg.finalizer)
             {
                 return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
@@ -1320,10 +1357,22 @@ impl State {
                     return Some(format!("p{p} holds {held} slots of s{s}"));
                 }
             }
-            let tombs = slots.iter().filter(|w| **w == Word::Tomb).count();
-            if tombs > 0 && tombs < n && seg.finalizer == Word::Free {
+            let tombs = slots.iter().filter(|w| matches!(w, Word::Tomb(_))).count();
+            // With no finalizer word taken, a tombstone among other words must be one its
+            // turner will still roll back (a live process inside its finalize or
+            // recycle: one taken over, not yet back) or a dead one's (the next finalize
+            // that sees it takes the finalizer word to roll it back).
+            let resolved = |w: &Word| match *w {
+                Word::Tomb(p) => {
+                    let proc = &self.procs[usize::from(p)];
+                    !proc.alive || matches!(proc.pc, Pc::At(_, Step::Fin(_) | Step::Recycle(_)))
+                }
+                _ => true,
+            };
+            if tombs > 0 && tombs < n && seg.finalizer == Word::Free && !slots.iter().all(resolved)
+            {
                 return Some(format!(
-                    "s{s} has {tombs} tombstone(s) among live slots and no finalizer owns it: stuck"
+                    "s{s} has {tombs} tombstone(s) among live slots, no finalizer owns it and a live process that is not finalizing turned one: stuck"
                 ));
             }
             if seg.phase == Phase::Absent && (seg.named || slots.iter().any(|w| *w != Word::Free)) {

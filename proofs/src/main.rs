@@ -16,7 +16,7 @@
 
 use std::process::ExitCode;
 
-use shmrc_model::protocol::{Config, Property, production_steps};
+use shmrc_model::protocol::{Config, Property, live_takeovers, production_steps};
 use shmrc_proofs::explore;
 
 fn main() -> ExitCode {
@@ -100,6 +100,8 @@ fn prove(config: Config) -> bool {
             "PLANTED BUG recycle_skips_generation"
         } else if cfg!(shmrc_plant = "recycle_over_live") {
             "PLANTED BUG recycle_over_live"
+        } else if cfg!(shmrc_plant = "tomb_owner_ignored") {
+            "PLANTED BUG tomb_owner_ignored"
         } else {
             "as in src/holders.rs"
         },
@@ -133,6 +135,12 @@ fn prove(config: Config) -> bool {
     for (function, runs) in production_steps() {
         println!("  {function}: {runs} steps");
     }
+    println!(
+        "  a live finalizer taken over once asked too often (the stalled finalizer, free \
+         to resume at any step after): {} transitions ({} in this process's runs so far)",
+        report.live_takeovers,
+        live_takeovers()
+    );
     match report.violation {
         None => {
             for p in Property::ALL {
