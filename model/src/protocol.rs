@@ -63,7 +63,7 @@
 //! the one that reaches it (the takeover). Since any process may stand still while the
 //! others run, a finalizer taken over this way resumes later at whatever step it stood:
 //! the stalled-finalizer scenario is in every exploration, and the proofs count its
-//! takeovers. [`Word::Tomb`] names the finalizer that turned it, as production's
+//! takeovers (`shmrc_proofs::Report::live_takeovers`). [`Word::Tomb`] names the finalizer that turned it, as production's
 //! tombstones do.
 //!
 //! # Anonymous segments (a pool's memfds)
@@ -878,15 +878,7 @@ impl State {
                 fin.set_patience(if last_round { 1 } else { u64::MAX });
                 let os = self.kernel(p, s);
                 FINALIZE_STEPS.fetch_add(1, Relaxed);
-                let before = self.seg(s).finalizer;
                 let done = self.with_holders(s, |h| fin.step(&os, h, "the segment"));
-                if let Word::Held(q) = before
-                    && q != p
-                    && self.alive(p, q)
-                    && self.seg(s).finalizer == Word::Held(p)
-                {
-                    LIVE_TAKEOVERS.fetch_add(1, Relaxed);
-                }
                 if os.unlinked.get() {
                     if !self.all_tomb(s) {
                         self.flaw = Some(Flaw::UnlinkUncommitted(s));
@@ -1075,15 +1067,6 @@ static PUBLISHES: Counter = Counter::new(0);
 static SWEEP_DECISIONS: Counter = Counter::new(0);
 static RECYCLE_STEPS: Counter = Counter::new(0);
 static GENERATION_CHECKS: Counter = Counter::new(0);
-static LIVE_TAKEOVERS: Counter = Counter::new(0);
-
-/// How often, in this process's explorations, a finalize took the finalizer word over
-/// from a live finalizer that had been asked to run again too often
-/// ([`Finalize::PATIENCE`]): the stalled-finalizer scenario, whose victim may resume
-/// at any of its steps afterwards.
-pub fn live_takeovers() -> u64 {
-    LIVE_TAKEOVERS.load(Relaxed)
-}
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
