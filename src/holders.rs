@@ -22,7 +22,8 @@
 //!
 //! # Operations
 //! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word. All slots `TOMB`:
-//!   the segment is gone.
+//!   the segment is gone (or, not yet committed, may be revived by a rollback: a claim
+//!   of a dead sender's handle may then say `Gone` of a segment that lives on).
 //! - [`release`]: CAS my slot from my word to `FREE`, then [`finalize`].
 //! - [`give_back_in_flight`]: an unattached handle's in-flight reference vacated, if
 //!   the segment is still in the handle's use (a memfd's stops there; a named
@@ -30,7 +31,8 @@
 //! - [`finalize`] (anyone: releaser, sweeper, manager): reclaim dead holders, and if
 //!   nobody live holds a slot, take the finalizer word and turn every slot
 //!   `FREE → TOMB` in order. A slot that is held makes it roll back (`TOMB → FREE`) and
-//!   stop: the segment lives. All slots `TOMB`: unlink. A finalizer killed half-way
+//!   stop: the segment lives. All slots its `TOMB`: commit (CAS the finalizer word to
+//!   [`COMMITTED`]; taken over meanwhile, it rolls back instead), unlink. A finalizer killed half-way
 //!   leaves its (dead) token in the finalizer word; the next one takes over, continues
 //!   from the slots already turned, or rolls them back. A *live* finalizer found at
 //!   work is asked to run again (the pending word counts the requests since it last
@@ -97,6 +99,17 @@ pub const TOMB: u64 = u64::MAX;
 pub const IN_FLIGHT: u64 = 1 << 63;
 /// Flag of a tombstone: `TOMB_BY | token` is a slot turned by the finalizer `token`.
 pub const TOMB_BY: u64 = 1 << 62;
+/// Flag of a committed finalizer word: `COMMITTED | token` says that finalizer `token`
+/// turned every slot to its tombstone while it held the word, so the segment is
+/// destroyed for good: no tombstone of it is reopened any more, and any finalize only
+/// unlinks the name (again). Set by CAS from the plain token, so a finalizer taken over
+/// meanwhile cannot commit: its CAS fails and it backs off.
+pub const COMMITTED: u64 = 1 << 63;
+
+/// Whether finalizer word `word` is committed (see [`COMMITTED`]).
+pub fn is_committed(word: u64) -> bool {
+    word & COMMITTED != 0 && Slot::decode(word).owner().is_some()
+}
 
 /// The tombstone finalizer (or recycler) `token` turns a slot to. Only `token` itself
 /// turns it back or passes over it while it lives; once it is dead, any finalizer takes
@@ -936,7 +949,10 @@ pub enum FinalizeAt {
         /// The word read.
         seen: u64,
     },
-    /// 4. Every slot is a tombstone: `shm_unlink`.
+    /// 4. Every slot is our tombstone: CAS the finalizer word from ours to ours,
+    ///    [`COMMITTED`] (taken over meanwhile: back off, roll back).
+    Commit,
+    /// 4. Committed: `shm_unlink`.
     Unlink,
     /// Blocked: load slot `index` to roll it back.
     RollbackLoad {
@@ -1030,7 +1046,7 @@ impl Finalize {
         if next < h.slots.len() {
             FinalizeAt::TombLoad { index: next }
         } else {
-            FinalizeAt::Unlink
+            FinalizeAt::Commit
         }
     }
 
@@ -1041,6 +1057,16 @@ impl Finalize {
             FinalizeAt::RollbackLoad { index: next }
         } else {
             FinalizeAt::LetGo
+        }
+    }
+
+    /// The unlink of a committed segment (ours, or one whose committer may not have
+    /// got to it): `Unlinked`, or `AlreadyGone` if it is gone already.
+    fn unlink(&self, os: &impl StepOs, name: &str) -> Poll<Result<Finalized>> {
+        match os.shm_unlink(name) {
+            Ok(()) => self.done(Outcome::Unlinked),
+            Err(e) if e.is_gone() => self.done(Outcome::AlreadyGone),
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 
@@ -1113,6 +1139,10 @@ impl Finalize {
             FinalizeAt::LoadFinalizer { live } => {
                 // SeqCst: read after our slot reads, in the one order a rival's writes share.
                 let seen = h.finalizer.load(SeqCst);
+                if is_committed(seen) {
+                    // Destroyed for good: only the unlink may be left to do.
+                    return self.unlink(os, name);
+                }
                 let finalizer_live = seen != FREE && word_is_live(os, me, seen);
                 // A dead finalizer may have left tombstones: take over even if the
                 // segment is held, to roll them back (P5: no slot stays a tombstone
@@ -1193,21 +1223,37 @@ impl Finalize {
                     Finalize::after_rollback_of(None, h)
                 }
             }
-            FinalizeAt::Unlink => {
-                // Every slot is a tombstone: nobody can claim again. Unlink, once.
-                return match os.shm_unlink(name) {
-                    Ok(()) => self.done(Outcome::Unlinked),
-                    Err(e) if e.is_gone() => self.done(Outcome::AlreadyGone),
-                    Err(e) => Poll::Ready(Err(e)),
-                };
+            FinalizeAt::Commit => {
+                // SeqCst: after our last tombstone; a rival's takeover CAS is ordered
+                // against it, so exactly one of the two succeeds.
+                if h.finalizer
+                    .compare_exchange(mine, mine | COMMITTED, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    // Taken over while we stood still: our tombstones go back.
+                    Finalize::after_rollback_of(None, h)
+                } else {
+                    FinalizeAt::Unlink
+                }
             }
+            FinalizeAt::Unlink => return self.unlink(os, name),
             FinalizeAt::RollbackLoad { index } => {
                 // SeqCst: ordered after our tombstones, so we see each one we turned.
                 let seen = h.slots[index].load(SeqCst);
                 match tomb_of(os, me, seen) {
                     // Ours, or a dead finalizer's; never a live one's (it may be one that
-                    // took us over, and has passed that slot).
-                    Some(TombOf::Me | TombOf::Nobody) => FinalizeAt::RollbackCas { index, seen },
+                    // took us over, and has passed that slot) nor any once the segment
+                    // is committed (then every tombstone stays: a stale finalizer may
+                    // have turned one over to its own after the commit). Until then our
+                    // (or the dead one's) tombstone in this slot keeps anyone else from
+                    // committing, so the check holds until the CAS.
+                    Some(TombOf::Me | TombOf::Nobody) => {
+                        // SeqCst: read after the slot, as above.
+                        if is_committed(h.finalizer.load(SeqCst)) {
+                            return self.unlink(os, name);
+                        }
+                        FinalizeAt::RollbackCas { index, seen }
+                    }
                     _ => Finalize::after_rollback_of(Some(index), h),
                 }
             }
@@ -1279,6 +1325,7 @@ enum FinalizePhase {
     ClearPending,
     TombLoad,
     TombCas,
+    Commit,
     Unlink,
     RollbackLoad,
     RollbackCas,
@@ -1304,6 +1351,7 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
             FinalizeAt::ClearPending => Flat::new(P::ClearPending, 0, 0, false),
             FinalizeAt::TombLoad { index } => Flat::new(P::TombLoad, index, 0, false),
             FinalizeAt::TombCas { index, seen } => Flat::new(P::TombCas, index, seen, false),
+            FinalizeAt::Commit => Flat::new(P::Commit, 0, 0, false),
             FinalizeAt::Unlink => Flat::new(P::Unlink, 0, 0, false),
             FinalizeAt::RollbackLoad { index } => Flat::new(P::RollbackLoad, index, 0, false),
             FinalizeAt::RollbackCas { index, seen } => {
@@ -1339,6 +1387,7 @@ impl Flat<FinalizePhase> {
             P::ClearPending => FinalizeAt::ClearPending,
             P::TombLoad => FinalizeAt::TombLoad { index },
             P::TombCas => FinalizeAt::TombCas { index, seen },
+            P::Commit => FinalizeAt::Commit,
             P::Unlink => FinalizeAt::Unlink,
             P::RollbackLoad => FinalizeAt::RollbackLoad { index },
             P::RollbackCas => FinalizeAt::RollbackCas { index, seen },
@@ -1626,6 +1675,7 @@ mod tests {
             FinalizeAt::ClearPending,
             FinalizeAt::TombLoad { index: 5 },
             FinalizeAt::TombCas { index: 6, seen: 12 },
+            FinalizeAt::Commit,
             FinalizeAt::Unlink,
             FinalizeAt::RollbackLoad { index: 7 },
             FinalizeAt::RollbackCas { index: 8, seen: 13 },
@@ -1771,7 +1821,7 @@ mod tests {
         }
         let done = finalize_with(&mut Finalize::new(Reclaim::All, &h), &os, &h, |_| {});
         assert_eq!(done.outcome, Outcome::Unlinked);
-        assert_eq!(finalizer.load(SeqCst), held_word(me));
+        assert_eq!(finalizer.load(SeqCst), held_word(me) | COMMITTED);
         assert!(slots.iter().all(|s| s.load(SeqCst) == tomb_word(me)));
     }
 
@@ -1837,7 +1887,9 @@ mod tests {
         assert!(slots.iter().all(|s| s.load(SeqCst) == tomb_word(stuck)));
 
         // Stopped just before turning its first slot: we take over and destroy; its CAS
-        // then fails, its rollback leaves our tombstones, and it defers to us.
+        // then fails, its rollback leaves our tombstones, and its next round finds the
+        // segment committed and only unlinks (this OS's unlink always succeeds; the
+        // kernel's would say the name is gone).
         let slots = words(&[FREE, FREE]);
         let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
         let h = Holders::new(&slots, &finalizer, &pending);
@@ -1847,7 +1899,8 @@ mod tests {
         });
         assert_eq!(take_over(&h).outcome, Outcome::Unlinked);
         let resumed = finalize_with(&mut stalled, &its, &h, |_| {});
-        assert_eq!(resumed.outcome, Outcome::Deferred);
+        assert_eq!(resumed.outcome, Outcome::Unlinked);
+        assert_eq!(finalizer.load(SeqCst), held_word(me) | COMMITTED);
         assert!(
             slots.iter().all(|s| s.load(SeqCst) == tomb_word(me)),
             "our tombstones stay: {:x?}",

@@ -176,7 +176,8 @@ pub struct Segment {
     pub creator: Pid,
     /// How often `shm_unlink` removed its name.
     pub unlinks: u8,
-    /// The finalizer word.
+    /// The finalizer word (`InFlight(p)` there: `COMMITTED | token`, p committed the
+    /// segment's destruction).
     pub finalizer: Word,
     /// The pending-finalize flag.
     pub pending: bool,
@@ -673,7 +674,10 @@ impl State {
                     // handle's descriptor keeps the memfd.)
                     self.end(p);
                 } else {
-                    let doomed = self.all_tomb(h.seg);
+                    // Gone for good: every slot a tombstone under a committed finalizer
+                    // word (before the commit, a finalizer taken over rolls back).
+                    let doomed = self.all_tomb(h.seg)
+                        && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
                     self.set_pc(p, Pc::At(Op::Attach { h, doomed }, Step::Transfer));
                 }
             }
@@ -1213,10 +1217,10 @@ impl Property {
                 "from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
             }
             Property::P4 => {
-                "an attach that opens an unlinked or all-tombstone segment never ends holding it"
+                "an attach that opens an unlinked or committed segment (every slot a tombstone, the finalizer word committed) never ends holding it"
             }
             Property::P5 => {
-                "every word is a valid state, one held slot per process and segment, tombstones only under a finalizer or when all are"
+                "every word is a valid state, one held slot per process and segment, tombstones among other words only under a finalizer word, or turned by a process still in its finalize or recycle, or by a dead one"
             }
         }
     }
@@ -1329,9 +1333,8 @@ impl State {
             if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
                 return Some(format!("s{s} has a slot word {w} of no process"));
             }
-            if matches!(seg.finalizer, Word::Tomb(_) | Word::InFlight(_))
-                || !valid_owner(seg.finalizer)
-            {
+            // `InFlight(p)` there is production's `COMMITTED | token`: p committed.
+            if matches!(seg.finalizer, Word::Tomb(_)) || !valid_owner(seg.finalizer) {
                 return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
             }
             for p in 0..self.procs_n {
