@@ -73,6 +73,7 @@ impl Run {
             total_ops: u8::MAX,
             recycle: false,
             anonymous: false,
+            takeovers: true,
         });
         Run {
             kernel,

@@ -62,9 +62,12 @@
 //! as [`Transition::Step`] below the bound (`Deferred`), and as [`Transition::GiveUp`],
 //! the one that reaches it (the takeover). Since any process may stand still while the
 //! others run, a finalizer taken over this way resumes later at whatever step it stood:
-//! the stalled-finalizer scenario is in every exploration, and the proofs count its
-//! takeovers (`shmrc_proofs::Report::live_takeovers`). [`Word::Tomb`] names the finalizer that turned it, as production's
-//! tombstones do.
+//! the stalled-finalizer scenario is in every exploration with [`Config::takeovers`],
+//! and the proofs count its takeovers (`shmrc_proofs::Report::live_takeovers`). Without
+//! it, every request is explored below the bound only (a live finalizer is deferred
+//! to): a subset of the executions, which the proofs' default runs use at their
+//! largest bounds to keep CI's cost (docs/VERIFICATION.md). [`Word::Tomb`] names the
+//! finalizer that turned it, as production's tombstones do.
 //!
 //! # Anonymous segments (a pool's memfds)
 //! With [`Config::anonymous`], every segment is a memfd recycled by a `ShmPool`: the
@@ -355,6 +358,11 @@ pub struct Config {
     /// Whether every segment is an anonymous pooled memfd instead of a file_system
     /// segment: no name, no sweep, no finalize (see the module docs).
     pub anonymous: bool,
+    /// Whether a request to run again is also explored as the one that reaches
+    /// [`Finalize::PATIENCE`] (the takeover of a live finalizer; see the module docs).
+    /// Without, every request is below the bound: a live finalizer is deferred to, as
+    /// before issue 29 item 2 (a subset of the executions, and a smaller state space).
+    pub takeovers: bool,
 }
 
 /// A transition.
@@ -391,6 +399,8 @@ pub struct State {
     pub recycle: bool,
     /// Whether the segments are anonymous pooled memfds ([`Config::anonymous`]).
     pub anonymous: bool,
+    /// Whether takeovers of a live finalizer are explored ([`Config::takeovers`]).
+    pub takeovers: bool,
     /// The kept bytes of one handle attached once (with [`Config::recycle`]).
     pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
@@ -456,6 +466,7 @@ impl State {
             foreign_named: true,
             recycle: config.recycle,
             anonymous: config.anonymous,
+            takeovers: config.takeovers,
             copy: None,
             flaw: None,
         }
@@ -879,7 +890,8 @@ impl State {
                 fin.set_round(if last_round { Finalize::ROUNDS - 1 } else { 0 });
                 // The pending word is a flag here, not a count: a request is explored both
                 // as one below the bound and as the one that reaches it.
-                fin.set_patience(if last_round { 1 } else { u64::MAX });
+                let takeover = last_round && self.takeovers;
+                fin.set_patience(if takeover { 1 } else { u64::MAX });
                 let os = self.kernel(p, s);
                 FINALIZE_STEPS.fetch_add(1, Relaxed);
                 let done = self.with_holders(s, |h| fin.step(&os, h, "the segment"));

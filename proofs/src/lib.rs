@@ -227,6 +227,7 @@ mod tests {
             total_ops: ops * procs as u8,
             recycle: false,
             anonymous: false,
+            takeovers: true,
         })
     }
 
@@ -280,6 +281,7 @@ mod tests {
             total_ops: 6,
             recycle: true,
             anonymous: false,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
@@ -300,6 +302,7 @@ mod tests {
             total_ops: 6,
             recycle: true,
             anonymous: true,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
@@ -320,6 +323,7 @@ mod tests {
             total_ops: 7,
             recycle: true,
             anonymous: true,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
