@@ -19,7 +19,8 @@
 //!   recycling, the same bounds but 3 slots (no finalize: nothing to take over);
 //! - takeovers: 3 processes x 2 slots x 1 segment, 2 operations each, 6 in all;
 //! - takeovers with recycling: 3 processes x 2 slots x 1 segment, 3 operations each,
-//!   5 in all.
+//!   6 in all (the smallest bounds tried that catch the commit step reverted: with 5
+//!   in all it passes).
 //!
 //! `--full` (or `SHMRC_PROOFS_FULL=1`): the first three runs with takeovers explored
 //! (about half an hour on a 2-core machine; docs/VERIFICATION.md).
@@ -75,7 +76,7 @@ fn main() -> ExitCode {
     };
     let takeovers_recycling = Config {
         ops: 3,
-        total_ops: 5,
+        total_ops: 6,
         recycle: true,
         ..takeovers
     };
