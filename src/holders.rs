@@ -11,14 +11,19 @@
 //!   references inside the process are an `Arc`);
 //! - `IN_FLIGHT | token`: a reference travelling in a handle that `token` sent and no
 //!   receiver has taken over yet; it is alive exactly while its sender is;
-//! - `TOMB` (all ones): turned by a finalizer committing to destroy the segment.
+//! - `TOMB_BY | token` ([`tomb_word`]): turned by the finalizer (or recycler) `token`
+//!   committing to destroy (or reuse) the segment. Only `token` turns it back or passes
+//!   over it while it lives; a dead one's is any finalizer's to take over. ([`TOMB`],
+//!   all ones, a tombstone of nobody, is written by no step: a hostile writer's, taken
+//!   like a dead one's.)
 //!
 //! Any other word (only a hostile writer makes one) counts as a dead holder and is
 //! reclaimed, so no slot state is unrecoverable (P5).
 //!
 //! # Operations
 //! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word. All slots `TOMB`:
-//!   the segment is gone.
+//!   the segment is gone (or, not yet committed, may be revived by a rollback: a claim
+//!   of a dead sender's handle may then say `Gone` of a segment that lives on).
 //! - [`release`]: CAS my slot from my word to `FREE`, then [`finalize`].
 //! - [`give_back_in_flight`]: an unattached handle's in-flight reference vacated, if
 //!   the segment is still in the handle's use (a memfd's stops there; a named
@@ -26,9 +31,14 @@
 //! - [`finalize`] (anyone: releaser, sweeper, manager): reclaim dead holders, and if
 //!   nobody live holds a slot, take the finalizer word and turn every slot
 //!   `FREE → TOMB` in order. A slot that is held makes it roll back (`TOMB → FREE`) and
-//!   stop: the segment lives. All slots `TOMB`: unlink. A finalizer killed half-way
+//!   stop: the segment lives. All slots its `TOMB`: commit (CAS the finalizer word to
+//!   [`COMMITTED`]; taken over meanwhile, it rolls back instead), unlink. A finalizer killed half-way
 //!   leaves its (dead) token in the finalizer word; the next one takes over, continues
-//!   from the slots already turned, or rolls them back.
+//!   from the slots already turned, or rolls them back. A *live* finalizer found at
+//!   work is asked to run again (the pending word counts the requests since it last
+//!   started a round); the request that reaches [`Finalize::PATIENCE`] takes it over,
+//!   if nobody live holds a slot: it is stopped, traced, frozen or a forged word (P5).
+//!   Its tombstones stay its own, so when it resumes neither undoes the other's work.
 //!
 //! - [`recycle`] (the segment's creator, e.g. a [`ShmPool`](crate::ShmPool), holding its
 //!   own slot): take the finalizer word, turn every *other* slot to a tombstone (a dead
@@ -69,6 +79,9 @@
 //!   so an attach with a stale handle ends holding another use of a recycled segment.
 //! - `recycle_over_live`: [`Recycle`] turns a live holder's slot to a tombstone as if
 //!   its holder were dead, so a segment someone still holds is reused.
+//! - `tomb_owner_ignored`: a finalizer takes a live finalizer's tombstones for a dead
+//!   one's (turns them back, or over to its own), so a finalizer taken over and
+//!   resuming undoes the tombstones its successor turned, or the reverse.
 
 use std::task::Poll;
 
@@ -79,17 +92,52 @@ use crate::token::Token;
 
 /// A slot nobody holds.
 pub const FREE: u64 = 0;
-/// A slot turned by a finalizer that is destroying the segment.
+/// A tombstone of no known finalizer. No step of this version writes it (each writes
+/// its own, [`tomb_word`]); one found (a hostile writer's) is any finalizer's to take.
 pub const TOMB: u64 = u64::MAX;
 /// Flag of an in-flight reference (a handle sent, not yet taken over).
 pub const IN_FLIGHT: u64 = 1 << 63;
+/// Flag of a tombstone: `TOMB_BY | token` is a slot turned by the finalizer `token`.
+pub const TOMB_BY: u64 = 1 << 62;
+/// Flag of a committed finalizer word: `COMMITTED | token` says that finalizer `token`
+/// turned every slot to its tombstone while it held the word, so the segment is
+/// destroyed for good: no tombstone of it is reopened any more, and any finalize only
+/// unlinks the name (again). Set by CAS from the plain token, so a finalizer taken over
+/// meanwhile cannot commit: its CAS fails and it backs off.
+pub const COMMITTED: u64 = 1 << 63;
+
+/// Whether finalizer word `word` is committed (see [`COMMITTED`]).
+pub fn is_committed(word: u64) -> bool {
+    word & COMMITTED != 0 && Slot::decode(word).owner().is_some()
+}
+
+/// The tombstone finalizer (or recycler) `token` turns a slot to. Only `token` itself
+/// turns it back or passes over it while it lives; once it is dead, any finalizer takes
+/// it over (so a finalizer taken over while it lives, and resuming, can never reopen a
+/// slot its successor turned, nor its successor one of its own: `docs/PROTOCOL.md` §5).
+pub fn tomb_word(token: Token) -> u64 {
+    token.word() | TOMB_BY
+}
+
+/// Whether `word` is a tombstone (of a known finalizer, or [`TOMB`]).
+pub fn is_tomb(word: u64) -> bool {
+    Slot::decode(word) == Slot::Tomb
+}
+
+/// The finalizer that turned tombstone `word` (None: not a tombstone, or [`TOMB`]).
+pub fn tomb_owner(word: u64) -> Option<Token> {
+    if word == TOMB || word & IN_FLIGHT != 0 || word & TOMB_BY == 0 {
+        return None;
+    }
+    Token::from_word(word & !TOMB_BY)
+}
 
 /// What a slot word means.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Slot {
     /// Nobody.
     Free,
-    /// Destroyed.
+    /// Destroyed, or being destroyed: turned by a finalizer ([`tomb_owner`] says which).
     Tomb,
     /// Held by a process.
     Held(Token),
@@ -107,6 +155,9 @@ impl Slot {
             TOMB => Slot::Tomb,
             w if w & IN_FLIGHT != 0 => {
                 Token::from_word(w & !IN_FLIGHT).map_or(Slot::Garbage(w), Slot::InFlight)
+            }
+            w if w & TOMB_BY != 0 => {
+                Token::from_word(w & !TOMB_BY).map_or(Slot::Garbage(w), |_| Slot::Tomb)
             }
             w => Token::from_word(w).map_or(Slot::Garbage(w), Slot::Held),
         }
@@ -243,6 +294,12 @@ pub struct Census {
     pub dead: u32,
     /// Whether a live process holds the finalizer word.
     pub finalizing: bool,
+    /// The live process that holds the finalizer word, if one does.
+    pub finalizer: Option<Token>,
+    /// How many times finalizes found that finalizer at work and asked it to run again
+    /// since it last started a round (the pending word); at [`Finalize::PATIENCE`] the
+    /// next one takes it over.
+    pub deferrals: u64,
 }
 
 impl Census {
@@ -373,6 +430,30 @@ fn keeps_its_slot(os: &impl StepOs, me: Token, s: Slot) -> bool {
         return false;
     }
     s.owner().is_some_and(|t| alive(os, me, t))
+}
+
+/// Whose a tombstone is, to the finalizer (or recycler) `me` that finds it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum TombOf {
+    /// `me`'s own.
+    Me,
+    /// No live process's (a dead finalizer's, or [`TOMB`]): `me` may take it over.
+    Nobody,
+    /// Another live process's: only that process reopens or passes over it.
+    Other,
+}
+
+/// Whose tombstone `word` is (None: it is not one).
+fn tomb_of(os: &impl StepOs, me: Token, word: u64) -> Option<TombOf> {
+    if !is_tomb(word) {
+        return None;
+    }
+    Some(match tomb_owner(word) {
+        Some(t) if t == me => TombOf::Me,
+        Some(_) if cfg!(shmrc_plant = "tomb_owner_ignored") => TombOf::Nobody,
+        Some(t) if os.is_alive(t) => TombOf::Other,
+        _ => TombOf::Nobody,
+    })
 }
 
 /// Runs a resumable protocol operation to its end, passing a crash point before each
@@ -713,20 +794,24 @@ impl Recycle {
                 let seen = h.slots[index].load(SeqCst);
                 let s = Slot::decode(seen);
                 let live = keeps_its_slot(os, me, s) && !cfg!(shmrc_plant = "recycle_over_live");
-                match s {
-                    Slot::Tomb => self.after_tomb_of(Some(index), h),
-                    _ if live => self.after_reopen_of(None, false, h),
-                    _ => RecycleAt::Tomb { index, seen },
+                match tomb_of(os, me, seen) {
+                    Some(TombOf::Me) => self.after_tomb_of(Some(index), h),
+                    // A dead finalizer's tombstone: ours from now on, reopened with ours.
+                    Some(TombOf::Nobody) => RecycleAt::Tomb { index, seen },
+                    // A live finalizer's (taken over, not yet back): it is at work.
+                    Some(TombOf::Other) => self.after_reopen_of(None, false, h),
+                    None if live => self.after_reopen_of(None, false, h),
+                    None => RecycleAt::Tomb { index, seen },
                 }
             }
             RecycleAt::Tomb { index, seen } => {
                 // SeqCst: a claimer's later load must see the tombstone, and its later
                 // generation check the bump that follows.
                 if h.slots[index]
-                    .compare_exchange(seen, TOMB, SeqCst, SeqCst)
+                    .compare_exchange(seen, tomb_word(me), SeqCst, SeqCst)
                     .is_ok()
                 {
-                    self.reclaimed += u32::from(seen != FREE);
+                    self.reclaimed += u32::from(seen != FREE && !is_tomb(seen));
                     self.after_tomb_of(Some(index), h)
                 } else {
                     // Taken meanwhile: someone holds it now.
@@ -746,7 +831,7 @@ impl Recycle {
             }
             RecycleAt::Reopen { index, reused } => {
                 // SeqCst: free again only after the bump (a claimer then sees it).
-                let _ = h.slots[index].compare_exchange(TOMB, FREE, SeqCst, SeqCst);
+                let _ = h.slots[index].compare_exchange(tomb_word(me), FREE, SeqCst, SeqCst);
                 self.after_reopen_of(Some(index), reused, h)
             }
             RecycleAt::LetGo { reused } => {
@@ -770,9 +855,15 @@ impl Recycle {
 /// Reads every slot without changing anything.
 pub fn census(os: &impl StepOs, h: &Holders<'_>) -> Census {
     let me = os.current();
+    // SeqCst: read-only counts, ordered like the protocol's reads (no decision rests on them).
+    let finalizer = Slot::decode(h.finalizer.load(SeqCst))
+        .owner()
+        .filter(|&t| alive(os, me, t));
     let mut census = Census {
-        // SeqCst: read-only counts, ordered like the protocol's reads (no decision rests on them).
-        finalizing: word_is_live(os, me, h.finalizer.load(SeqCst)),
+        finalizing: finalizer.is_some(),
+        finalizer,
+        // SeqCst: as above.
+        deferrals: h.pending.load(SeqCst),
         ..Census::default()
     };
     for slot in h.slots {
@@ -829,12 +920,17 @@ pub enum FinalizeAt {
         /// The finalizer word read.
         seen: u64,
     },
-    /// 2. Is `seen` still the finalizer? Then `Deferred`; else another round.
+    /// 2. Is `seen` still the finalizer? Then `Deferred`, or if `overdue`, take it over;
+    ///    else another round.
     CheckFinalizer {
         /// The finalizer word read.
         seen: u64,
+        /// Whether it was asked to run again [`Finalize::PATIENCE`] times or more since
+        /// it last started a round: it makes no progress, and is taken over.
+        overdue: bool,
     },
-    /// 2. CAS the finalizer word from `seen` (free, or a dead finalizer's) to ours.
+    /// 2. CAS the finalizer word from `seen` (free, a dead finalizer's, or an overdue
+    ///    live one's) to ours.
     TakeFinalizer {
         /// The finalizer word read.
         seen: u64,
@@ -846,25 +942,31 @@ pub enum FinalizeAt {
         /// The slot.
         index: usize,
     },
-    /// 3. CAS slot `index` from `FREE` to `TOMB`; `seen` is what the load read (any
-    ///    other word than `FREE` blocks).
+    /// 3. CAS slot `index` from `seen` (`FREE`, or a tombstone of no live process) to
+    ///    our tombstone.
     TombCas {
         /// The slot.
         index: usize,
         /// The word read.
         seen: u64,
     },
-    /// 4. Every slot is a tombstone: `shm_unlink`.
+    /// 4. Every slot is our tombstone: CAS the finalizer word from ours to ours,
+    ///    [`COMMITTED`] (taken over meanwhile: back off, roll back).
+    Commit,
+    /// 4. Committed: `shm_unlink`.
     Unlink,
     /// Blocked: load slot `index` to roll it back.
     RollbackLoad {
         /// The slot.
         index: usize,
     },
-    /// Blocked: CAS slot `index` from `TOMB` back to `FREE`.
+    /// Blocked: CAS slot `index` from `seen` (our tombstone, or one of no live
+    /// process) back to `FREE`.
     RollbackCas {
         /// The slot.
         index: usize,
+        /// The tombstone read.
+        seen: u64,
     },
     /// Blocked: CAS the finalizer word from ours back to `FREE`.
     LetGo,
@@ -881,6 +983,9 @@ pub struct Finalize {
     reclaim: Reclaim,
     round: usize,
     reclaimed: u32,
+    /// This round's reclaim pass saw a tombstone of no live process.
+    stray_tombs: bool,
+    patience: u64,
     at: Flat<FinalizePhase>,
 }
 
@@ -889,12 +994,23 @@ impl Finalize {
     /// before it ends with [`Outcome::Deferred`].
     pub const ROUNDS: usize = 64;
 
+    /// How many times a live finalizer may be asked to run again (by finalizes that
+    /// found it at work, every slot free of live holders) without starting a round
+    /// before the next one asking takes it over. A finalizer that makes progress starts
+    /// a round (clearing the count) within microseconds; one that does not is stopped,
+    /// traced, frozen, or a word a same-user writer forged (P5). Taking over a live
+    /// finalizer is safe whenever it happens: its tombstones stay its own
+    /// ([`tomb_word`]), so the two never undo each other's (`docs/PROTOCOL.md` §5).
+    pub const PATIENCE: u64 = 4;
+
     /// A finalize of the segment whose words `h` holds, at its first crash point.
     pub fn new(reclaim: Reclaim, h: &Holders<'_>) -> Finalize {
         Finalize {
             reclaim,
             round: 0,
             reclaimed: 0,
+            stray_tombs: false,
+            patience: Finalize::PATIENCE,
             at: Flat::from(Finalize::round_start(h)),
         }
     }
@@ -903,6 +1019,13 @@ impl Finalize {
     #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
     pub fn set_round(&mut self, round: usize) {
         self.round = round;
+    }
+
+    /// Sets how many requests to run again make a live finalizer overdue
+    /// ([`Finalize::PATIENCE`] unless set; the exhaustive check keeps no count: it
+    /// explores each request both as one below the bound and as the one reaching it).
+    pub fn set_patience(&mut self, patience: u64) {
+        self.patience = patience;
     }
 
     fn round_start(h: &Holders<'_>) -> FinalizeAt {
@@ -925,7 +1048,7 @@ impl Finalize {
         if next < h.slots.len() {
             FinalizeAt::TombLoad { index: next }
         } else {
-            FinalizeAt::Unlink
+            FinalizeAt::Commit
         }
     }
 
@@ -936,6 +1059,16 @@ impl Finalize {
             FinalizeAt::RollbackLoad { index: next }
         } else {
             FinalizeAt::LetGo
+        }
+    }
+
+    /// The unlink of a committed segment (ours, or one whose committer may not have
+    /// got to it): `Unlinked`, or `AlreadyGone` if it is gone already.
+    fn unlink(&self, os: &impl StepOs, name: &str) -> Poll<Result<Finalized>> {
+        match os.shm_unlink(name) {
+            Ok(()) => self.done(Outcome::Unlinked),
+            Err(e) if e.is_gone() => self.done(Outcome::AlreadyGone),
+            Err(e) => Poll::Ready(Err(e)),
         }
     }
 
@@ -953,6 +1086,7 @@ impl Finalize {
             return self.done(Outcome::Deferred);
         }
         spin();
+        self.stray_tombs = false;
         self.at = Flat::from(Finalize::round_start(h));
         Poll::Pending
     }
@@ -973,7 +1107,13 @@ impl Finalize {
                 // SeqCst: must see a release (vacate) that came before our own vacate.
                 let word = h.slots[index].load(SeqCst);
                 match Slot::decode(word) {
-                    Slot::Free | Slot::Tomb => Finalize::after_reclaim_of(Some(index), live, h),
+                    Slot::Free => Finalize::after_reclaim_of(Some(index), live, h),
+                    Slot::Tomb => {
+                        // A tombstone no live finalizer will roll back: take the word
+                        // even if the segment is held, to do it (P5).
+                        self.stray_tombs |= tomb_of(os, me, word) == Some(TombOf::Nobody);
+                        Finalize::after_reclaim_of(Some(index), live, h)
+                    }
                     s if keeps_its_slot(os, me, s) => {
                         if self.reclaim == Reclaim::UntilLive {
                             FinalizeAt::LoadFinalizer { live: true }
@@ -1001,34 +1141,48 @@ impl Finalize {
             FinalizeAt::LoadFinalizer { live } => {
                 // SeqCst: read after our slot reads, in the one order a rival's writes share.
                 let seen = h.finalizer.load(SeqCst);
+                if is_committed(seen) {
+                    // Destroyed for good: only the unlink may be left to do.
+                    return self.unlink(os, name);
+                }
                 let finalizer_live = seen != FREE && word_is_live(os, me, seen);
                 // A dead finalizer may have left tombstones: take over even if the
                 // segment is held, to roll them back (P5: no slot stays a tombstone
                 // for nothing).
-                let abandoned = seen != FREE && !finalizer_live;
+                let abandoned = (seen != FREE && !finalizer_live) || self.stray_tombs;
                 if live && !abandoned {
                     return self.done(Outcome::InUse);
                 }
-                if finalizer_live && seen != mine {
+                if finalizer_live && seen != mine && !live {
                     // Ask the live finalizer to run once more, then check it is still
                     // there: either it sees the flag after its rollback, or we see it
-                    // gone.
+                    // gone (or, asked too often, we take over).
                     FinalizeAt::SetPending { seen }
+                } else if finalizer_live && seen != mine {
+                    // Held, with stray tombstones the live finalizer's pass will take.
+                    return self.done(Outcome::InUse);
                 } else {
                     FinalizeAt::TakeFinalizer { seen }
                 }
             }
             FinalizeAt::SetPending { seen } => {
                 // SeqCst: Dekker's store, ordered before our reload of the finalizer word.
-                h.pending.store(1, SeqCst);
-                FinalizeAt::CheckFinalizer { seen }
+                // The flag counts the requests since the finalizer last started a round.
+                let asked = h.pending.fetch_add(1, SeqCst).wrapping_add(1);
+                FinalizeAt::CheckFinalizer {
+                    seen,
+                    overdue: asked >= self.patience,
+                }
             }
-            FinalizeAt::CheckFinalizer { seen } => {
+            FinalizeAt::CheckFinalizer { seen, overdue } => {
                 // SeqCst: Dekker's load; the finalizer's LetGo then CheckPending mirror it.
-                if h.finalizer.load(SeqCst) == seen {
+                if h.finalizer.load(SeqCst) != seen {
+                    return self.next_round(h);
+                }
+                if !overdue {
                     return self.done(Outcome::Deferred);
                 }
-                return self.next_round(h);
+                FinalizeAt::TakeFinalizer { seen }
             }
             FinalizeAt::TakeFinalizer { seen } => {
                 // SeqCst: one finalizer at a time; ordered before our tombstone CASes.
@@ -1048,50 +1202,77 @@ impl Finalize {
             FinalizeAt::TombLoad { index } => {
                 // SeqCst: must see a claim that came before (else we would tomb over it).
                 let seen = h.slots[index].load(SeqCst);
-                if seen == TOMB {
-                    Finalize::after_tomb_of(Some(index), h)
-                } else {
-                    FinalizeAt::TombCas { index, seen }
+                match tomb_of(os, me, seen) {
+                    Some(TombOf::Me) => Finalize::after_tomb_of(Some(index), h),
+                    // A dead finalizer's: continue from it (ours from now on).
+                    Some(TombOf::Nobody) => FinalizeAt::TombCas { index, seen },
+                    None if seen == FREE => FinalizeAt::TombCas { index, seen },
+                    // Someone holds the slot, or a live finalizer turned it (one we took
+                    // over, still at work): roll back every tombstone of ours (and any
+                    // of a dead finalizer), then let go of the finalizer word.
+                    _ => Finalize::after_rollback_of(None, h),
                 }
             }
             FinalizeAt::TombCas { index, seen } => {
-                if seen == FREE
-                    && h.slots[index]
-                        // SeqCst: a claimer's later load must see the tombstone (claim-vs-tomb race).
-                        .compare_exchange(FREE, TOMB, SeqCst, SeqCst)
-                        .is_ok()
+                if h.slots[index]
+                    // SeqCst: a claimer's later load must see the tombstone (claim-vs-tomb race).
+                    .compare_exchange(seen, tomb_word(me), SeqCst, SeqCst)
+                    .is_ok()
                 {
                     Finalize::after_tomb_of(Some(index), h)
                 } else {
-                    // Someone holds a slot: roll back every tombstone (ours and any a
-                    // dead finalizer left), then let go of the finalizer word.
+                    // Taken meanwhile (a claim, or a rival finalizer's tombstone).
                     Finalize::after_rollback_of(None, h)
                 }
             }
-            FinalizeAt::Unlink => {
-                // Every slot is a tombstone: nobody can claim again. Unlink, once.
-                return match os.shm_unlink(name) {
-                    Ok(()) => self.done(Outcome::Unlinked),
-                    Err(e) if e.is_gone() => self.done(Outcome::AlreadyGone),
-                    Err(e) => Poll::Ready(Err(e)),
-                };
-            }
-            FinalizeAt::RollbackLoad { index } => {
-                // SeqCst: ordered after our tombstones, so we see each one we turned.
-                if h.slots[index].load(SeqCst) == TOMB {
-                    FinalizeAt::RollbackCas { index }
+            FinalizeAt::Commit => {
+                // SeqCst: after our last tombstone; a rival's takeover CAS is ordered
+                // against it, so exactly one of the two succeeds.
+                if h.finalizer
+                    .compare_exchange(mine, mine | COMMITTED, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    // Taken over while we stood still: our tombstones go back.
+                    Finalize::after_rollback_of(None, h)
                 } else {
-                    Finalize::after_rollback_of(Some(index), h)
+                    FinalizeAt::Unlink
                 }
             }
-            FinalizeAt::RollbackCas { index } => {
+            FinalizeAt::Unlink => return self.unlink(os, name),
+            FinalizeAt::RollbackLoad { index } => {
+                // SeqCst: ordered after our tombstones, so we see each one we turned.
+                let seen = h.slots[index].load(SeqCst);
+                match tomb_of(os, me, seen) {
+                    // Ours, or a dead finalizer's; never a live one's (it may be one that
+                    // took us over, and has passed that slot) nor any once the segment
+                    // is committed (then every tombstone stays: a stale finalizer may
+                    // have turned one over to its own after the commit). Until then our
+                    // (or the dead one's) tombstone in this slot keeps anyone else from
+                    // committing, so the check holds until the CAS.
+                    Some(TombOf::Me | TombOf::Nobody) => {
+                        // SeqCst: read after the slot, as above.
+                        if is_committed(h.finalizer.load(SeqCst)) {
+                            return self.unlink(os, name);
+                        }
+                        FinalizeAt::RollbackCas { index, seen }
+                    }
+                    _ => Finalize::after_rollback_of(Some(index), h),
+                }
+            }
+            FinalizeAt::RollbackCas { index, seen } => {
                 // SeqCst: the slot is free again before we let go of the finalizer word.
-                let _ = h.slots[index].compare_exchange(TOMB, FREE, SeqCst, SeqCst);
+                let _ = h.slots[index].compare_exchange(seen, FREE, SeqCst, SeqCst);
                 Finalize::after_rollback_of(Some(index), h)
             }
             FinalizeAt::LetGo => {
                 // SeqCst: Dekker's store on our side, before the pending load below.
-                let _ = h.finalizer.compare_exchange(mine, FREE, SeqCst, SeqCst);
+                if h.finalizer
+                    .compare_exchange(mine, FREE, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    // Taken over while we stood still: look again from the start.
+                    return self.next_round(h);
+                }
                 FinalizeAt::CheckPending
             }
             FinalizeAt::CheckPending => {
@@ -1146,6 +1327,7 @@ enum FinalizePhase {
     ClearPending,
     TombLoad,
     TombCas,
+    Commit,
     Unlink,
     RollbackLoad,
     RollbackCas,
@@ -1164,14 +1346,19 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
             }
             FinalizeAt::LoadFinalizer { live } => Flat::new(P::LoadFinalizer, 0, 0, live),
             FinalizeAt::SetPending { seen } => Flat::new(P::SetPending, 0, seen, false),
-            FinalizeAt::CheckFinalizer { seen } => Flat::new(P::CheckFinalizer, 0, seen, false),
+            FinalizeAt::CheckFinalizer { seen, overdue } => {
+                Flat::new(P::CheckFinalizer, 0, seen, overdue)
+            }
             FinalizeAt::TakeFinalizer { seen } => Flat::new(P::TakeFinalizer, 0, seen, false),
             FinalizeAt::ClearPending => Flat::new(P::ClearPending, 0, 0, false),
             FinalizeAt::TombLoad { index } => Flat::new(P::TombLoad, index, 0, false),
             FinalizeAt::TombCas { index, seen } => Flat::new(P::TombCas, index, seen, false),
+            FinalizeAt::Commit => Flat::new(P::Commit, 0, 0, false),
             FinalizeAt::Unlink => Flat::new(P::Unlink, 0, 0, false),
             FinalizeAt::RollbackLoad { index } => Flat::new(P::RollbackLoad, index, 0, false),
-            FinalizeAt::RollbackCas { index } => Flat::new(P::RollbackCas, index, 0, false),
+            FinalizeAt::RollbackCas { index, seen } => {
+                Flat::new(P::RollbackCas, index, seen, false)
+            }
             FinalizeAt::LetGo => Flat::new(P::LetGo, 0, 0, false),
             FinalizeAt::CheckPending => Flat::new(P::CheckPending, 0, 0, false),
         }
@@ -1194,14 +1381,18 @@ impl Flat<FinalizePhase> {
             P::ReclaimCas => FinalizeAt::ReclaimCas { index, seen, live },
             P::LoadFinalizer => FinalizeAt::LoadFinalizer { live },
             P::SetPending => FinalizeAt::SetPending { seen },
-            P::CheckFinalizer => FinalizeAt::CheckFinalizer { seen },
+            P::CheckFinalizer => FinalizeAt::CheckFinalizer {
+                seen,
+                overdue: live,
+            },
             P::TakeFinalizer => FinalizeAt::TakeFinalizer { seen },
             P::ClearPending => FinalizeAt::ClearPending,
             P::TombLoad => FinalizeAt::TombLoad { index },
             P::TombCas => FinalizeAt::TombCas { index, seen },
+            P::Commit => FinalizeAt::Commit,
             P::Unlink => FinalizeAt::Unlink,
             P::RollbackLoad => FinalizeAt::RollbackLoad { index },
-            P::RollbackCas => FinalizeAt::RollbackCas { index },
+            P::RollbackCas => FinalizeAt::RollbackCas { index, seen },
             P::LetGo => FinalizeAt::LetGo,
             P::CheckPending => FinalizeAt::CheckPending,
         }
@@ -1373,6 +1564,8 @@ mod tests {
                     in_flight: 1,
                     dead: 2,
                     finalizing,
+                    finalizer: finalizing.then_some(live),
+                    deferrals: 0,
                 }
             );
         }
@@ -1472,14 +1665,22 @@ mod tests {
             FinalizeAt::LoadFinalizer { live: true },
             FinalizeAt::LoadFinalizer { live: false },
             FinalizeAt::SetPending { seen: 9 },
-            FinalizeAt::CheckFinalizer { seen: 10 },
+            FinalizeAt::CheckFinalizer {
+                seen: 10,
+                overdue: false,
+            },
+            FinalizeAt::CheckFinalizer {
+                seen: 10,
+                overdue: true,
+            },
             FinalizeAt::TakeFinalizer { seen: 11 },
             FinalizeAt::ClearPending,
             FinalizeAt::TombLoad { index: 5 },
             FinalizeAt::TombCas { index: 6, seen: 12 },
+            FinalizeAt::Commit,
             FinalizeAt::Unlink,
             FinalizeAt::RollbackLoad { index: 7 },
-            FinalizeAt::RollbackCas { index: 8 },
+            FinalizeAt::RollbackCas { index: 8, seen: 13 },
             FinalizeAt::LetGo,
             FinalizeAt::CheckPending,
         ];
@@ -1592,7 +1793,121 @@ mod tests {
             }
         });
         assert_eq!(done.outcome, Outcome::Unlinked);
-        assert!(slots.iter().all(|s| s.load(SeqCst) == TOMB));
+        assert!(slots.iter().all(|s| s.load(SeqCst) == tomb_word(me)));
+    }
+
+    #[test]
+    fn a_live_finalizer_asked_to_run_again_patience_times_is_taken_over_unless_a_slot_is_held() {
+        let (me, stuck, holder) = (token(10), token(11), token(12));
+        let os = Fixed {
+            me,
+            live: vec![stuck, holder],
+        };
+        // A live holder: however often we finalize, the segment is in use, and the
+        // finalizer is not asked anything.
+        let slots = words(&[held_word(holder), FREE]);
+        let (finalizer, pending) = (AtomicU64::new(held_word(stuck)), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        for _ in 0..2 * Finalize::PATIENCE {
+            let done = finalize_with(&mut Finalize::new(Reclaim::All, &h), &os, &h, |_| {});
+            assert_eq!(done.outcome, Outcome::InUse);
+        }
+        assert_eq!(pending.load(SeqCst), 0);
+        // Nobody holds a slot: each finalize asks once more, the one reaching the bound
+        // takes the word over and destroys.
+        slots[0].store(FREE, SeqCst);
+        for asked in 1..Finalize::PATIENCE {
+            let done = finalize_with(&mut Finalize::new(Reclaim::All, &h), &os, &h, |_| {});
+            assert_eq!(done.outcome, Outcome::Deferred);
+            assert_eq!(pending.load(SeqCst), asked);
+        }
+        let done = finalize_with(&mut Finalize::new(Reclaim::All, &h), &os, &h, |_| {});
+        assert_eq!(done.outcome, Outcome::Unlinked);
+        assert_eq!(finalizer.load(SeqCst), held_word(me) | COMMITTED);
+        assert!(slots.iter().all(|s| s.load(SeqCst) == tomb_word(me)));
+    }
+
+    /// Steps `f` as `os` until it stands at a position `stop` accepts.
+    fn step_until(
+        f: &mut Finalize,
+        os: &Fixed,
+        h: &Holders<'_>,
+        stop: impl Fn(FinalizeAt) -> bool,
+    ) {
+        while !stop(f.at.get()) {
+            assert!(
+                f.step(os, h, "segment").is_pending(),
+                "ended before the stop"
+            );
+        }
+    }
+
+    #[test]
+    fn a_finalizer_taken_over_while_it_lives_and_its_successor_never_undo_each_others_tombstones() {
+        let (me, stuck) = (token(10), token(11));
+        let mine = Fixed {
+            me,
+            live: vec![stuck],
+        };
+        let its = Fixed {
+            me: stuck,
+            live: vec![me],
+        };
+        let take_over = |h: &Holders<'_>| {
+            let mut done = None;
+            for _ in 0..Finalize::PATIENCE {
+                done = Some(finalize_with(
+                    &mut Finalize::new(Reclaim::All, h),
+                    &mine,
+                    h,
+                    |_| {},
+                ));
+            }
+            done.unwrap()
+        };
+
+        // Stopped with a tombstone out: we take the word, block on its tombstone and roll
+        // back only our own; it resumes and finishes the destruction itself.
+        let slots = words(&[FREE, FREE]);
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        let mut stalled = Finalize::new(Reclaim::All, &h);
+        step_until(&mut stalled, &its, &h, |at| {
+            at == FinalizeAt::TombLoad { index: 1 }
+        });
+        assert_eq!(take_over(&h).outcome, Outcome::InUse);
+        assert_eq!(
+            slots[0].load(SeqCst),
+            tomb_word(stuck),
+            "its tombstone stays"
+        );
+        assert_eq!(finalizer.load(SeqCst), FREE);
+        assert_eq!(
+            finalize_with(&mut stalled, &its, &h, |_| {}).outcome,
+            Outcome::Unlinked
+        );
+        assert!(slots.iter().all(|s| s.load(SeqCst) == tomb_word(stuck)));
+
+        // Stopped just before turning its first slot: we take over and destroy; its CAS
+        // then fails, its rollback leaves our tombstones, and its next round finds the
+        // segment committed and only unlinks (this OS's unlink always succeeds; the
+        // kernel's would say the name is gone).
+        let slots = words(&[FREE, FREE]);
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        let mut stalled = Finalize::new(Reclaim::All, &h);
+        step_until(&mut stalled, &its, &h, |at| {
+            matches!(at, FinalizeAt::TombCas { index: 0, .. })
+        });
+        assert_eq!(take_over(&h).outcome, Outcome::Unlinked);
+        let resumed = finalize_with(&mut stalled, &its, &h, |_| {});
+        assert_eq!(resumed.outcome, Outcome::Unlinked);
+        assert_eq!(finalizer.load(SeqCst), held_word(me) | COMMITTED);
+        assert!(
+            slots.iter().all(|s| s.load(SeqCst) == tomb_word(me)),
+            "our tombstones stay: {:x?}",
+            slots.iter().map(|s| s.load(SeqCst)).collect::<Vec<_>>()
+        );
     }
 
     #[test]

@@ -97,6 +97,13 @@ pub struct Holders {
     pub dead: u32,
     /// Slots in all.
     pub capacity: usize,
+    /// The live process that holds the finalizer word (`null`: none): a finalizer at
+    /// work, or one stopped (or a word forged) that the finalize asking it to run again
+    /// for the 4th time since its last round takes over (`holders::Finalize::PATIENCE`).
+    pub finalizer_pid: Option<u32>,
+    /// How many times finalizes asked that finalizer to run again since it last started
+    /// a round.
+    pub finalizer_deferrals: u64,
 }
 
 /// A segment's creator.
@@ -220,6 +227,8 @@ impl SegmentView {
                     in_flight: c.in_flight,
                     dead: c.dead,
                     capacity: f.layout.capacity,
+                    finalizer_pid: c.finalizer.map(|t| t.pid()),
+                    finalizer_deferrals: c.deferrals,
                 }),
                 _ => None,
             },
@@ -231,7 +240,7 @@ impl SegmentView {
             age_ms: created.map(|at| now_nanos.saturating_sub(at) / 1_000_000),
             reclaimed: seg.reclaimed,
             action: action_name(&seg.action, done),
-            state: state(&seg.action, done),
+            state: state(seg, done),
             error: match &seg.action {
                 Action::Skipped(e) => Some(e.to_string()),
                 _ => None,
@@ -255,10 +264,24 @@ fn action_name(action: &Action, done: bool) -> &'static str {
     }
 }
 
-/// How an action reads in a table; `done` = the sweep really ran.
-fn state(action: &Action, done: bool) -> String {
-    match (action, done) {
-        (Action::Kept, _) => "held".into(),
+/// How a segment's action reads in a table; `done` = the sweep really ran.
+fn state(seg: &SegmentReport, done: bool) -> String {
+    match (&seg.action, done) {
+        (Action::Kept, _) => match seg.census {
+            // Kept for its finalizer alone: say who, and how near the takeover is.
+            Some(c) if c.live == 0 && c.in_flight == 0 => c.finalizer.map_or_else(
+                || "held".into(),
+                |t| {
+                    format!(
+                        "finalizer held by pid {} (asked to run again {} times; taken over at {})",
+                        t.pid(),
+                        c.deferrals,
+                        crate::holders::Finalize::PATIENCE
+                    )
+                },
+            ),
+            _ => "held".into(),
+        },
         (Action::Unlinked, true) => "unlinked".into(),
         (Action::Unlinked, false) => "unheld (a sweep unlinks it)".into(),
         (Action::RemovedHalfCreated, true) => "half-created, removed".into(),

@@ -42,8 +42,10 @@ use crate::token::Token;
 
 /// `b"SHMRCSEG"` read as a big-endian word.
 pub const MAGIC: u64 = u64::from_be_bytes(*b"SHMRCSEG");
-/// The layout version this build writes and reads.
-pub const LAYOUT_VERSION: u64 = 1;
+/// The layout version this build writes and reads: 2 since tombstones name the
+/// finalizer that turned them and the pending word counts requests (1 before: a build
+/// of version 1 would take a tombstone of version 2 for garbage and free it).
+pub const LAYOUT_VERSION: u64 = 2;
 /// Words before the first holder slot.
 pub const HEADER_WORDS: usize = 16;
 /// Bytes before the first holder slot.

@@ -179,7 +179,10 @@ fn declared_at_a_path(lib: &Path) -> Vec<String> {
         .windows(2)
         .filter(|w| w[0].trim_start().starts_with("#[path"))
         .filter_map(|w| {
-            let decl = w[1].trim().trim_start_matches("pub ").strip_prefix("mod ")?;
+            let decl = w[1]
+                .trim()
+                .trim_start_matches("pub ")
+                .strip_prefix("mod ")?;
             Some(decl.trim_end_matches(';').to_owned())
         })
         .collect()

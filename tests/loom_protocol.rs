@@ -11,6 +11,9 @@
 //! join, then sweeps as a fresh process and asserts P5 again and P3 (once everyone is
 //! dead or released and swept, nothing is left).
 //!
+//! Model (g) stops a finalizer, alive, at each of its steps in turn instead of killing
+//! it, lets a rival take it over, and resumes it.
+//!
 //! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_protocol -- --nocapture`.
 //! `LOOM_MAX_PREEMPTIONS` bounds every model; unset, the 2-process models get 3 and
 //! the 3-process ones 2. Each model prints how many crash positions and executions it
@@ -390,6 +393,48 @@ fn a_memfd_pools_consumer_racing_its_recycler_killed_at_every_step_of_its_attach
     at_every_crash_point("(f) memfd consumer killed", 2, 2, |n| {
         memfd_recycle_races_consumer(Victim::B, n)
     });
+}
+
+/// Positions of model (g) at which R's next sweep was armed to take F over.
+static ARMED: AtomicU64 = AtomicU64::new(0);
+
+/// (g) A stalled finalizer: nobody live holds the segment (its creator C died with a
+/// handle in flight); a sweeper F runs its finalize up to its n-th step and stops
+/// there, alive; R sweeps until F was asked to run again the bound less one times
+/// (`World::stalled_setup`). Then F resumes, R sweeps once more (taking F over if F
+/// holds the finalizer word) and B attaches C's handle, all at once. F's tombstones
+/// and R's are each its own, so neither undoes the other's: one unlinks, or B holds a
+/// segment still named (P1, P2), and nothing is left stuck (P5, P3).
+fn stalled_finalizer(n: u64) -> bool {
+    let w = World::new(8);
+    let (f, r, bytes, c, armed) = w.stalled_setup(n);
+    if armed {
+        ARMED.fetch_add(1, Relaxed);
+    }
+    let stopped = f.stopped_part_way;
+    let b = w.spawn();
+    let wf = w.clone();
+    let tf = run_as(&f.os.clone(), move |_| f.resume(&wf));
+    let wr = w.clone();
+    let tr = run_as(&r, move |r| ok_or_killed("R's sweep", wr.sweep(&r)));
+    let wb = w.clone();
+    let tb = run_as(&b, move |b| attach_check_release(&wb, &b, &bytes, c));
+    tf.join().unwrap();
+    tr.join().unwrap();
+    tb.join().unwrap();
+    w.finish(vec![]);
+    stopped
+}
+
+#[test]
+fn a_finalizer_stopped_at_every_step_is_taken_over_and_resumes_harmlessly() {
+    at_every_crash_point("(g) finalizer stopped", 3, 8, stalled_finalizer);
+    let armed = ARMED.load(Relaxed);
+    eprintln!("loom (g): executions in which R's sweep was armed to take F over: {armed}");
+    assert!(
+        armed > 0,
+        "no position armed a takeover of the stopped finalizer"
+    );
 }
 
 #[test]

@@ -73,6 +73,7 @@ impl Run {
             total_ops: u8::MAX,
             recycle: false,
             anonymous: false,
+            takeovers: true,
         });
         Run {
             kernel,
@@ -274,7 +275,8 @@ impl Run {
         };
         match Slot::decode(raw) {
             Slot::Free => Word::Free,
-            Slot::Tomb => Word::Tomb,
+            Slot::Tomb => Word::Tomb(pid(shmrc::checkers::holders::tomb_owner(raw)
+                .expect("a tombstone of a process of this run"))),
             Slot::Held(t) => Word::Held(pid(t)),
             Slot::InFlight(t) => Word::InFlight(pid(t)),
             Slot::Garbage(w) => panic!("garbage word {w:#x} in a header"),

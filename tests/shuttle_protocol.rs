@@ -13,7 +13,8 @@
 //! names, slot words valid during the run, P5 at rest and after a sweep, P3 once every
 //! process is dead and a last sweep ran. A second scenario has no kill: concurrent
 //! releases alone must unlink (shuttle's atomics are sequentially consistent, unlike
-//! loom's).
+//! loom's). Another stops a finalizer, alive, at a random step, has a rival take it
+//! over, and resumes it.
 //!
 //! Run: `RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --nocapture`
 //! (`SHMRC_SHUTTLE_ITERATIONS`, `SHMRC_SHUTTLE_PCT_ITERATIONS` raise the counts).
@@ -191,18 +192,20 @@ struct Stats {
     attached: AtomicU64,
     swept: AtomicU64,
     killed: AtomicU64,
+    taken_over: AtomicU64,
 }
 
 impl Stats {
     fn print(&self, label: &str, started: Instant) {
         let l = |a: &AtomicU64| a.load(Relaxed);
         eprintln!(
-            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {:.1?}",
+            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {} stalled finalizers armed to be taken over, {:.1?}",
             l(&self.iterations),
             l(&self.created),
             l(&self.attached),
             l(&self.swept),
             l(&self.killed),
+            l(&self.taken_over),
             started.elapsed()
         );
     }
@@ -384,6 +387,44 @@ fn memfd_recycle_vs_consumer(stats: &'static Stats) {
     w.memfd_finish(&p, buf_p, attached);
 }
 
+/// A stalled finalizer: a sweeper F of a segment nobody live holds stops, alive, at a
+/// random step of its finalize while R sweeps until F was asked to run again the bound
+/// less one times (`World::stalled_setup`); then F resumes, R sweeps once more (taking
+/// F over if F holds the finalizer word) and B attaches the dead creator's handle, at
+/// once. Neither finalizer undoes the other's tombstones (P1, P2), nothing is left
+/// stuck (P5, P3).
+fn stalled_finalizer(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(8);
+    let (f, r, bytes, c, armed) = w.stalled_setup(thread_rng().gen_range(0..16));
+    stats.created.fetch_add(1, Relaxed);
+    if armed {
+        stats.taken_over.fetch_add(1, Relaxed);
+    }
+    // B first: the random scheduler then lets its attach start before F's last steps.
+    let b = w.spawn();
+    let wb = w.clone();
+    let tb = shuttle::thread::spawn(move || match wb.attach(&b, &bytes, c) {
+        Ok(Some(buf)) => {
+            stats.attached.fetch_add(1, Relaxed);
+            wb.check_holder(&b, &buf);
+            wb.release(buf).expect("B is not killed");
+        }
+        Ok(None) => {}
+        Err(e) => panic!("B's attach: {e:?}"),
+    });
+    let wf = w.clone();
+    let tf = shuttle::thread::spawn(move || f.resume(&wf));
+    let wr = w.clone();
+    let tr = shuttle::thread::spawn(move || {
+        wr.sweep(&r).expect("R is not killed");
+    });
+    tf.join().unwrap();
+    tr.join().unwrap();
+    tb.join().unwrap();
+    w.finish(vec![]);
+}
+
 /// The scenarios by name, for [`replay_a_failing_schedule`].
 fn scenario(name: &str) -> fn(&'static Stats) {
     match name {
@@ -391,8 +432,9 @@ fn scenario(name: &str) -> fn(&'static Stats) {
         "releases_alone" => releases_alone,
         "recycle_vs_old_handles" => recycle_vs_old_handles,
         "memfd_recycle_vs_consumer" => memfd_recycle_vs_consumer,
+        "stalled_finalizer" => stalled_finalizer,
         other => panic!(
-            "unknown scenario {other:?}: random_ops, releases_alone, recycle_vs_old_handles or memfd_recycle_vs_consumer"
+            "unknown scenario {other:?}: random_ops, releases_alone, recycle_vs_old_handles, memfd_recycle_vs_consumer or stalled_finalizer"
         ),
     }
 }
@@ -419,6 +461,10 @@ fn check(name: &'static str, scheduler: &str) {
     assert!(
         stats.killed.load(Relaxed) > 0 || name != "random_ops",
         "no process was ever killed"
+    );
+    assert!(
+        stats.taken_over.load(Relaxed) > 0 || name != "stalled_finalizer",
+        "no iteration armed a takeover of the stalled finalizer"
     );
 }
 
@@ -450,6 +496,16 @@ fn a_memfd_pools_recycler_racing_its_consumer_under_random_schedules() {
 #[test]
 fn a_memfd_pools_recycler_racing_its_consumer_under_pct_schedules() {
     check("memfd_recycle_vs_consumer", "pct");
+}
+
+#[test]
+fn a_stalled_finalizer_taken_over_and_resumed_under_random_schedules() {
+    check("stalled_finalizer", "random");
+}
+
+#[test]
+fn a_stalled_finalizer_taken_over_and_resumed_under_pct_schedules() {
+    check("stalled_finalizer", "pct");
 }
 
 #[test]

@@ -254,9 +254,10 @@ fn hostile_slot_and_finalizer_words_are_recovered() {
     let buf_b = attach(&b, &share_bytes(&buf_a).unwrap()).unwrap();
     let name = buf_a.name().unwrap().to_owned();
     let slot = |i: usize| HEADER_BYTES + 8 * i;
-    // Slot 2: a word no protocol step writes; slot 3: a tombstone; the finalizer word:
-    // a dead process, as if a finalizer had died half-way.
-    assert!(kernel.poke(&name, slot(2), &(0x4000_0000_0000_0001u64).to_ne_bytes()));
+    // Slot 2: a word no protocol step writes (both flags: in flight and a tombstone's;
+    // bit 62 alone now names a tombstone's finalizer); slot 3: a tombstone of nobody;
+    // the finalizer word: a dead process, as if a finalizer had died half-way.
+    assert!(kernel.poke(&name, slot(2), &(0xC000_0000_0000_0001u64).to_ne_bytes()));
     assert!(kernel.poke(&name, slot(3), &u64::MAX.to_ne_bytes()));
     assert!(kernel.poke(&name, word(12), &dead.token().word().to_ne_bytes()));
     // B's release takes the abandoned finalizer over, meets A and rolls back.

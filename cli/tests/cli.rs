@@ -154,7 +154,14 @@ fn ls_json_and_sweep_json_report_sizes_holders_and_counts() {
     assert_eq!(seg["size"], 10_000, "{seg:#}");
     assert_eq!(
         seg["holders"],
-        serde_json::json!({"live": 0, "in_flight": 0, "dead": 1, "capacity": 8}),
+        serde_json::json!({
+            "live": 0,
+            "in_flight": 0,
+            "dead": 1,
+            "capacity": 8,
+            "finalizer_pid": null,
+            "finalizer_deferrals": 0
+        }),
         "{seg:#}"
     );
     assert_eq!(

@@ -55,6 +55,20 @@
 //! the state free of a counter; ending early writes nothing, so it cannot hide a
 //! violation.
 //!
+//! # Stalled finalizers
+//! The pending word counts the requests a live finalizer got to run again; the one
+//! that reaches [`Finalize::PATIENCE`] takes the finalizer over. States keep it as a flag
+//! (set or not), and a request is explored both ways ([`holders::Finalize::set_patience`]):
+//! as [`Transition::Step`] below the bound (`Deferred`), and as [`Transition::GiveUp`],
+//! the one that reaches it (the takeover). Since any process may stand still while the
+//! others run, a finalizer taken over this way resumes later at whatever step it stood:
+//! the stalled-finalizer scenario is in every exploration with [`Config::takeovers`],
+//! and the proofs count its takeovers (`shmrc_proofs::Report::live_takeovers`). Without
+//! it, every request is explored below the bound only (a live finalizer is deferred
+//! to): a subset of the executions, which the proofs' default runs use at their
+//! largest bounds to keep CI's cost (docs/VERIFICATION.md). [`Word::Tomb`] names the
+//! finalizer that turned it, as production's tombstones do.
+//!
 //! # Anonymous segments (a pool's memfds)
 //! With [`Config::anonymous`], every segment is a memfd recycled by a `ShmPool`: the
 //! same slots, claims, transfers and recycles, with no name. Create is `memfd_create`
@@ -68,8 +82,8 @@
 //! ever reusing the segment.
 //!
 //! # What is not modelled
-//! Hostile writers (garbage words, P5's other half: covered by `tests/sim_protocol.rs`
-//! and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
+//! Hostile writers (garbage words, a forged finalizer word: P5's other half, covered by
+//! `tests/sim_protocol.rs`, `tests/stalled_finalizer.rs` and the fuzzers), `NoSpace` and other OS errors, threads inside one process (one
 //! operation at a time per process; the real code serializes finalizers per process
 //! and keeps one slot per process with its process-local table), plain
 //! file_descriptor buffers outside a pool (no holder protocol: the kernel's descriptor
@@ -78,7 +92,8 @@
 //! # Planted bugs
 //! The model plants nothing itself: built with `--cfg shmrc_plant="NAME"`, the steps it
 //! runs are `src/holders.rs`'s with that bug (`no_rollback`, `release_without_cas`,
-//! `reclaim_live`), so the proofs catch a bug put into the code alone.
+//! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
+//! alone.
 
 use std::cell::Cell;
 use std::fmt;
@@ -113,8 +128,8 @@ pub type Pid = u8;
 pub enum Word {
     /// `FREE`: nobody.
     Free,
-    /// `TOMB`: turned by a finalizer.
-    Tomb,
+    /// `TOMB_BY | token`: turned by this process's finalize (or recycle).
+    Tomb(Pid),
     /// A process's token: it holds a reference (or, in the finalizer word, finalizes).
     Held(Pid),
     /// `IN_FLIGHT | token`: a handle sent by this process, not yet taken over.
@@ -126,7 +141,7 @@ impl Word {
     pub fn owner(self) -> Option<Pid> {
         match self {
             Word::Held(p) | Word::InFlight(p) => Some(p),
-            Word::Free | Word::Tomb => None,
+            Word::Free | Word::Tomb(_) => None,
         }
     }
 }
@@ -135,7 +150,7 @@ impl fmt::Display for Word {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Word::Free => write!(f, "."),
-            Word::Tomb => write!(f, "T"),
+            Word::Tomb(p) => write!(f, "T{p}"),
             Word::Held(p) => write!(f, "H{p}"),
             Word::InFlight(p) => write!(f, "I{p}"),
         }
@@ -166,7 +181,8 @@ pub struct Segment {
     pub creator: Pid,
     /// How often `shm_unlink` removed its name.
     pub unlinks: u8,
-    /// The finalizer word.
+    /// The finalizer word (`InFlight(p)` there: `COMMITTED | token`, p committed the
+    /// segment's destruction).
     pub finalizer: Word,
     /// The pending-finalize flag.
     pub pending: bool,
@@ -344,6 +360,11 @@ pub struct Config {
     /// Whether every segment is an anonymous pooled memfd instead of a file_system
     /// segment: no name, no sweep, no finalize (see the module docs).
     pub anonymous: bool,
+    /// Whether a request to run again is also explored as the one that reaches
+    /// [`Finalize::PATIENCE`] (the takeover of a live finalizer; see the module docs).
+    /// Without, every request is below the bound: a live finalizer is deferred to, as
+    /// before issue 29 item 2 (a subset of the executions, and a smaller state space).
+    pub takeovers: bool,
 }
 
 /// A transition.
@@ -380,6 +401,8 @@ pub struct State {
     pub recycle: bool,
     /// Whether the segments are anonymous pooled memfds ([`Config::anonymous`]).
     pub anonymous: bool,
+    /// Whether takeovers of a live finalizer are explored ([`Config::takeovers`]).
+    pub takeovers: bool,
     /// The kept bytes of one handle attached once (with [`Config::recycle`]).
     pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
@@ -445,6 +468,7 @@ impl State {
             foreign_named: true,
             recycle: config.recycle,
             anonymous: config.anonymous,
+            takeovers: config.takeovers,
             copy: None,
             flaw: None,
         }
@@ -663,7 +687,10 @@ impl State {
                     // handle's descriptor keeps the memfd.)
                     self.end(p);
                 } else {
-                    let doomed = self.all_tomb(h.seg);
+                    // Gone for good: every slot a tombstone under a committed finalizer
+                    // word (before the commit, a finalizer taken over rolls back).
+                    let doomed = self.all_tomb(h.seg)
+                        && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
                     self.set_pc(p, Pc::At(Op::Attach { h, doomed }, Step::Transfer));
                 }
             }
@@ -722,7 +749,7 @@ impl State {
     fn all_tomb(&self, s: u8) -> bool {
         self.seg(s).slots[..self.slots()]
             .iter()
-            .all(|w| *w == Word::Tomb)
+            .all(|w| matches!(w, Word::Tomb(_)))
     }
 
     /// Runs process `p` from its crash point to the next. With `last_round`, a retry
@@ -863,6 +890,10 @@ impl State {
             Step::Fin(mut fin) => {
                 let s = fin_seg(op);
                 fin.set_round(if last_round { Finalize::ROUNDS - 1 } else { 0 });
+                // The pending word is a flag here, not a count: a request is explored both
+                // as one below the bound and as the one that reaches it.
+                let takeover = last_round && self.takeovers;
+                fin.set_patience(if takeover { 1 } else { u64::MAX });
                 let os = self.kernel(p, s);
                 FINALIZE_STEPS.fetch_add(1, Relaxed);
                 let done = self.with_holders(s, |h| fin.step(&os, h, "the segment"));
@@ -875,6 +906,7 @@ impl State {
                 match done {
                     Poll::Pending => {
                         fin.set_round(0);
+                        fin.set_patience(Finalize::PATIENCE);
                         self.set_pc(p, Pc::At(op, Step::Fin(fin)));
                     }
                     // InUse, Deferred, Unlinked, AlreadyGone.
@@ -1110,7 +1142,7 @@ impl Word {
     pub fn encode(self) -> u64 {
         match self {
             Word::Free => holders::FREE,
-            Word::Tomb => holders::TOMB,
+            Word::Tomb(p) => holders::tomb_word(token(p)),
             Word::Held(p) => holders::held_word(token(p)),
             Word::InFlight(p) => holders::in_flight_word(token(p)),
         }
@@ -1123,7 +1155,11 @@ impl Word {
     pub fn decode(word: u64) -> Word {
         match holders::Slot::decode(word) {
             holders::Slot::Free => Word::Free,
-            holders::Slot::Tomb => Word::Tomb,
+            holders::Slot::Tomb => Word::Tomb(
+                holders::tomb_owner(word)
+                    .and_then(pid_of)
+                    .expect("a model process's tombstone"),
+            ),
             holders::Slot::Held(t) => Word::Held(pid_of(t).expect("a model process")),
             holders::Slot::InFlight(t) => Word::InFlight(pid_of(t).expect("a model process")),
             holders::Slot::Garbage(w) => panic!("the protocol wrote garbage {w:#x}"),
@@ -1204,10 +1240,10 @@ impl Property {
                 "from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
             }
             Property::P4 => {
-                "an attach that opens an unlinked or all-tombstone segment never ends holding it"
+                "an attach that opens an unlinked or committed segment (every slot a tombstone, the finalizer word committed) never ends holding it"
             }
             Property::P5 => {
-                "every word is a valid state, one held slot per process and segment, tombstones only under a finalizer or when all are"
+                "every word is a valid state, one held slot per process and segment, tombstones among other words only under a finalizer word, or turned by a process still in its finalize or recycle, or by a dead one"
             }
         }
     }
@@ -1320,9 +1356,8 @@ impl State {
             if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
                 return Some(format!("s{s} has a slot word {w} of no process"));
             }
-            if matches!(seg.finalizer, Word::Tomb | Word::InFlight(_))
-                || !valid_owner(seg.finalizer)
-            {
+            // `InFlight(p)` there is production's `COMMITTED | token`: p committed.
+            if matches!(seg.finalizer, Word::Tomb(_)) || !valid_owner(seg.finalizer) {
                 return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
             }
             for p in 0..self.procs_n {
@@ -1331,10 +1366,22 @@ impl State {
                     return Some(format!("p{p} holds {held} slots of s{s}"));
                 }
             }
-            let tombs = slots.iter().filter(|w| **w == Word::Tomb).count();
-            if tombs > 0 && tombs < n && seg.finalizer == Word::Free {
+            let tombs = slots.iter().filter(|w| matches!(w, Word::Tomb(_))).count();
+            // With no finalizer word taken, a tombstone among other words must be one its
+            // turner will still roll back (a live process inside its finalize or
+            // recycle: one taken over, not yet back) or a dead one's (the next finalize
+            // that sees it takes the finalizer word to roll it back).
+            let resolved = |w: &Word| match *w {
+                Word::Tomb(p) => {
+                    let proc = &self.procs[usize::from(p)];
+                    !proc.alive || matches!(proc.pc, Pc::At(_, Step::Fin(_) | Step::Recycle(_)))
+                }
+                _ => true,
+            };
+            if tombs > 0 && tombs < n && seg.finalizer == Word::Free && !slots.iter().all(resolved)
+            {
                 return Some(format!(
-                    "s{s} has {tombs} tombstone(s) among live slots and no finalizer owns it: stuck"
+                    "s{s} has {tombs} tombstone(s) among live slots, no finalizer owns it and a live process that is not finalizing turned one: stuck"
                 ));
             }
             if seg.phase == Phase::Absent && (seg.named || slots.iter().any(|w| *w != Word::Free)) {

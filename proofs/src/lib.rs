@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
-use shmrc_model::protocol::{Config, Property, State, Transition};
+use shmrc_model::protocol::{Config, Property, State, Transition, Word};
 
 /// Hashes a fingerprint (already uniformly random) by taking its low bits.
 #[derive(Default)]
@@ -83,6 +83,10 @@ pub struct Report {
     pub transitions: u64,
     /// Length of the longest shortest path (BFS depth).
     pub depth: u32,
+    /// Transitions in which a process took the finalizer word of a segment over from
+    /// another, live, process (one asked to run again too often: the stalled-finalizer
+    /// scenario; that process may resume at any of its steps afterwards).
+    pub live_takeovers: u64,
     /// How long it took.
     pub elapsed: Duration,
     /// The first violation found (BFS order: a shortest one), if any.
@@ -100,6 +104,7 @@ pub fn explore(config: Config) -> Report {
     seen.insert(fingerprint(&initial), 0);
     let mut frontier = vec![(0u32, initial.clone())];
     let mut transitions = 0u64;
+    let mut live_takeovers = 0u64;
     let mut depth = 0;
     let mut violation = check_all(&initial).map(|(property, why)| Violation {
         property,
@@ -112,6 +117,7 @@ pub fn explore(config: Config) -> Report {
         'level: for (id, state) in frontier {
             for (t, succ) in state.successors() {
                 transitions += 1;
+                live_takeovers += u64::from(takes_over_a_live_finalizer(&state, t, &succ));
                 let new_id = u32::try_from(parent.len()).expect("more than 2^32 states");
                 if seen.try_insert_or_known(fingerprint(&succ), new_id) {
                     continue;
@@ -139,9 +145,28 @@ pub fn explore(config: Config) -> Report {
         states: seen.len() as u64,
         transitions,
         depth,
+        live_takeovers,
         elapsed: started.elapsed(),
         violation,
     }
+}
+
+/// Whether `t` (from `before` to `after`) gives some segment's finalizer word, held by
+/// another live process, to the process that steps.
+fn takes_over_a_live_finalizer(before: &State, t: Transition, after: &State) -> bool {
+    let (Transition::Step(p) | Transition::GiveUp(p)) = t else {
+        return false;
+    };
+    before
+        .segments
+        .iter()
+        .zip(&after.segments)
+        .any(|(b, a)| match b.finalizer {
+            Word::Held(q) => {
+                q != p && before.procs[usize::from(q)].alive && a.finalizer == Word::Held(p)
+            }
+            _ => false,
+        })
 }
 
 /// Insertion into the visited set.
@@ -202,6 +227,7 @@ mod tests {
             total_ops: ops * procs as u8,
             recycle: false,
             anonymous: false,
+            takeovers: true,
         })
     }
 
@@ -215,6 +241,24 @@ mod tests {
             report.states > 10_000,
             "too few states explored ({}): the model does nothing",
             report.states
+        );
+    }
+
+    /// A finalizer asked to run again too often is taken over while it lives, then may
+    /// resume at any of its steps: it must neither reopen its successor's tombstones nor
+    /// unlink with a holder, nor its successor its own (P1, P2), and nothing stays
+    /// stuck (P3, P5). Needs a finalizer (a release), a rival (a release or sweep) and
+    /// a claimer (an attach) at once.
+    #[test]
+    fn a_live_finalizer_taken_over_that_resumes_satisfies_p1_to_p5() {
+        let report = bounded(3, 2, 1, 2);
+        if let Some(v) = &report.violation {
+            panic!("{v}");
+        }
+        assert!(
+            report.live_takeovers > 1_000,
+            "only {} takeovers of a live finalizer explored",
+            report.live_takeovers
         );
     }
 
@@ -237,6 +281,7 @@ mod tests {
             total_ops: 6,
             recycle: true,
             anonymous: false,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
@@ -257,6 +302,7 @@ mod tests {
             total_ops: 6,
             recycle: true,
             anonymous: true,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");
@@ -277,6 +323,7 @@ mod tests {
             total_ops: 7,
             recycle: true,
             anonymous: true,
+            takeovers: true,
         });
         if let Some(v) = &report.violation {
             panic!("{v}");

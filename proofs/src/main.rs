@@ -1,18 +1,31 @@
 //! `cargo run -p shmrc-proofs --release [-- --procs N --slots N --segments N --ops N
-//! --total-ops N --recycle --anonymous]`: explores the step-level model of the holder
-//! protocol exhaustively for the bounds given (default: file_system segments, 3
-//! processes, 3 slots, 2 segments, 3 operations per process, 6 in all, a crash allowed
-//! at every step), prints what it explored and, per property, OK; on a violation prints
-//! the shortest trace and exits with status 1. Then, unless arguments were given, two
-//! more runs:
+//! --total-ops N --recycle --anonymous --no-takeovers]`: explores the step-level model
+//! of the holder protocol exhaustively for the bounds given (default: file_system
+//! segments, 3 processes, 3 slots, 2 segments, 3 operations per process, 6 in all, a
+//! crash allowed at every step, takeovers of a live finalizer explored), prints what it
+//! explored and, per property, OK; on a violation prints the shortest trace and exits
+//! with status 1.
+//!
+//! Without arguments, the default set (what CI runs, docs/VERIFICATION.md), in which
+//! the two largest runs leave takeovers of a live finalizer out (every request to run
+//! again below the bound: a live finalizer is deferred to) and two smaller runs explore
+//! them:
+//! - 3 processes x 3 slots x 2 segments, as above, without takeovers;
 //! - recycling (`--recycle`: creators recycle the segments they hold and an attached
 //!   handle leaves a copy that may be attached again; 3 processes, 2 slots, 1 segment,
-//!   3 operations each, 7 in all);
+//!   3 operations each, 7 in all), without takeovers;
 //! - the memfd pool (`--anonymous`: every segment is a pool's anonymous memfd, with no
 //!   name, no sweep and no finalize, and P3 is the creator's recycle reusing it), with
-//!   recycling, the same bounds but 3 slots.
+//!   recycling, the same bounds but 3 slots (no finalize: nothing to take over);
+//! - takeovers: 3 processes x 2 slots x 1 segment, 2 operations each, 6 in all;
+//! - takeovers with recycling: 3 processes x 2 slots x 1 segment, 3 operations each,
+//!   6 in all (the smallest bounds tried that catch the commit step reverted: with 5
+//!   in all it passes).
 //!
-//! With arguments, one run: the first default bounds changed by each argument.
+//! `--full` (or `SHMRC_PROOFS_FULL=1`): the first three runs with takeovers explored
+//! (about half an hour on a 2-core machine; docs/VERIFICATION.md).
+//!
+//! With other arguments, one run: the first default bounds changed by each argument.
 
 use std::process::ExitCode;
 
@@ -28,6 +41,7 @@ fn main() -> ExitCode {
         total_ops: 6,
         recycle: false,
         anonymous: false,
+        takeovers: true,
     };
     let recycling = Config {
         procs: 3,
@@ -37,6 +51,7 @@ fn main() -> ExitCode {
         total_ops: 7,
         recycle: true,
         anonymous: false,
+        takeovers: true,
     };
     // Three slots: a stale handle still in flight needs a sender other than the
     // creator (one slot each for it, the creator and the handle), and only then does a
@@ -46,9 +61,35 @@ fn main() -> ExitCode {
         slots: 3,
         ..recycling
     };
-    let given = std::env::args().len() > 1;
+    // A takeover needs a finalizer (a release or sweep), a rival that asks it to run
+    // again (another) and a claimer (an attach) at once: three processes, and the
+    // smallest bounds that still let each do its part.
+    let takeovers = Config {
+        procs: 3,
+        slots: 2,
+        segments: 1,
+        ops: 2,
+        total_ops: 6,
+        recycle: false,
+        anonymous: false,
+        takeovers: true,
+    };
+    let takeovers_recycling = Config {
+        ops: 3,
+        total_ops: 6,
+        recycle: true,
+        ..takeovers
+    };
+    let full_env = std::env::var_os("SHMRC_PROOFS_FULL").is_some_and(|v| v == "1");
+    let mut full = false;
+    let mut given = false;
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
+        if flag == "--full" {
+            full = true;
+            continue;
+        }
+        given = true;
         let mut value = || -> usize {
             args.next()
                 .and_then(|v| v.parse().ok())
@@ -67,15 +108,31 @@ fn main() -> ExitCode {
             }
             "--recycle" => config.recycle = true,
             "--anonymous" => config.anonymous = true,
+            "--no-takeovers" => config.takeovers = false,
             "-h" | "--help" => usage(""),
             other => usage(&format!("unknown argument {other}")),
         }
     }
-    let mut runs = vec![config];
-    if !given {
-        runs.push(recycling);
-        runs.push(memfd_pool);
+    if given && full {
+        usage("--full takes no other argument");
     }
+    let runs = if given {
+        vec![config]
+    } else if full || full_env {
+        vec![config, recycling, memfd_pool]
+    } else {
+        let bounded = |c: Config| Config {
+            takeovers: false,
+            ..c
+        };
+        vec![
+            bounded(config),
+            bounded(recycling),
+            memfd_pool,
+            takeovers,
+            takeovers_recycling,
+        ]
+    };
     for config in runs {
         if !prove(config) {
             return ExitCode::FAILURE;
@@ -89,7 +146,7 @@ fn prove(config: Config) -> bool {
     println!(
         "shmrc-proofs: holder protocol model ({}), {}, {} processes x {} slots x {} segments, \
          at most {} operations started per process and {} in all ({}{}), \
-         a crash allowed at every atomic step",
+         a crash allowed at every atomic step, {}",
         if cfg!(shmrc_plant = "no_rollback") {
             "PLANTED BUG no_rollback"
         } else if cfg!(shmrc_plant = "release_without_cas") {
@@ -100,6 +157,8 @@ fn prove(config: Config) -> bool {
             "PLANTED BUG recycle_skips_generation"
         } else if cfg!(shmrc_plant = "recycle_over_live") {
             "PLANTED BUG recycle_over_live"
+        } else if cfg!(shmrc_plant = "tomb_owner_ignored") {
+            "PLANTED BUG tomb_owner_ignored"
         } else {
             "as in src/holders.rs"
         },
@@ -122,6 +181,13 @@ fn prove(config: Config) -> bool {
             "/recycle/attach of a kept copy"
         } else {
             ""
+        },
+        if config.anonymous {
+            "no finalizer to take over"
+        } else if config.takeovers {
+            "takeovers of a live finalizer explored"
+        } else {
+            "WITHOUT takeovers of a live finalizer (every request to run again below the bound)"
         }
     );
     let report = explore(config);
@@ -133,6 +199,11 @@ fn prove(config: Config) -> bool {
     for (function, runs) in production_steps() {
         println!("  {function}: {runs} steps");
     }
+    println!(
+        "a live finalizer taken over once asked too often (the stalled finalizer, free to \
+         resume at any step after): {} transitions",
+        report.live_takeovers
+    );
     match report.violation {
         None => {
             for p in Property::ALL {
@@ -152,7 +223,7 @@ fn usage(why: &str) -> ! {
         eprintln!("shmrc-proofs: {why}");
     }
     eprintln!(
-        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N] [--recycle] [--anonymous]"
+        "usage: shmrc-proofs [--procs N] [--slots N] [--segments N] [--ops N] [--total-ops N] [--recycle] [--anonymous] [--no-takeovers] | --full"
     );
     std::process::exit(2)
 }

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use shmrc::checkers::holders::{self, FREE, Slot, TOMB};
+use shmrc::checkers::holders::{self, FREE, Slot};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
 use shmrc::checkers::segment::{self, HEADER_BYTES, Header};
@@ -333,13 +333,14 @@ impl World {
     /// holds at most one slot; the census adds up; the finalizer word is free or a dead
     /// process's (a live finalizer never stops with it held), and tombstones exist only
     /// where a (dead) finalizer left them or where every slot is one (P2's unlink
-    /// pending). Also P2's foreign names.
+    /// pending); with the finalizer word free, only a dead finalizer's (one taken over
+    /// while it lived, killed before it rolled them back). Also P2's foreign names.
     pub fn check_quiescent(&self) {
         self.check_foreign();
         for name in lock(&self.gone).iter() {
             if let Some((words, finalizer, _)) = self.read_segment(name) {
                 assert!(
-                    words.iter().all(|&w| w == TOMB),
+                    words.iter().all(|&w| holders::is_tomb(w)),
                     "P1 violated: an attach of {name} was told it is gone, but it lives: \
                      slots {words:x?}, finalizer {finalizer:x}"
                 );
@@ -382,9 +383,15 @@ impl World {
                 !census.finalizing,
                 "P5 violated: a live finalizer at rest: {what}"
             );
-            let tombs = words.iter().filter(|&&w| w == TOMB).count();
+            let tombs = words.iter().filter(|&&w| holders::is_tomb(w)).count();
+            // With no finalizer word taken, a tombstone may stay only if its finalizer
+            // died (taken over while it lived, then killed before it rolled it back):
+            // the next finalize that sees it takes the word to roll it back.
+            let abandoned = words.iter().all(|&w| {
+                !holders::is_tomb(w) || holders::tomb_owner(w).is_none_or(|t| !self.alive(t.pid()))
+            });
             assert!(
-                tombs == 0 || tombs == words.len() || finalizer != FREE,
+                tombs == 0 || tombs == words.len() || finalizer != FREE || abandoned,
                 "P5 violated: tombstones left with no finalizer to roll them back: {what}"
             );
         }
@@ -555,6 +562,37 @@ impl World {
         self.finish(vec![]);
     }
 
+    /// The stalled-finalizer scenario's start: C creates a segment of 2 slots, shares a
+    /// handle (returned, with C's pid) and is killed, so the segment is held by no live
+    /// process; then a sweeper F opens it and runs `steps` steps of its finalize
+    /// ([`Stalled`]) and stops there, alive; then R sweeps [`Finalize::PATIENCE`] − 1
+    /// times, each finding F at work (if F holds the finalizer word by then) and asking
+    /// it to run again, so that R's next finalize takes F over. Returns F, R, the handle
+    /// and its sender, and whether the takeover is armed (F holds the word and was asked
+    /// the bound less one times).
+    ///
+    /// [`Finalize::PATIENCE`]: holders::Finalize::PATIENCE
+    pub fn stalled_setup(&self, steps: u64) -> (Stalled, SimOs, Vec<u8>, u32, bool) {
+        let c = self.spawn();
+        let buf_c = self.create(&c, 2).unwrap();
+        let bytes = self.share(&buf_c).unwrap().unwrap();
+        self.kernel.kill(c.pid());
+        drop(buf_c);
+        let name = self.segments().pop().expect("the segment C created");
+        let f = Stalled::start(self, self.spawn(), &name, steps);
+        let r = self.spawn();
+        for _ in 1..holders::Finalize::PATIENCE {
+            self.sweep(&r).expect("R is not killed");
+        }
+        let armed = self
+            .read_segment(&name)
+            .is_some_and(|(_, finalizer, census)| {
+                finalizer == holders::held_word(f.os.token())
+                    && census.deferrals == holders::Finalize::PATIENCE - 1
+            });
+        (f, r, bytes, c.pid(), armed)
+    }
+
     /// Kills every process of this world.
     pub fn kill_all(&self) {
         for pid in lock(&self.procs).clone() {
@@ -597,5 +635,71 @@ impl World {
             0,
             "P3 violated: objects keep memory after every name is gone"
         );
+    }
+}
+
+/// A finalizer that stops part-way while it lives (SIGSTOP, a tracer, a frozen cgroup),
+/// for as long as a scenario likes, then goes on: a sweeper's finalize of one segment,
+/// production's own [`holders::Finalize`] stepped by hand, so that it stands still
+/// between two of its shared steps while other processes run.
+pub struct Stalled {
+    /// The finalizer's process.
+    pub os: SimOs,
+    name: String,
+    opened: segment::Opened<SimOs>,
+    fin: holders::Finalize,
+    /// Whether it had not ended when it stopped.
+    pub stopped_part_way: bool,
+}
+
+impl Stalled {
+    /// Opens segment `name` as `os` and runs `steps` steps of a sweep's finalize.
+    pub fn start(w: &World, os: SimOs, name: &str, steps: u64) -> Stalled {
+        let opened = segment::open_named(&os, &w.ns, name, UID).expect("open the segment");
+        let h = Header::of(&opened.map, opened.fields.layout.capacity)
+            .expect("slots inside the mapping")
+            .holders();
+        let fin = holders::Finalize::new(holders::Reclaim::All, &h);
+        let mut stalled = Stalled {
+            os,
+            name: name.to_owned(),
+            opened,
+            fin,
+            stopped_part_way: true,
+        };
+        for _ in 0..steps {
+            if stalled.step(w) {
+                stalled.stopped_part_way = false;
+                break;
+            }
+        }
+        stalled
+    }
+
+    /// One step; `true` once the finalize ended (an unlink recorded for P2).
+    fn step(&mut self, w: &World) -> bool {
+        let h = Header::of(&self.opened.map, self.opened.fields.layout.capacity)
+            .expect("slots inside the mapping")
+            .holders();
+        match self.fin.step(&self.os, &h, &self.name) {
+            std::task::Poll::Pending => false,
+            std::task::Poll::Ready(done) => {
+                let done = done.expect("a finalize of a live process does not fail");
+                if done.outcome == holders::Outcome::Unlinked {
+                    w.record_unlink(&self.name);
+                }
+                true
+            }
+        }
+    }
+
+    /// Goes on from where it stopped to the end of its finalize.
+    pub fn resume(mut self, w: &World) {
+        for _ in 0..100_000 {
+            if self.step(w) {
+                return;
+            }
+        }
+        panic!("P5 violated: a resumed finalize never ends");
     }
 }
