@@ -65,7 +65,7 @@
 //! which release/acquire does not order). Each access says why it needs its ordering.
 //!
 //! # Planted bugs
-//! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'`, this module carries one known bug,
+//! Built with `SHMRC_PLANT=NAME (shmrc's build.rs sets cfg(shmrc_plant = "NAME"))`, this module carries one known bug,
 //! so that each checker can show it catches it (`docs/VERIFICATION.md`,
 //! `.ci/planted-bugs`). `shmrc-model` plants the same bug under the same flag. Without
 //! the flag (always, outside that script) the code below is the protocol as documented.

@@ -193,6 +193,9 @@ pub mod transport;
 #[cfg(feature = "checkers")]
 #[doc(hidden)]
 pub mod checkers {
+    /// The planted bug this build carries (`SHMRC_PLANT=NAME` at build time, `build.rs`),
+    /// for the checkers to say so; `None` in every normal build.
+    pub const PLANTED: Option<&str> = option_env!("SHMRC_PLANTED");
     /// The `buf` room (see its own docs).
     pub mod buf {
         pub use crate::buf::*;

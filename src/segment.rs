@@ -27,7 +27,7 @@
 //! hostile one) can make validation fail but never cause a data race.
 //!
 //! # Planted bug
-//! Built with `RUSTFLAGS='--cfg shmrc_plant="relaxed_publish"'` (`.ci/planted-bugs`),
+//! Built with `SHMRC_PLANT=relaxed_publish` (`.ci/planted-bugs`),
 //! [`initialize`] publishes the magic with `Relaxed` instead of `Release`, so an opener
 //! may see the magic before the fields: loom's publish model must catch it.
 

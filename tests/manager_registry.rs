@@ -18,7 +18,7 @@
 //! At the end every client is killed, the managers handle the deaths, a restarted
 //! manager sweeps, and no name of ours may remain.
 //!
-//! Built with `RUSTFLAGS='--cfg shmrc_plant="manager_forgets_death"'` the registry
+//! Built with `SHMRC_PLANT=manager_forgets_death` the registry
 //! forgets to sweep after a death, and these tests fail (see `docs/VERIFICATION.md`).
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 

@@ -13,11 +13,14 @@
 //!   (`shmrc::checkers::holders::{Claim, Finalize}::step`, `transfer_step`), stepped on the
 //!   state's words. `proofs/` explores it exhaustively.
 //!
-//! Built with `--cfg shmrc_plant="…"` (see `docs/VERIFICATION.md`), [`protocol`] runs
+//! Built with `SHMRC_PLANT=…` (see `docs/VERIFICATION.md`), [`protocol`] runs
 //! the bugged production steps; [`oracle`] never changes: it is the specification the
 //! bugged code must then disagree with.
 #![forbid(unsafe_code)]
 #![warn(missing_docs)]
+
+/// The planted bug the library under the model was built with (`SHMRC_PLANT`), if any.
+pub use shmrc::checkers::PLANTED;
 
 pub mod oracle;
 pub mod protocol;

@@ -90,7 +90,7 @@
 //! count is their refcount; a pool's memfds are the anonymous segments above).
 //!
 //! # Planted bugs
-//! The model plants nothing itself: built with `--cfg shmrc_plant="NAME"`, the steps it
+//! The model plants nothing itself: built with `SHMRC_PLANT=NAME`, the steps it
 //! runs are `src/holders.rs`'s with that bug (`no_rollback`, `release_without_cas`,
 //! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
 //! alone.

@@ -147,20 +147,9 @@ fn prove(config: Config) -> bool {
         "shmrc-proofs: holder protocol model ({}), {}, {} processes x {} slots x {} segments, \
          at most {} operations started per process and {} in all ({}{}), \
          a crash allowed at every atomic step, {}",
-        if cfg!(shmrc_plant = "no_rollback") {
-            "PLANTED BUG no_rollback"
-        } else if cfg!(shmrc_plant = "release_without_cas") {
-            "PLANTED BUG release_without_cas"
-        } else if cfg!(shmrc_plant = "reclaim_live") {
-            "PLANTED BUG reclaim_live"
-        } else if cfg!(shmrc_plant = "recycle_skips_generation") {
-            "PLANTED BUG recycle_skips_generation"
-        } else if cfg!(shmrc_plant = "recycle_over_live") {
-            "PLANTED BUG recycle_over_live"
-        } else if cfg!(shmrc_plant = "tomb_owner_ignored") {
-            "PLANTED BUG tomb_owner_ignored"
-        } else {
-            "as in src/holders.rs"
+        match shmrc_model::PLANTED {
+            Some(plant) => format!("PLANTED BUG {plant}"),
+            None => "as in src/holders.rs".to_owned(),
         },
         if config.anonymous {
             "memfd pool (anonymous segments: no name, no sweep, no finalize)"

@@ -12,7 +12,7 @@
 //! The user docs are on the types (re-exported at the crate root).
 //!
 //! # Planted bugs
-//! Built with `RUSTFLAGS='--cfg shmrc_plant="NAME"'` (`docs/VERIFICATION.md`,
+//! Built with `SHMRC_PLANT=NAME (shmrc's build.rs sets cfg(shmrc_plant = "NAME"))` (`docs/VERIFICATION.md`,
 //! `.ci/planted-bugs`):
 //! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
 //!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.

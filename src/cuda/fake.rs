@@ -42,7 +42,7 @@
 //! Another process sees nothing of a copy still queued, and a copy still queued when
 //! its process dies is lost. The trait methods that the [`Driver`] contract calls
 //! synchronous (`copy_to_device`, the frees and unmaps) land the queue themselves, as
-//! [`RealDriver`](super::real::RealDriver) waits for the context; built with `--cfg shmrc_plant="htod_returns_early"`,
+//! [`RealDriver`](super::real::RealDriver) waits for the context; built with `SHMRC_PLANT=htod_returns_early`,
 //! `copy_to_device` returns with its bytes still staged, the bug of issue 28 that the
 //! conformance suite and the multi-process tests must catch.
 

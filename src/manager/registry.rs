@@ -18,7 +18,7 @@
 //! [`MAX_SEGMENTS_PER_NAMESPACE`] segments of a namespace. The client tells a use
 //! before it takes a slot (see `client.rs`), so a holder is never untold.
 //!
-//! Built with `RUSTFLAGS='--cfg shmrc_plant="manager_forgets_death"'` the registry
+//! Built with `SHMRC_PLANT=manager_forgets_death` the registry
 //! forgets a dead client without sweeping what it used (a known bug the model-based
 //! test must catch; see `docs/VERIFICATION.md`).
 
