@@ -297,7 +297,7 @@ pub struct Census {
     /// The live process that holds the finalizer word, if one does.
     pub finalizer: Option<Token>,
     /// How many times finalizes found that finalizer at work and asked it to run again
-    /// since it last started a round (the pending word); at [`Finalize::PATIENCE`] the
+    /// since it last started a round (the pending word); at `Finalize::PATIENCE` (4) the
     /// next one takes it over.
     pub deferrals: u64,
 }
