@@ -498,53 +498,6 @@ mod tests {
         }
     }
 
-    /// The probe of `uid_is_the_effective_uid_of_an_unprivileged_process`: prints
-    /// `uid()` when run with `SHMRC_TEST_UID_PROBE` set; does nothing otherwise.
-    #[test]
-    fn uid_probe() {
-        if std::env::var_os("SHMRC_TEST_UID_PROBE").is_some() {
-            println!("uid probe: {}", uid());
-        }
-    }
-
-    /// `uid()` is the effective uid: a copy of this test binary run as `nobody` (65534)
-    /// says 65534 (as root, which CI is, a `uid()` of 0 would pass unnoticed otherwise).
-    /// Not root: said so, and a failure under `SHMRC_REQUIRE_ROOT=1`.
-    #[test]
-    fn uid_is_the_effective_uid_of_an_unprivileged_process() {
-        use std::os::unix::process::CommandExt;
-        if !geteuid().is_root() {
-            assert!(
-                std::env::var("SHMRC_REQUIRE_ROOT").as_deref() != Ok("1"),
-                "SHMRC_REQUIRE_ROOT=1 but this test does not run as root"
-            );
-            eprintln!("uid_is_the_effective_uid: SKIPPED, not root");
-            return;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::set_permissions(
-            dir.path(),
-            <std::fs::Permissions as std::os::unix::fs::PermissionsExt>::from_mode(0o755),
-        )
-        .unwrap();
-        let probe = shmrc_testkit::process::copy_of_this_test(dir.path());
-        let out = shmrc_testkit::process::output_within(
-            std::process::Command::new(probe)
-                .args([
-                    "--exact",
-                    "os::posix::process::tests::uid_probe",
-                    "--nocapture",
-                ])
-                .env("SHMRC_TEST_UID_PROBE", "1")
-                .current_dir("/")
-                .uid(65534)
-                .gid(65534),
-            std::time::Duration::from_secs(30),
-        );
-        let said = shmrc_testkit::process::text_of(&out);
-        assert!(said.contains("uid probe: 65534\n"), "{said}");
-    }
-
     /// A token whose pid is a thread's (not a process's): `pidfd_open` refuses it with
     /// something other than `ESRCH`, so `/proc` decides (the branch that keeps no
     /// descriptor): alive while the thread runs, dead once it has exited.
