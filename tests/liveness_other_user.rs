@@ -69,6 +69,18 @@ fn dead_token() -> Token {
     token
 }
 
+/// A throwaway user named after `name`, and a copy of this test binary it may run (in
+/// a world-readable temporary folder, kept while the returned `TempDir` lives).
+fn user_and_probe(
+    name: &str,
+) -> Result<(ThrowawayUser, tempfile::TempDir, std::path::PathBuf), String> {
+    let user = ThrowawayUser::create(name)?;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = copy_of_this_test(dir.path());
+    Ok((user, dir, probe))
+}
+
 /// Runs the probe as `user`: with `/proc` as it is, or (with `hidepid`) in a mount
 /// namespace of its own with `/proc` mounted `hidepid=N`.
 fn run(user: &ThrowawayUser, probe: &std::path::Path, hidepid: Option<u8>) -> String {
@@ -105,13 +117,10 @@ fn run(user: &ThrowawayUser, probe: &std::path::Path, hidepid: Option<u8>) -> St
 #[test]
 fn another_users_live_process_is_alive_even_when_proc_hides_it() {
     const TEST: &str = "another_users_live_process_is_alive";
-    let user = match ThrowawayUser::create("live") {
-        Ok(user) => user,
+    let (user, _dir, probe) = match user_and_probe("live") {
+        Ok(made) => made,
         Err(why) => return cannot_attack(TEST, &why),
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = copy_of_this_test(dir.path());
 
     let plain = run(&user, &probe, None);
     println!("{plain}");
@@ -148,13 +157,10 @@ fn another_users_live_process_is_alive_even_when_proc_hides_it() {
 #[test]
 fn another_users_live_process_is_alive_seen_from_a_user_and_time_namespace() {
     const TEST: &str = "another_users_process_from_a_user_and_time_namespace";
-    let user = match ThrowawayUser::create("nsprobe") {
-        Ok(user) => user,
+    let (user, _dir, probe) = match user_and_probe("nsprobe") {
+        Ok(made) => made,
         Err(why) => return cannot_attack(TEST, &why),
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = copy_of_this_test(dir.path());
     let live = PosixOs.current();
     let dead = dead_token();
     let mut command = {
@@ -201,13 +207,10 @@ fn another_users_live_process_is_alive_seen_from_a_user_and_time_namespace() {
 #[test]
 fn another_users_live_process_is_alive_when_its_proc_stat_is_unreadable() {
     const TEST: &str = "another_users_process_with_unreadable_stat_is_alive";
-    let user = match ThrowawayUser::create("unread") {
-        Ok(user) => user,
+    let (user, _dir, probe) = match user_and_probe("unread") {
+        Ok(made) => made,
         Err(why) => return cannot_attack(TEST, &why),
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
-    let probe = copy_of_this_test(dir.path());
     let said = run(&user, &probe, Some(1));
     println!("{said}");
     // hidepid=1 lists the directory (it "sees" it) but refuses its files.
