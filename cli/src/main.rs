@@ -6,30 +6,14 @@
 //! `soak-worker` are the child processes `demo`, `soak` and the integration tests
 //! start; they are not meant to be run by hand.
 
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod cli;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod demo;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod error;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod manager;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod soak;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod status;
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod worker;
 
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 fn main() -> std::process::ExitCode {
     cli::main()
-}
-
-#[cfg(any(shmrc_loom, shmrc_shuttle))]
-fn main() {
-    eprintln!(
-        "shmrc was built for model checking (feature loom or shuttle): it has no real backend"
-    );
-    std::process::exit(2);
 }

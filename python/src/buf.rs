@@ -108,16 +108,7 @@ impl Buf {
     /// takes over (it is closed when the buffer goes, or at once on failure).
     #[staticmethod]
     fn attach_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<Buf> {
-        if fd < 0 {
-            return Err(shmrc_err(
-                "InvalidArgumentError",
-                format!("descriptor {fd} is not open"),
-                None,
-            ));
-        }
-        // SAFETY: the caller hands over a descriptor it owns and no longer uses (the
-        // Python package passes one it received, e.g. from `DupFd.detach()`).
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = take_fd(fd)?;
         let buf = py
             .detach(|| ShareHandle::from_fd_parts(bytes, fd).and_then(ShmBuf::attach))
             .py()?;
@@ -129,16 +120,23 @@ impl Buf {
     /// its in-flight reference back on the way; a plain one only closes.
     #[staticmethod]
     fn drop_fd(py: Python<'_>, bytes: &[u8], fd: RawFd) -> PyResult<()> {
-        if fd < 0 {
-            return Err(shmrc_err(
-                "InvalidArgumentError",
-                format!("descriptor {fd} is not open"),
-                None,
-            ));
-        }
-        // SAFETY: as in `attach_fd`: the caller hands over a descriptor it owns.
-        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let fd = take_fd(fd)?;
         py.detach(|| ShareHandle::from_fd_parts(bytes, fd).map(drop))
             .py()
     }
+}
+
+/// Takes over descriptor `fd`, which Python hands over (`attach_fd`, `drop_fd`): a
+/// negative number is `InvalidArgumentError`.
+fn take_fd(fd: RawFd) -> PyResult<OwnedFd> {
+    if fd < 0 {
+        return Err(shmrc_err(
+            "InvalidArgumentError",
+            format!("descriptor {fd} is not open"),
+            None,
+        ));
+    }
+    // SAFETY: the caller hands over a descriptor it owns and no longer uses (the Python
+    // package passes one it received, e.g. from `DupFd.detach()`).
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
