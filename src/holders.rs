@@ -1024,6 +1024,7 @@ impl Finalize {
     /// Sets how many requests to run again make a live finalizer overdue
     /// ([`Finalize::PATIENCE`] unless set; the exhaustive check keeps no count: it
     /// explores each request both as one below the bound and as the one reaching it).
+    #[cfg(feature = "checkers")]
     pub fn set_patience(&mut self, patience: u64) {
         self.patience = patience;
     }

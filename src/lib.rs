@@ -138,6 +138,7 @@
 //!   with [`Error::TimeNamespace`].
 #![deny(unsafe_code)]
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 // docs.rs (and `RUSTDOCFLAGS="--cfg docsrs" cargo +nightly doc`) marks each item with the
 // features it needs; the checkers' seam is not API and gets no badge.
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -156,6 +157,9 @@ compile_error!(
      backend would use."
 );
 
+// The protocol rooms are `pub` inside for the checkers' seam (`checkers`, below); with
+// the seam off their items are reachable from nowhere outside, by design.
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod buf;
 #[cfg(all(feature = "channel", not(any(shmrc_loom, shmrc_shuttle))))]
 #[cfg_attr(docsrs, doc(cfg(feature = "channel")))]
@@ -164,22 +168,36 @@ pub mod channel;
 #[cfg_attr(docsrs, doc(cfg(feature = "cuda")))]
 pub mod cuda;
 mod environment;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod error;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod handle;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod holders;
 // The channel's in-flight ledger, generic over the OS: outside the `channel` feature so
 // that the sim, loom and shuttle run it (the channel uses it; the checkers reach it).
+#[cfg(any(feature = "channel", feature = "checkers"))]
 #[path = "channel/ledger.rs"]
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod ledger;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod local;
 pub mod manager;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod namespace;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod os;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod pool;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod segment;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod strategy;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sweep;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sync;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod token;
 pub mod transport;
 

@@ -24,7 +24,7 @@ use crate::token::Token;
 
 /// The most live names one client's creations are known by; past it, they are
 /// unknown (bounded memory: a client may create without end).
-pub const MAX_CREATED: usize = 4096;
+pub(super) const MAX_CREATED: usize = 4096;
 
 /// What is known of one client's creations.
 #[derive(Clone, PartialEq, Eq, Debug)]
@@ -38,7 +38,7 @@ enum Known {
 /// The bookkeeping, free of I/O: fed the names created and removed, it keeps each
 /// watched client's.
 #[derive(Debug)]
-pub struct Index {
+pub(super) struct Index {
     uid: u32,
     pid_namespace: u64,
     clients: HashMap<Token, Known>,
@@ -48,7 +48,7 @@ impl Index {
     /// Nobody's creations yet, for the manager of user `uid` in pid namespace
     /// `pid_namespace` (a name of another pid namespace carries another meaning of its
     /// pid).
-    pub fn new(uid: u32, pid_namespace: u64) -> Index {
+    pub(super) fn new(uid: u32, pid_namespace: u64) -> Index {
         Index {
             uid,
             pid_namespace,
@@ -57,14 +57,14 @@ impl Index {
     }
 
     /// From now on, keeps `token`'s creations (kept as they are if it was watched).
-    pub fn watch(&mut self, token: Token) {
+    pub(super) fn watch(&mut self, token: Token) {
         self.clients
             .entry(token)
             .or_insert_with(|| Known::Names(BTreeSet::new()));
     }
 
     /// The name `name` appeared in `/dev/shm`.
-    pub fn created(&mut self, name: &str) {
+    pub(super) fn created(&mut self, name: &str) {
         let Some(known) = self.creator(name).and_then(|t| self.clients.get_mut(&t)) else {
             return;
         };
@@ -78,7 +78,7 @@ impl Index {
     }
 
     /// The name `name` went from `/dev/shm`.
-    pub fn removed(&mut self, name: &str) {
+    pub(super) fn removed(&mut self, name: &str) {
         let creator = self.creator(name);
         if let Some(Known::Names(names)) = creator.and_then(|t| self.clients.get_mut(&t)) {
             names.remove(name);
@@ -86,7 +86,7 @@ impl Index {
     }
 
     /// Events were lost: nobody's creations are known any more.
-    pub fn lost(&mut self) {
+    pub(super) fn lost(&mut self) {
         for known in self.clients.values_mut() {
             *known = Known::Unknown;
         }
@@ -94,7 +94,7 @@ impl Index {
 
     /// Forgets the clients `dead`, returning the names they created that exist, or
     /// `None` when that is not known for every one of them.
-    pub fn forget(&mut self, dead: &[Token]) -> Option<BTreeSet<String>> {
+    pub(super) fn forget(&mut self, dead: &[Token]) -> Option<BTreeSet<String>> {
         let mut all = BTreeSet::new();
         let mut known = true;
         for token in dead {
@@ -117,7 +117,7 @@ impl Index {
 }
 
 /// The [`Index`], fed by an inotify watch on `/dev/shm`.
-pub struct Creations {
+pub(super) struct Creations {
     inotify: Option<Inotify>,
     index: Index,
 }
@@ -125,7 +125,7 @@ pub struct Creations {
 impl Creations {
     /// Watches `/dev/shm`; where inotify cannot (no instance left for this user, say),
     /// says so in the log and knows nothing of anyone's creations.
-    pub fn new(uid: u32, pid_namespace: u64) -> Creations {
+    pub(super) fn new(uid: u32, pid_namespace: u64) -> Creations {
         let watch = AddWatchFlags::IN_CREATE
             | AddWatchFlags::IN_DELETE
             | AddWatchFlags::IN_MOVED_TO
@@ -146,19 +146,19 @@ impl Creations {
     }
 
     /// The descriptor to poll: readable when events wait.
-    pub fn fd(&self) -> Option<BorrowedFd<'_>> {
+    pub(super) fn fd(&self) -> Option<BorrowedFd<'_>> {
         self.inotify.as_ref().map(AsFd::as_fd)
     }
 
     /// From now on, keeps `token`'s creations (when `/dev/shm` is watched).
-    pub fn watch(&mut self, token: Token) {
+    pub(super) fn watch(&mut self, token: Token) {
         if self.inotify.is_some() {
             self.index.watch(token);
         }
     }
 
     /// Reads every event waiting into the index.
-    pub fn drain(&mut self) {
+    pub(super) fn drain(&mut self) {
         let Some(inotify) = &self.inotify else {
             return;
         };
@@ -195,7 +195,7 @@ impl Creations {
 
     /// Forgets the clients `dead` (after [`Creations::drain`]): the names they created
     /// that exist, or `None` when that is not known.
-    pub fn forget(&mut self, dead: &[Token]) -> Option<BTreeSet<String>> {
+    pub(super) fn forget(&mut self, dead: &[Token]) -> Option<BTreeSet<String>> {
         self.index.forget(dead)
     }
 }

@@ -66,16 +66,19 @@ pub mod launch;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod log;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod registry;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod runtime;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod server;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod sys;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod watched;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod wire;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use connection::{status, status_at};

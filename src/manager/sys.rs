@@ -27,7 +27,7 @@ pub(crate) use crate::os::posix::{PidFd, pidfd_open};
 /// What `SO_PEERCRED` says of the process at the other end of a Unix socket (as it was
 /// when it connected).
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub struct Peer {
+pub(crate) struct Peer {
     /// The peer's pid (in this process's pid namespace; 0 when it has none here).
     pub pid: u32,
     /// The peer's effective uid.
@@ -35,7 +35,7 @@ pub struct Peer {
 }
 
 /// The credentials of `stream`'s peer.
-pub fn peer_credentials(stream: &UnixStream) -> Result<Peer> {
+pub(crate) fn peer_credentials(stream: &UnixStream) -> Result<Peer> {
     let cred = getsockopt(stream, PeerCredentials).map_err(|e| Error::os("getsockopt", e))?;
     Ok(Peer {
         pid: u32::try_from(cred.pid()).unwrap_or(0),
@@ -45,7 +45,7 @@ pub fn peer_credentials(stream: &UnixStream) -> Result<Peer> {
 
 /// What `poll` reported for one descriptor.
 #[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
-pub struct Readiness {
+pub(crate) struct Readiness {
     /// Data (or a connection, or a process exit) is waiting.
     pub readable: bool,
     /// The peer hung up or the descriptor is in error.
@@ -66,7 +66,10 @@ fn poll_timeout(timeout: Option<Duration>) -> PollTimeout {
 
 /// Waits until one of `fds` is readable or hung up, or `timeout` passes (`None`:
 /// forever); says what each became. An interrupted wait returns with nothing ready.
-pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Result<Vec<Readiness>> {
+pub(crate) fn poll_readable(
+    fds: &[BorrowedFd<'_>],
+    timeout: Option<Duration>,
+) -> Result<Vec<Readiness>> {
     let mut pollfds: Vec<PollFd<'_>> = fds
         .iter()
         .map(|fd| PollFd::new(*fd, PollFlags::POLLIN))
@@ -91,7 +94,7 @@ pub fn poll_readable(fds: &[BorrowedFd<'_>], timeout: Option<Duration>) -> Resul
 
 /// Writes all of `bytes` to `stream` with `MSG_NOSIGNAL`: a peer that went away is an
 /// `EPIPE` error, never a `SIGPIPE` that would kill a process that did not ignore it.
-pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
+pub(crate) fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
     while !bytes.is_empty() {
         match send(stream.as_raw_fd(), bytes, MsgFlags::MSG_NOSIGNAL) {
             Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
@@ -105,11 +108,11 @@ pub fn send_all(stream: &UnixStream, mut bytes: &[u8]) -> std::io::Result<()> {
 
 /// An exclusive `flock` on a file, held until dropped.
 #[derive(Debug)]
-pub struct FileLock(#[allow(dead_code)] Flock<File>);
+pub(crate) struct FileLock(#[allow(dead_code)] Flock<File>);
 
 /// Takes an exclusive lock on `file` without waiting: `Ok(None)` when another open file
 /// description holds it.
-pub fn try_lock_exclusive(file: File) -> Result<Option<FileLock>> {
+pub(crate) fn try_lock_exclusive(file: File) -> Result<Option<FileLock>> {
     match Flock::lock(file, FlockArg::LockExclusiveNonblock) {
         Ok(lock) => Ok(Some(FileLock(lock))),
         Err((_, Errno::EWOULDBLOCK)) => Ok(None),
@@ -120,7 +123,7 @@ pub fn try_lock_exclusive(file: File) -> Result<Option<FileLock>> {
 /// Spawns `command` as the leader of a new session (`setsid` in the child before
 /// `exec`): it has no controlling terminal and is not in the caller's process group, so
 /// signals sent to that group (a job killed with its group) do not reach it.
-pub fn spawn_in_new_session(command: &mut Command) -> std::io::Result<Child> {
+pub(crate) fn spawn_in_new_session(command: &mut Command) -> std::io::Result<Child> {
     // SAFETY: the hook runs in the forked child before exec and only makes two system
     // calls (setsid, close_range), which are async-signal-safe and allocate nothing.
     unsafe {

@@ -23,7 +23,7 @@ use crate::token::Token;
 /// exited. A zombie has exited; so has a thread-group leader only once every thread of
 /// its group has.
 #[derive(Debug)]
-pub struct PidFd(OwnedFd);
+pub(crate) struct PidFd(OwnedFd);
 
 impl AsFd for PidFd {
     fn as_fd(&self) -> BorrowedFd<'_> {
@@ -34,7 +34,7 @@ impl AsFd for PidFd {
 impl PidFd {
     /// Whether the process has exited, from one `poll` that does not wait; `None` when
     /// the poll fails (interrupted, or the descriptor is in error).
-    pub fn has_exited(&self) -> Option<bool> {
+    pub(crate) fn has_exited(&self) -> Option<bool> {
         let mut fds = [PollFd::new(self.as_fd(), PollFlags::POLLIN)];
         match poll(&mut fds, PollTimeout::ZERO) {
             Ok(_) => {
@@ -51,7 +51,7 @@ impl PidFd {
 
 /// Opens a process descriptor for `pid`. It refers to whichever process has that pid
 /// *now*: check the process's identity (its token's start time) after opening.
-pub fn pidfd_open(pid: u32) -> Result<PidFd> {
+pub(crate) fn pidfd_open(pid: u32) -> Result<PidFd> {
     let raw_pid = libc::pid_t::try_from(pid)
         .map_err(|_| Error::InvalidArgument(format!("pid {pid} is out of range")))?;
     // SAFETY: pidfd_open takes a pid and a flags word (0) and returns a new descriptor
@@ -85,7 +85,7 @@ pub fn pidfd_open(pid: u32) -> Result<PidFd> {
 /// open), and a table inherited across `fork` is dropped without closing anything
 /// ([`Watched::for_process`]).
 #[derive(Debug)]
-pub struct Watched {
+pub(super) struct Watched {
     pidfds: HashMap<Token, Kept>,
     capacity: usize,
     owner: u32,
@@ -117,7 +117,7 @@ fn file_of(fd: BorrowedFd<'_>) -> Option<(u64, u64)> {
 impl Watched {
     /// An empty table for process `owner` (its pid) that keeps at most `capacity`
     /// descriptors.
-    pub fn new(capacity: usize, owner: u32) -> Watched {
+    pub(super) fn new(capacity: usize, owner: u32) -> Watched {
         Watched {
             pidfds: HashMap::new(),
             capacity,
@@ -128,7 +128,7 @@ impl Watched {
     /// This table when process `pid` owns it; after a `fork`, a new empty one for the
     /// child, the parent's descriptors left open (the child may have closed and reused
     /// their numbers: closing them could close its files).
-    pub fn for_process(&mut self, pid: u32) -> &mut Watched {
+    pub(super) fn for_process(&mut self, pid: u32) -> &mut Watched {
         if self.owner != pid {
             self.start_afresh(pid);
         }
@@ -137,7 +137,7 @@ impl Watched {
 
     /// Empties the table for process `pid`, leaving every descriptor it held open (they
     /// are a parent's, inherited across `fork`).
-    pub fn start_afresh(&mut self, pid: u32) {
+    pub(super) fn start_afresh(&mut self, pid: u32) {
         let inherited = std::mem::replace(self, Watched::new(self.capacity, pid));
         for (_, kept) in inherited.pidfds {
             std::mem::forget(kept.pidfd);
@@ -148,7 +148,7 @@ impl Watched {
     /// descriptor that says it exited, or cannot tell, is dropped from the table (closed
     /// if it is still the file it was when kept, left open if not): `false` then means
     /// "ask `/proc`", never "dead".
-    pub fn runs(&mut self, token: Token) -> bool {
+    pub(super) fn runs(&mut self, token: Token) -> bool {
         let Some(kept) = self.pidfds.get(&token) else {
             return false;
         };
@@ -164,7 +164,7 @@ impl Watched {
     /// Watches `token`'s process with `pidfd`, opened on its pid before the token was
     /// found alive. When the table is full, a process watched before is forgotten first.
     /// A descriptor `fstat` cannot describe is not kept.
-    pub fn keep(&mut self, token: Token, pidfd: PidFd) {
+    pub(super) fn keep(&mut self, token: Token, pidfd: PidFd) {
         let Some(file) = file_of(pidfd.as_fd()) else {
             return;
         };
@@ -183,7 +183,7 @@ impl Watched {
 
     /// Closes every descriptor of the table (each only if it is still the file it was
     /// when kept) and returns how many processes it watched.
-    pub fn release_all(&mut self) -> usize {
+    pub(super) fn release_all(&mut self) -> usize {
         let released = self.pidfds.len();
         for (_, kept) in self.pidfds.drain() {
             kept.let_go();
