@@ -174,15 +174,17 @@ fn graph(src: &Path) -> Graph {
 /// another room's folder).
 fn declared_at_a_path(lib: &Path) -> Vec<String> {
     let source = std::fs::read_to_string(lib).unwrap();
-    let lines: Vec<&str> = source.lines().collect();
+    let lines: Vec<&str> = source.lines().map(str::trim).collect();
     lines
-        .windows(2)
-        .filter(|w| w[0].trim_start().starts_with("#[path"))
-        .filter_map(|w| {
-            let decl = w[1]
-                .trim()
-                .trim_start_matches("pub ")
-                .strip_prefix("mod ")?;
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| line.starts_with("#[path"))
+        .filter_map(|(at, _)| {
+            // The declaration follows its attributes (`#[path]` among them, in any order).
+            let decl = lines[at + 1..]
+                .iter()
+                .find(|line| !line.starts_with("#["))?;
+            let decl = decl.trim_start_matches("pub ").strip_prefix("mod ")?;
             Some(decl.trim_end_matches(';').to_owned())
         })
         .collect()
