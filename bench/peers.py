@@ -22,7 +22,7 @@ reads the criterion estimates of the Rust peers if `cargo bench -p shmrc-bench` 
 them, prints one table and writes a JSON document and a PNG plot of microseconds per
 buffer against size.
 
-Usage, from the repository root (after `cargo build --release -p shmrc-cli` and
+Usage, from the repository root (after `cargo build --release -p shmrc-cli -p shmrc-bench` and
 `pip install torch matplotlib`):
 
     python3 bench/peers.py [--shmrc target/release/shmrc] [--quick]

@@ -19,7 +19,6 @@ use crate::floor::{self, FloorMap};
 use crate::kill_latency;
 use crate::payload::Payload;
 use crate::planted;
-use crate::table::{Table, bytes};
 use crate::workloads::{
     Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
     ShmrcChannel, attach_release, ping_pong, stream, window_for,
@@ -480,7 +479,7 @@ fn creation(len: usize, effort: Effort) -> Result<Vec<Row>> {
     ))
 }
 
-/// Runs `shmrc bench`.
+/// Runs the benchmarks (`shmrc-bench`, or `shmrc bench`).
 pub fn run(args: &BenchOptions) -> Result<()> {
     let effort = if args.quick {
         Effort {
@@ -699,11 +698,13 @@ fn cleanup(ns: &Namespace) -> Result<()> {
 }
 
 fn size_name(size: Option<usize>) -> String {
-    size.map_or("-".into(), |s| bytes(s as u64))
+    size.map_or("-".into(), |s| humansize::format_size(s, humansize::BINARY))
 }
 
 fn print_tables(rows: &[Row]) {
-    let mut table = Table::new([
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header([
         "WORKLOAD",
         "SIZE",
         "CONTENDER",
@@ -718,7 +719,7 @@ fn print_tables(rows: &[Row]) {
             .filter(|(name, _)| *name != row.contender)
             .map(|(name, r)| format!("{r:.2}x {name}"))
             .collect();
-        table.row([
+        table.add_row([
             row.workload.to_owned(),
             size_name(row.size),
             row.contender.clone(),
@@ -731,7 +732,7 @@ fn print_tables(rows: &[Row]) {
             },
         ]);
     }
-    table.print();
+    println!("{table}");
 }
 
 /// The `--json` document.

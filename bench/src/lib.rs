@@ -1,9 +1,9 @@
-//! shmrc's benchmarks (not published): the raw-syscall [`floor`] every ratio is taken
-//! against, the [`workloads`] shared by `shmrc bench` and the criterion benches, the
+//! shmrc's benchmarks (published with their program, `shmrc-bench`): the raw-syscall [`floor`] every ratio is taken
+//! against, the [`workloads`] shared by the program and the criterion benches, the
 //! [`harness`] behind `shmrc bench`, the SIGKILL-to-unlink measurement
 //! ([`kill_latency`]), what names another user plants in `/dev/shm` cost a victim
 //! ([`planted`]), what the workloads write and check in each buffer
-//! ([`payload`]: one byte, or every byte) and the report [`table`]s. `peers.py` beside this package adds
+//! ([`payload`]: one byte, or every byte). `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
@@ -12,5 +12,4 @@ pub mod harness;
 pub mod kill_latency;
 pub mod payload;
 pub mod planted;
-pub mod table;
 pub mod workloads;

@@ -5,11 +5,9 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use shmrc::Namespace;
-use shmrc_bench::harness::BenchOptions;
-use shmrc_bench::table::{Table, age, bytes};
-use shmrc_bench::workloads::PEER_CONTENDER;
 
 use crate::error::{CliError, Result};
+use crate::table::{Table, age, bytes};
 
 #[derive(Parser)]
 #[command(
@@ -61,14 +59,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measure shmrc against the raw-syscall floor and print the ratios.
-    Bench(BenchArgs),
-    /// A benchmark peer process (started by `bench`; configured by its environment).
-    #[command(hide = true)]
-    BenchPeer,
-    /// A process `bench` SIGKILLs to time the manager's unlink (commands on stdin).
-    #[command(hide = true)]
-    BenchVictim,
+    /// Measure shmrc against the raw-syscall floor and print the ratios: runs the
+    /// `shmrc-bench` program (beside `shmrc`, or on PATH) with these arguments
+    /// (`shmrc bench --help` shows its own: --quick, --json, --only WORKLOAD).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// The arguments of `shmrc-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<std::ffi::OsString>,
+    },
     /// A worker process (started by `demo` and the tests).
     #[command(hide = true)]
     Worker {
@@ -94,22 +93,6 @@ enum Command {
     },
 }
 
-/// Options of `shmrc bench`.
-#[derive(clap::Args)]
-struct BenchArgs {
-    /// Fewer rounds and shorter batches (well under a minute): for CI.
-    #[arg(long)]
-    quick: bool,
-    /// Print one JSON document instead of tables.
-    #[arg(long)]
-    json: bool,
-    /// Run only this workload (ping-pong, "channel ping-pong", stream, fill,
-    /// attach/release, clone/drop, finalize, sweep, creation, sigkill-to-unlink,
-    /// planted-names).
-    #[arg(long)]
-    only: Option<String>,
-}
-
 impl Command {
     /// Whether the command was asked for JSON (then its error is JSON too).
     fn json(&self) -> bool {
@@ -117,7 +100,7 @@ impl Command {
             Command::Ls { json, .. } | Command::Sweep { json, .. } | Command::Status { json } => {
                 *json
             }
-            Command::Bench(args) => args.json,
+            Command::Bench { args } => args.iter().any(|a| a == "--json"),
             _ => false,
         }
     }
@@ -177,19 +160,7 @@ fn run(command: Command) -> Result<()> {
             id,
             namespace,
         } => crate::soak::worker::run(&socket, id, &namespace)?,
-        Command::Bench(args) => shmrc_bench::harness::run(&BenchOptions {
-            quick: args.quick,
-            json: args.json,
-            only: args.only,
-        })?,
-        Command::BenchVictim => shmrc_bench::kill_latency::serve_victim()?,
-        Command::BenchPeer => match shmrc_bench::workloads::serve_builtin() {
-            Some(served) => served?,
-            None => {
-                let name = std::env::var_os(PEER_CONTENDER).unwrap_or_default();
-                return Err(CliError::UnknownBenchPeer(name));
-            }
-        },
+        Command::Bench { args } => crate::bench::run(&args)?,
     }
     Ok(())
 }

@@ -17,8 +17,8 @@ use shmrc::{
     CreateOptions, Error, Namespace, Outcome, Result, ShareHandle, ShmBuf, Strategy, transport,
 };
 
+use crate::table::{Table, bytes};
 use crate::worker::{checksum, fnv1a};
-use shmrc_bench::table::{Table, bytes};
 
 /// Options of `shmrc demo`.
 #[derive(clap::Args)]

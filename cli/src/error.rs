@@ -3,20 +3,30 @@
 
 use std::ffi::OsString;
 
-use shmrc_bench::workloads::PEER_CONTENDER;
-
 /// Everything a `shmrc` command can fail with.
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     /// The library failed (the message says which call and why).
     #[error(transparent)]
     Shmrc(#[from] shmrc::Error),
-    /// `shmrc bench-peer` was started without a contender it knows in its
-    /// environment: it is started by `shmrc bench`, not by hand.
+    /// `shmrc bench` found no `shmrc-bench` program beside `shmrc` or on `PATH`.
     #[error(
-        "bench-peer: unknown contender {0:?} in ${PEER_CONTENDER} (this command is started by `shmrc bench`)"
+        "`shmrc bench` runs the shmrc-bench program, found neither beside {beside:?} nor on PATH: \
+         install it (`cargo install shmrc-bench`) or build it in this workspace \
+         (`cargo build --release -p shmrc-bench`)"
     )]
-    UnknownBenchPeer(OsString),
+    NoBenchProgram {
+        /// The folder `shmrc` runs from.
+        beside: OsString,
+    },
+    /// `shmrc-bench` was found but could not be started.
+    #[error("cannot start {program:?}: {source}")]
+    BenchProgram {
+        /// The program tried.
+        program: OsString,
+        /// Why it did not start.
+        source: std::io::Error,
+    },
     /// `shmrc soak` found failures (it printed each).
     #[error("the soak found {0} failure(s) (printed above)")]
     SoakFailed(usize),

@@ -1,7 +1,7 @@
 //! `shmrc status`: the manager's counters and clients, as a table or one JSON object;
 //! and the one-line manager summary `ls` and `sweep` print.
 
-use shmrc_bench::table::{Table, age};
+use crate::table::{Table, age};
 
 use crate::error::Result;
 

@@ -99,17 +99,7 @@ fn a_failing_command_exits_1_naming_the_cause() {
         let error = doc["error"].as_str().expect("an error string");
         assert!(error.contains("\"bad/name\""), "{doc}");
     }
-    // A cause of the CLI's own: a benchmark peer started without its configuration.
-    let out = shmrc_within(
-        &["bench-peer"],
-        &[("SHMRC_BENCH_CONTENDER", "nobody".into())],
-    );
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(
-        err.contains("unknown contender \"nobody\" in $SHMRC_BENCH_CONTENDER"),
-        "{err}"
-    );
+    // A cause of the CLI's own (no `shmrc-bench` to run): cli/tests/bench_forward.rs.
 }
 
 /// `shmrc args` (which must succeed) as JSON.

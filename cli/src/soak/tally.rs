@@ -4,8 +4,6 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use shmrc_bench::kill_latency::percentile;
-
 /// The counts and findings of one run.
 #[derive(Default)]
 pub struct Tally {
@@ -100,4 +98,10 @@ impl Tally {
 
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
+}
+
+/// The `p`-th percentile of sorted `samples`, nearest rank (zero for none).
+fn percentile(samples: &[Duration], p: f64) -> Duration {
+    let rank = (p / 100.0 * samples.len() as f64).ceil() as usize;
+    samples.get(rank.max(1) - 1).copied().unwrap_or_default()
 }

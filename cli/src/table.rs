@@ -1,4 +1,5 @@
-//! Plain-text tables and human-readable sizes and ages for the CLI.
+//! The CLI's plain-text tables (`ls`, `sweep`, `status`, the demo's ledger) and its
+//! human-readable sizes and ages.
 
 /// A table printed with aligned columns.
 pub struct Table<const N: usize> {

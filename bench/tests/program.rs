@@ -1,4 +1,4 @@
-//! `shmrc bench`: a real (short) run prints one JSON document with each result's ratio
+//! The `shmrc-bench` program (what `shmrc bench` runs): a real (short) run prints one JSON document with each result's ratio
 //! to its baseline; bad arguments and a peer started
 //! without its configuration fail with errors that say why. No timing is asserted.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
@@ -6,10 +6,10 @@
 use std::process::{Command, Output};
 use std::time::Duration;
 
-/// Runs `shmrc` (killed, failing the test, past 5 minutes: a quick bench takes seconds).
-fn shmrc(args: &[&str], env: &[(&str, &str)]) -> Output {
+/// Runs `shmrc-bench` (killed, failing the test, past 5 minutes: a quick run takes seconds).
+fn shmrc_bench(args: &[&str], env: &[(&str, &str)]) -> Output {
     shmrc_testkit::process::output_within(
-        Command::new(env!("CARGO_BIN_EXE_shmrc"))
+        Command::new(env!("CARGO_BIN_EXE_shmrc-bench"))
             .args(args)
             .envs(env.iter().copied()),
         Duration::from_secs(300),
@@ -18,7 +18,7 @@ fn shmrc(args: &[&str], env: &[(&str, &str)]) -> Output {
 
 #[test]
 fn a_quick_json_run_reports_each_contender_with_its_ratio_to_the_baseline() {
-    let out = shmrc(&["bench", "--quick", "--json", "--only", "clone/drop"], &[]);
+    let out = shmrc_bench(&["--quick", "--json", "--only", "clone/drop"], &[]);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -55,7 +55,7 @@ fn a_quick_json_run_reports_each_contender_with_its_ratio_to_the_baseline() {
 
 #[test]
 fn an_unknown_workload_is_refused_with_the_list_of_known_ones() {
-    let out = shmrc(&["bench", "--only", "ping"], &[]);
+    let out = shmrc_bench(&["--only", "ping"], &[]);
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
@@ -66,11 +66,11 @@ fn an_unknown_workload_is_refused_with_the_list_of_known_ones() {
 
 #[test]
 fn a_peer_without_a_known_contender_or_mode_says_so() {
-    let out = shmrc(&["bench-peer"], &[]);
+    let out = shmrc_bench(&["bench-peer"], &[]);
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown contender"));
 
-    let out = shmrc(
+    let out = shmrc_bench(
         &["bench-peer"],
         &[
             ("SHMRC_BENCH_CONTENDER", "floor memfd"),
@@ -81,7 +81,7 @@ fn a_peer_without_a_known_contender_or_mode_says_so() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown peer mode \"pong\""));
 
-    let out = shmrc(
+    let out = shmrc_bench(
         &["bench-peer"],
         &[
             ("SHMRC_BENCH_CONTENDER", "floor memfd"),
