@@ -189,8 +189,9 @@ impl<T: Pod> fmt::Debug for Loan<T> {
 /// pool lends the segment out again only once every holder let go. Nothing in the
 /// kernel enforces it, though (a frozen buffer's seal would forbid the pool to ever
 /// write the segment again): a process of the same user can open `/dev/shm/NAME` or
-/// `/proc/PID/fd/N` and map it writable, and a process that attaches a handle as a
-/// plain [`ShmBuf`] can [`write_at`](ShmBuf::write_at) it. Such a write while a
+/// `/proc/PID/fd/N` and map it writable (or truncate a file_system segment, and a
+/// reader dies of SIGBUS, as for any `ShmBuf`: `docs/SECURITY.md`), and a process that
+/// attaches a handle as a plain [`ShmBuf`] can [`write_at`](ShmBuf::write_at) it. Such a write while a
 /// `&[T]` of the sample lives is a data race: undefined behaviour in Rust's terms. With
 /// a `Pod` `T` every bit pattern is a valid `T`, so what it does in practice is
 /// change values under the reader, torn at any byte, and a value read twice may differ
