@@ -7,15 +7,16 @@
 //! (holder slots, recycle, generation) is unchanged.
 //!
 //! # Safety
-//! The two `unsafe` blocks turn a pooled buffer's data region into a slice.
+//! The three `unsafe` blocks turn a pooled buffer's data region into a slice.
 //!
 //! `&mut [T]` in a [`Loan`] is sound because, while the loan lives, nothing else
 //! reaches the segment's data: the pool handed the segment out only after its recycle
 //! step found no other holder in any process and no handle in flight, and no other
 //! `ShmBuf` of it in this process but the pool's own (which the pool uses for the
 //! header only); the loan makes no handle and hands out no `ShmBuf`, so no reference
-//! can appear; a handle of an earlier use is refused as [`Error::Stale`] before it maps
-//! anything. `&self`/`&mut self` give the aliasing Rust needs.
+//! can appear; a handle of an earlier use is refused as [`Error::Stale`] (in another
+//! process after a look at the header, never at the data). `&self`/`&mut self` give
+//! the aliasing Rust needs.
 //!
 //! `&[T]` in a [`Sample`] is sound as long as nobody writes the segment while the
 //! sample lives. shmrc guarantees that much for every process that uses it as the
