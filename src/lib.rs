@@ -302,6 +302,8 @@ pub use manager::DefaultOs;
 pub use manager::{inspect, sweep};
 pub use namespace::NameParts;
 pub use namespace::Namespace;
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use pool::{Loan, Sample};
 pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use segment::{Fields, Layout};
 pub use strategy::UnknownStrategy;

@@ -45,8 +45,17 @@
 //! the longest to let go), and the limits give back the idle ones handed out longest
 //! ago first.
 //!
+//! # Typed loans
+//! `pool/loan.rs`: [`ShmPool::loan`] wraps `get` in a [`Loan<T>`] (the creator's
+//! `&mut [T]`) that becomes a read-only [`Sample<T>`] (`&[T]` in every process), with no
+//! `unsafe` in user code; what that read-only promise rests on, and where it ends, is in
+//! the docs of [`Sample`].
+//!
 //! The pool owns the policy (which segment, how many kept, when to give memory back);
 //! the protocol owns the safety.
+
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+mod loan;
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -55,6 +64,9 @@ use crate::buf::{CreateOptions, ShmBuf};
 use crate::error::Result;
 use crate::manager::DefaultOs;
 use crate::os::Os;
+
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use loan::{Loan, Sample};
 
 /// How much an [`ShmPool`] keeps of what this process does not use (see the module
 /// docs of `shmrc::pool` for idle and lent buffers).

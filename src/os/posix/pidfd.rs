@@ -193,13 +193,13 @@ impl Watched {
 
     /// How many processes are watched.
     #[cfg(test)]
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.pidfds.len()
     }
 
     /// Whether `token`'s process is watched.
     #[cfg(test)]
-    pub fn watches(&self, token: Token) -> bool {
+    pub(super) fn watches(&self, token: Token) -> bool {
         self.pidfds.contains_key(&token)
     }
 }
