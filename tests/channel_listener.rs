@@ -1,0 +1,575 @@
+//! `shmrc::channel`'s many-client side with real processes: a [`Listener`] with several
+//! clients at once, a [`Select`] over their receivers (a client SIGKILLed is reported
+//! closed and what was in flight to it comes back), and `request`'s client and server.
+//! Each child is this test binary run again with `SHMRC_TEST_CHILD=<role>` (the `child`
+//! test below runs the role and exits). Children are killed only by pid and always
+//! reaped; every wait has a time limit; each test's namespace must be empty at its end.
+#![cfg(all(feature = "channel", not(any(shmrc_loom, shmrc_shuttle))))]
+
+use std::process::{Child, Command};
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+use shmrc::channel::request::{Client, Server};
+use shmrc::channel::{self, Connection, Listener, Select, Selection, service_name};
+use shmrc::{CreateOptions, Error, FrozenBuf, Namespace, ShmBuf, ShmBufMut, Strategy};
+use shmrc_testkit::data::{fnv1a, pattern};
+use shmrc_testkit::names::TestNamespace;
+use shmrc_testkit::process::{test_role, wait_within};
+
+const ROLE: &str = "SHMRC_TEST_CHILD";
+const NAMESPACE: &str = "SHMRC_TEST_NAMESPACE";
+const SERVER: &str = "SHMRC_TEST_SERVER";
+const LIMIT: Duration = Duration::from_secs(30);
+
+/// What the server sends a client: buffers of both strategies and a frozen one.
+#[derive(Serialize, Deserialize, Debug)]
+enum ToClient {
+    Job {
+        anonymous: ShmBuf,
+        named: ShmBuf,
+        frozen: FrozenBuf,
+        digest: u64,
+    },
+    /// Send your index back now.
+    Speak,
+}
+
+/// What a client sends back: which client it is, what it read (hashed), a buffer it
+/// made.
+#[derive(Serialize, Deserialize, Debug)]
+struct FromClient {
+    index: u32,
+    seen: u64,
+    made: Option<ShmBuf>,
+}
+
+fn fs_options(ns: &Namespace) -> CreateOptions {
+    CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(ns.clone())
+        .capacity(8)
+}
+
+/// A child of this test, SIGKILLed (by pid) and reaped if the test ends without
+/// reaping it.
+struct Kid(Option<Child>);
+
+impl Kid {
+    fn pid(&self) -> u32 {
+        self.0.as_ref().expect("not reaped").id()
+    }
+
+    fn reap(mut self) -> std::process::ExitStatus {
+        wait_within(self.0.as_mut().expect("not reaped"), LIMIT)
+    }
+
+    fn kill(mut self) {
+        let mut child = self.0.take().expect("not reaped yet");
+        child.kill().unwrap(); // SIGKILL, ours, by pid
+        child.wait().unwrap();
+    }
+}
+
+impl Drop for Kid {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Starts this binary in `role`, told where the server is and which client it is.
+fn start(role: &str, server: &str, index: u32, t: &TestNamespace) -> Kid {
+    let mut command: Command = test_role("child");
+    command
+        .env(ROLE, role)
+        .env(SERVER, server)
+        .env("SHMRC_TEST_INDEX", index.to_string())
+        .env(NAMESPACE, t.ns.prefix())
+        .env("SHMRC_MANAGER", "off");
+    Kid(Some(command.spawn().expect("start a child")))
+}
+
+/// The child side: runs the role named in `SHMRC_TEST_CHILD` and exits; without it
+/// (the ordinary test run) does nothing.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let server = std::env::var(SERVER).unwrap();
+    let index: u32 = std::env::var("SHMRC_TEST_INDEX").unwrap().parse().unwrap();
+    let code = match role.as_str() {
+        "echo" => echo(&server, index),
+        "stall" => stall(&server, index),
+        "caller" => caller(&server, index),
+        "answerer" => answerer(&server),
+        other => panic!("unknown role {other}"),
+    };
+    std::process::exit(code);
+}
+
+/// Connects and answers each message: a job with what it read and a new buffer, a
+/// `Speak` with its index. Exits 0 when the server closes the channel.
+fn echo(server: &str, index: u32) -> i32 {
+    let (to_server, from_server) = channel::connect::<FromClient, ToClient>(server).unwrap();
+    let ns = Namespace::new(std::env::var(NAMESPACE).unwrap()).unwrap();
+    loop {
+        let reply = match from_server.recv_timeout(LIMIT) {
+            Ok(ToClient::Job {
+                anonymous,
+                named,
+                frozen,
+                digest,
+            }) => {
+                let mut a = vec![0u8; anonymous.len()];
+                anonymous.read_at(0, &mut a).unwrap();
+                let mut n = vec![0u8; named.len()];
+                named.read_at(0, &mut n).unwrap();
+                let seen = fnv1a(&a) ^ fnv1a(&n) ^ fnv1a(&frozen);
+                if seen != digest {
+                    return 3;
+                }
+                let made = ShmBuf::with_options(128, &fs_options(&ns)).unwrap();
+                made.write_at(0, &pattern(128, index as u8)).unwrap();
+                FromClient {
+                    index,
+                    seen,
+                    made: Some(made),
+                }
+            }
+            Ok(ToClient::Speak) => FromClient {
+                index,
+                seen: 0,
+                made: None,
+            },
+            Err(Error::Disconnected) => return 0,
+            Err(e) => panic!("echo {index}: {e}"),
+        };
+        to_server.send(&reply).unwrap();
+    }
+}
+
+/// Connects, says it is there, and never reads again (waits to be killed).
+fn stall(server: &str, index: u32) -> i32 {
+    let (to_server, _from_server) = channel::connect::<FromClient, ToClient>(server).unwrap();
+    to_server
+        .send(&FromClient {
+            index,
+            seen: 0,
+            made: None,
+        })
+        .unwrap();
+    std::thread::sleep(LIMIT * 2);
+    1
+}
+
+/// Calls the server three times with a buffer and checks each answer (the sum of the
+/// buffer's bytes).
+fn caller(server: &str, index: u32) -> i32 {
+    let mut client = Client::<ShmBuf, u64>::connect(server).unwrap();
+    for round in 0..3u8 {
+        let buf = ShmBuf::new(64).unwrap();
+        let data = pattern(64, index as u8 ^ round);
+        buf.write_at(0, &data).unwrap();
+        let want: u64 = data.iter().map(|&b| u64::from(b)).sum();
+        if client.call_timeout(buf, LIMIT).unwrap() != want {
+            return 3;
+        }
+    }
+    0
+}
+
+/// Serves `request` calls (doubling each number), telling the parent its name first.
+fn answerer(parent: &str) -> i32 {
+    let mut server = Server::<u64, u64>::new().unwrap();
+    let (to_parent, _) = channel::connect::<String, u8>(parent).unwrap();
+    to_parent.send(&server.name().to_owned()).unwrap();
+    server.serve(|n| n * 2).unwrap();
+    1
+}
+
+fn job(t: &TestNamespace, seed: u8) -> ToClient {
+    let anonymous = ShmBuf::with_options(
+        4096,
+        &CreateOptions::new().strategy(Strategy::FileDescriptor),
+    )
+    .unwrap();
+    anonymous.write_at(0, &pattern(4096, seed)).unwrap();
+    let named = ShmBuf::with_options(256, &fs_options(&t.ns)).unwrap();
+    named.write_at(0, &pattern(256, seed ^ 0x5a)).unwrap();
+    let mut frozen = ShmBufMut::new(512).unwrap();
+    frozen.copy_from_slice(&pattern(512, seed ^ 0xa5));
+    let frozen = frozen.freeze().unwrap();
+    let digest = fnv1a(&pattern(4096, seed)) ^ fnv1a(&pattern(256, seed ^ 0x5a)) ^ fnv1a(&frozen);
+    ToClient::Job {
+        anonymous,
+        named,
+        frozen,
+        digest,
+    }
+}
+
+/// Accepts `n` clients, checking that each is one of `kids`; returns them in the
+/// order of `kids`.
+fn accept_all(
+    listener: &Listener<ToClient, FromClient>,
+    kids: &[Kid],
+) -> Vec<Connection<ToClient, FromClient>> {
+    let mut accepted: Vec<Connection<ToClient, FromClient>> = (0..kids.len())
+        .map(|_| listener.accept_timeout(LIMIT).unwrap())
+        .collect();
+    let me = nix::unistd::geteuid().as_raw();
+    assert!(accepted.iter().all(|c| c.uid == me));
+    let order: Vec<u32> = kids.iter().map(Kid::pid).collect();
+    accepted.sort_by_key(|c| {
+        order
+            .iter()
+            .position(|&pid| pid == c.pid)
+            .expect("a kid's pid")
+    });
+    accepted
+}
+
+#[test]
+fn several_clients_at_once_exchange_buffers_through_one_listener() {
+    let t = TestNamespace::new("lis-many");
+    let listener = Listener::<ToClient, FromClient>::new().unwrap();
+    let kids: Vec<Kid> = (0..4)
+        .map(|i| start("echo", listener.name(), i, &t))
+        .collect();
+    let clients = accept_all(&listener, &kids);
+    let mut set = Select::new();
+    let mut senders = std::collections::HashMap::new();
+    for (index, client) in clients.into_iter().enumerate() {
+        let id = set.add(client.receiver);
+        senders.insert(id, (index as u32, client.sender));
+    }
+    // Every client gets a job at once; the answers come back in any order.
+    let mut digests = std::collections::HashMap::new();
+    for (index, sender) in senders.values() {
+        let sent = job(&t, *index as u8);
+        let ToClient::Job { digest, .. } = &sent else {
+            unreachable!()
+        };
+        digests.insert(*index, *digest);
+        sender.send(&sent).unwrap();
+    }
+    let mut answered = 0;
+    while answered < 4 {
+        for selection in set.select_timeout(LIMIT).unwrap() {
+            let Selection::Message(id, reply) = selection else {
+                panic!("not a message: {selection:?}");
+            };
+            assert_eq!(
+                reply.index, senders[&id].0,
+                "the answer came on its client's channel"
+            );
+            assert_eq!(reply.seen, digests[&reply.index]);
+            let made = reply.made.expect("a buffer");
+            let mut got = vec![0u8; 128];
+            made.read_at(0, &mut got).unwrap();
+            assert_eq!(got, pattern(128, reply.index as u8));
+            answered += 1;
+        }
+    }
+    // Closing each channel ends its client; the set then reports each one closed.
+    senders.clear();
+    let mut closed = 0;
+    while closed < 4 {
+        for selection in set.select_timeout(LIMIT).unwrap() {
+            assert!(matches!(selection, Selection::Closed(_)), "{selection:?}");
+            closed += 1;
+        }
+    }
+    assert!(set.is_empty());
+    for kid in kids {
+        assert!(kid.reap().success());
+    }
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_client_killed_is_reported_closed_and_what_was_in_flight_to_it_comes_back() {
+    let t = TestNamespace::new("lis-kill");
+    let listener = Listener::<ToClient, FromClient>::new().unwrap();
+    let kids = vec![
+        start("echo", listener.name(), 0, &t),
+        start("stall", listener.name(), 1, &t),
+        start("echo", listener.name(), 2, &t),
+    ];
+    let (mut senders, receivers): (Vec<_>, Vec<_>) = accept_all(&listener, &kids)
+        .into_iter()
+        .map(|c| (c.sender, c.receiver))
+        .unzip();
+    let mut set = Select::new();
+    let ids: Vec<u64> = receivers.into_iter().map(|rx| set.add(rx)).collect();
+    // The staller says it is there, and then never reads: a job sent to it stays in
+    // flight, its file_system reference counted.
+    let hello = set.select_timeout(LIMIT).unwrap();
+    assert!(matches!(&hello[..], [Selection::Message(id, m)] if *id == ids[1] && m.index == 1));
+    let stuck = job(&t, 9);
+    let ToClient::Job { named, .. } = &stuck else {
+        unreachable!()
+    };
+    let named = named.clone();
+    senders[1].send(&stuck).unwrap();
+    drop(stuck);
+    assert_eq!(named.census().unwrap().in_flight, 1);
+    let mut kids = kids.into_iter();
+    let (first, staller, last) = (
+        kids.next().unwrap(),
+        kids.next().unwrap(),
+        kids.next().unwrap(),
+    );
+    staller.kill();
+    // The set reports it closed, and only it.
+    let gone = set.select_timeout(LIMIT).unwrap();
+    assert!(
+        matches!(&gone[..], [Selection::Closed(id)] if *id == ids[1]),
+        "{gone:?}"
+    );
+    assert_eq!(set.len(), 2);
+    // Dropping its sender gives back the reference no one can take over any more.
+    drop(senders.remove(1));
+    let census = named.census().unwrap();
+    assert_eq!(
+        (census.live, census.in_flight),
+        (1, 0),
+        "only this process holds it"
+    );
+    // The others are unaffected.
+    for sender in &senders {
+        sender.send(&job(&t, 1)).unwrap();
+    }
+    let mut answered = 0;
+    while answered < 2 {
+        for selection in set.select_timeout(LIMIT).unwrap() {
+            assert!(matches!(selection, Selection::Message(..)), "{selection:?}");
+            answered += 1;
+        }
+    }
+    drop(senders);
+    assert!(first.reap().success());
+    assert!(last.reap().success());
+    drop(named);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn select_over_eight_receivers_wakes_for_exactly_the_one_that_got_a_message() {
+    let t = TestNamespace::new("lis-eight");
+    let listener = Listener::<ToClient, FromClient>::new().unwrap();
+    let kids: Vec<Kid> = (0..8)
+        .map(|i| start("echo", listener.name(), i, &t))
+        .collect();
+    let clients = accept_all(&listener, &kids);
+    let mut set = Select::new();
+    let mut senders = Vec::new();
+    let mut ids = Vec::new();
+    for client in clients {
+        ids.push(set.add(client.receiver));
+        senders.push(client.sender);
+    }
+    // Nobody has said anything: the set waits, and says so when the time is up.
+    assert!(matches!(
+        set.select_timeout(Duration::from_millis(20)),
+        Err(Error::Timeout { .. })
+    ));
+    for k in [5, 0, 7, 3, 1, 6, 2, 4] {
+        senders[k].send(&ToClient::Speak).unwrap();
+        let woke = set.select_timeout(LIMIT).unwrap();
+        assert!(
+            matches!(&woke[..], [Selection::Message(id, m)] if *id == ids[k] && m.index == k as u32),
+            "asked {k}, got {woke:?}"
+        );
+    }
+    drop(senders);
+    for kid in kids {
+        assert!(kid.reap().success());
+    }
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn request_and_response_between_processes() {
+    let t = TestNamespace::new("lis-request");
+    let mut server = Server::<ShmBuf, u64>::new().unwrap();
+    let mut kids: Vec<Kid> = (0..3)
+        .map(|i| start("caller", server.name(), i, &t))
+        .collect();
+    let mut answered = 0;
+    let deadline = std::time::Instant::now() + LIMIT;
+    while !kids.is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "callers did not finish"
+        );
+        answered += server
+            .serve_timeout(Duration::from_millis(50), |buf| {
+                let mut data = vec![0u8; buf.len()];
+                buf.read_at(0, &mut data).unwrap();
+                data.iter().map(|&b| u64::from(b)).sum()
+            })
+            .unwrap();
+        let mut still = Vec::new();
+        for mut kid in kids {
+            match kid.0.as_mut().unwrap().try_wait().unwrap() {
+                Some(status) => {
+                    assert!(status.success(), "a caller failed: {status}");
+                    kid.0 = None;
+                }
+                None => still.push(kid),
+            }
+        }
+        kids = still;
+    }
+    assert_eq!(answered, 9);
+    // The callers are gone: the next round drops them.
+    while server.clients() > 0 {
+        server
+            .serve_timeout(Duration::from_millis(50), |_| 0)
+            .unwrap();
+    }
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_call_after_the_server_died_is_disconnected() {
+    let t = TestNamespace::new("lis-dead");
+    let parent = Listener::<u8, String>::new().unwrap();
+    let kid = start("answerer", parent.name(), 0, &t);
+    let from_kid = parent.accept_timeout(LIMIT).unwrap();
+    let name = from_kid.receiver.recv_timeout(LIMIT).unwrap();
+    let mut client = Client::<u64, u64>::connect(&name).unwrap();
+    assert_eq!(client.call_timeout(21, LIMIT).unwrap(), 42);
+    kid.kill();
+    assert!(matches!(
+        client.call_timeout(1, LIMIT),
+        Err(Error::Disconnected)
+    ));
+    assert!(matches!(client.call(1), Err(Error::Disconnected)));
+    assert!(matches!(
+        Client::<u64, u64>::connect(&name),
+        Err(Error::Bootstrap { .. })
+    ));
+}
+
+#[test]
+fn an_answer_that_comes_after_its_call_timed_out_is_not_taken_for_the_next() {
+    let _t = TestNamespace::new("lis-late");
+    let mut server = Server::<u64, u64>::new().unwrap();
+    let name = server.name().to_owned();
+    let caller = std::thread::spawn(move || {
+        let mut client = Client::<u64, u64>::connect(&name).unwrap();
+        let first = client.call_timeout(1, Duration::from_millis(10));
+        let second = client.call_timeout(2, LIMIT);
+        (first, second)
+    });
+    // Answer the first call only after the caller gave up on it.
+    let mut seen = Vec::new();
+    while seen.len() < 2 {
+        server
+            .serve_timeout(LIMIT, |n| {
+                if n == 1 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                seen.push(n);
+                n * 100
+            })
+            .unwrap();
+    }
+    let (first, second) = caller.join().unwrap();
+    assert!(matches!(first, Err(Error::Timeout { .. })), "{first:?}");
+    assert_eq!(second.unwrap(), 200);
+}
+
+#[test]
+fn a_named_service_is_found_by_its_name_and_bad_names_are_refused() {
+    let _t = TestNamespace::new("lis-names");
+    let service = format!("t-lis-{}", std::process::id());
+    let listener = Listener::<u8, u8>::bind(&service).unwrap();
+    let name = service_name(&service).unwrap();
+    assert_eq!(listener.name(), name);
+    let (tx, rx) = channel::connect::<u8, u8>(&name).unwrap();
+    let client = listener.accept_timeout(LIMIT).unwrap();
+    tx.send(&7).unwrap();
+    assert_eq!(client.receiver.recv_timeout(LIMIT).unwrap(), 7);
+    client.sender.send(&8).unwrap();
+    assert_eq!(rx.recv_timeout(LIMIT).unwrap(), 8);
+    // The socket file is the user's alone.
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&name).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    // A live service is not taken over.
+    assert!(matches!(
+        Listener::<u8, u8>::bind(&service),
+        Err(Error::Bootstrap { .. })
+    ));
+    drop(listener);
+    assert!(
+        !std::path::Path::new(&name).exists(),
+        "the socket file is removed"
+    );
+    assert!(matches!(
+        channel::connect::<u8, u8>(&name),
+        Err(Error::Bootstrap { .. })
+    ));
+    // A file left by a listener that died is replaced.
+    let left = std::os::unix::net::UnixListener::bind(&name).unwrap();
+    drop(left);
+    let again = Listener::<u8, u8>::bind(&service).unwrap();
+    drop(again);
+    for bad in ["", "a/b", "../x", ".hidden", "sp ace", &"x".repeat(65)] {
+        assert!(
+            matches!(
+                Listener::<u8, u8>::bind(bad),
+                Err(Error::InvalidArgument(_))
+            ),
+            "{bad:?}"
+        );
+        assert!(matches!(service_name(bad), Err(Error::InvalidArgument(_))));
+    }
+}
+
+#[test]
+fn accept_and_select_say_when_nothing_came_and_an_empty_set_is_refused() {
+    let _t = TestNamespace::new("lis-errors");
+    let listener = Listener::<u8, u8>::new().unwrap();
+    assert!(matches!(
+        listener.accept_timeout(Duration::from_millis(20)),
+        Err(Error::Timeout { .. })
+    ));
+    let mut set = Select::<u8>::new();
+    assert!(matches!(set.select(), Err(Error::InvalidArgument(_))));
+    assert!(matches!(
+        set.select_timeout(Duration::from_millis(1)),
+        Err(Error::InvalidArgument(_))
+    ));
+    // A receiver removed leaves the set; a message that is not a `T` is a failure that
+    // keeps its receiver, in step.
+    let (tx, rx) = channel::channel::<u8>().unwrap();
+    let id = set.add(rx);
+    assert!(set.remove(id).is_some());
+    assert!(set.remove(id).is_none());
+    assert!(set.is_empty());
+    let (raw_tx, raw_rx) = std::os::unix::net::UnixStream::pair().unwrap();
+    let wrong = channel::Sender::<u8>::from_stream(raw_tx);
+    let mut bools = Select::<bool>::new();
+    let id = bools.add(channel::Receiver::from_stream(raw_rx));
+    wrong.send(&200).unwrap();
+    let failed = bools.select_timeout(LIMIT).unwrap();
+    assert!(
+        matches!(&failed[..], [Selection::Failed(x, Error::Codec { .. })] if *x == id),
+        "{failed:?}"
+    );
+    assert_eq!(bools.len(), 1);
+    drop((tx, wrong));
+    let closed = bools.select_timeout(LIMIT).unwrap();
+    assert!(
+        matches!(&closed[..], [Selection::Closed(x)] if *x == id),
+        "{closed:?}"
+    );
+}
