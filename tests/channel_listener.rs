@@ -6,6 +6,8 @@
 //! reaped; every wait has a time limit; each test's namespace must be empty at its end.
 #![cfg(all(feature = "channel", not(any(shmrc_loom, shmrc_shuttle))))]
 
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::time::Duration;
 
@@ -15,7 +17,8 @@ use shmrc::channel::{self, Connection, Listener, Select, Selection, service_name
 use shmrc::{CreateOptions, Error, FrozenBuf, Namespace, ShmBuf, ShmBufMut, Strategy};
 use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{test_role, wait_within};
+use shmrc_testkit::process::{copy_of_this_test, output_within, test_role, text_of, wait_within};
+use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const ROLE: &str = "SHMRC_TEST_CHILD";
 const NAMESPACE: &str = "SHMRC_TEST_NAMESPACE";
@@ -106,6 +109,7 @@ fn child() {
         "stall" => stall(&server, index),
         "caller" => caller(&server, index),
         "answerer" => answerer(&server),
+        "intruder" => intruder(&server),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);
@@ -189,6 +193,23 @@ fn answerer(parent: &str) -> i32 {
     to_parent.send(&server.name().to_owned()).unwrap();
     server.serve(|n| n * 2).unwrap();
     1
+}
+
+/// Run as another user: connects to `server` and, if it may, sends a message; says
+/// which ("connected" or "refused").
+fn intruder(server: &str) -> i32 {
+    match channel::connect::<FromClient, ToClient>(server) {
+        Ok((to_server, _from_server)) => {
+            let _ = to_server.send(&FromClient {
+                index: 666,
+                seen: 0,
+                made: None,
+            });
+            println!("intruder: connected");
+        }
+        Err(e) => println!("intruder: refused: {e}"),
+    }
+    0
 }
 
 fn job(t: &TestNamespace, seed: u8) -> ToClient {
@@ -500,7 +521,6 @@ fn a_named_service_is_found_by_its_name_and_bad_names_are_refused() {
     client.sender.send(&8).unwrap();
     assert_eq!(rx.recv_timeout(LIMIT).unwrap(), 8);
     // The socket file is the user's alone.
-    use std::os::unix::fs::PermissionsExt;
     let mode = std::fs::metadata(&name).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
     // A live service is not taken over.
@@ -572,4 +592,60 @@ fn accept_and_select_say_when_nothing_came_and_an_empty_set_is_refused() {
         matches!(&closed[..], [Selection::Closed(x)] if *x == id),
         "{closed:?}"
     );
+}
+
+/// Another user's process is never accepted: on a fresh abstract name it can connect
+/// (abstract sockets have no permissions) but the listener drops it by its
+/// `SO_PEERCRED` and goes on waiting; a service's socket file, in the private runtime
+/// directory, it cannot even reach. A client of this user is accepted after it.
+#[test]
+fn another_users_client_is_refused() {
+    const TEST: &str = "another_users_client_is_refused";
+    let t = TestNamespace::new("lis-other");
+    let user = match ThrowawayUser::create("lis") {
+        Ok(user) => user,
+        Err(why) => return cannot_attack(TEST, &why),
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = copy_of_this_test(dir.path());
+    let intrude = |server: &str| {
+        let mut command = Command::new(&probe);
+        command
+            .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+            .env(ROLE, "intruder")
+            .env(SERVER, server)
+            .env("SHMRC_TEST_INDEX", "0")
+            .env("SHMRC_MANAGER", "off")
+            .current_dir("/")
+            .uid(user.uid)
+            .gid(user.gid);
+        let out = output_within(&mut command, LIMIT);
+        assert!(out.status.success(), "{}", text_of(&out));
+        text_of(&out)
+    };
+
+    let listener = Listener::<ToClient, FromClient>::new().unwrap();
+    let said = intrude(listener.name());
+    assert!(said.contains("intruder: connected"), "{said}");
+    // Its connection waits in the backlog: accepting finds it, refuses it, times out.
+    assert!(matches!(
+        listener.accept_timeout(Duration::from_millis(200)),
+        Err(Error::Timeout { .. })
+    ));
+    let kid = start("echo", listener.name(), 0, &t);
+    let client = listener.accept_timeout(LIMIT).unwrap();
+    assert_eq!(client.pid, kid.pid());
+    drop(client);
+    assert!(kid.reap().success());
+
+    let service = format!("t-lis-other-{}", std::process::id());
+    let listener = Listener::<ToClient, FromClient>::bind(&service).unwrap();
+    let said = intrude(listener.name());
+    assert!(said.contains("intruder: refused"), "{said}");
+    assert!(matches!(
+        listener.accept_timeout(Duration::from_millis(50)),
+        Err(Error::Timeout { .. })
+    ));
+    assert!(t.names().is_empty(), "{:?}", t.names());
 }
