@@ -99,10 +99,12 @@ impl<T: Serialize + DeserializeOwned, U: Serialize + DeserializeOwned> Listener<
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::channel::{Listener, connect, service_name};
     ///
-    /// let listener = Listener::<u8, u8>::bind("doc-jobs")?;
-    /// assert_eq!(listener.name(), service_name("doc-jobs")?);
-    /// let (_tx, _rx) = connect::<u8, u8>(&service_name("doc-jobs")?)?;
-    /// assert!(matches!(Listener::<u8, u8>::bind("doc-jobs"), Err(shmrc::Error::Bootstrap { .. })));
+    /// let service = format!("doc-jobs-{}", std::process::id());
+    /// let listener = Listener::<u8, u8>::bind(&service)?;
+    /// assert_eq!(listener.name(), service_name(&service)?);
+    /// let (_tx, _rx) = connect::<u8, u8>(&service_name(&service)?)?;
+    /// // One listener per service: a second is refused while the first lives.
+    /// assert!(matches!(Listener::<u8, u8>::bind(&service), Err(shmrc::Error::Bootstrap { .. })));
     /// assert!(matches!(Listener::<u8, u8>::bind("a/b"), Err(shmrc::Error::InvalidArgument(_))));
     /// # Ok::<(), shmrc::Error>(())
     /// ```
