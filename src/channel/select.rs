@@ -3,8 +3,8 @@
 //! their sockets says which have a message or were closed: no busy polling, no
 //! per-receiver timeouts. What it reports is a [`Selection`] per receiver that woke:
 //! the message, received with its buffers attached, or the news that the other end is
-//! gone (a client that exited or was SIGKILLed), after which the receiver leaves the
-//! set.
+//! gone (a client that exited or was SIGKILLed, even half-way through a message), after
+//! which the receiver leaves the set.
 //!
 //! A receiver is read only once `poll` said it has something. Until the resumable
 //! receive lands in [`Receiver`], a message a sender began but stopped writing half
@@ -52,12 +52,15 @@ pub struct Select<T> {
 pub enum Selection<T> {
     /// The receiver with this id had a message: here it is, its buffers attached.
     Message(u64, T),
-    /// The other end of this receiver is gone and every message was read (the sender
-    /// was dropped, or its process exited or was killed): the receiver left the set.
+    /// The receiver left the set: the other end is gone and every message was read
+    /// (the sender was dropped, or its process exited or was killed), or its stream is
+    /// out of step (a [`Selection::Failed`] just before says why). Every receiver that
+    /// leaves the set other than by [`Select::remove`] is reported so, once.
     Closed(u64),
     /// Receiving on this receiver failed. After an [`Error::Codec`] (a message that is
-    /// not a `T`, dropped with its buffers) the receiver stays in the set, in step;
-    /// after any other error it left the set (its stream cannot be trusted to be).
+    /// not a `T`, dropped with its buffers) the receiver stays in the set, in step; any
+    /// other error (a sender killed half-way through a message: [`Error::Malformed`])
+    /// is followed by [`Selection::Closed`] for it.
     Failed(u64, Error),
 }
 
@@ -191,8 +194,11 @@ impl<T: DeserializeOwned> Select<T> {
             }
             Err(error @ Error::Codec { .. }) => selected.push(Selection::Failed(id, error)),
             Err(error) => {
+                // Out of step (a sender killed half-way through a message, a frame that
+                // is not ours): why, then that the receiver is gone.
                 self.receivers.remove(&id);
                 selected.push(Selection::Failed(id, error));
+                selected.push(Selection::Closed(id));
             }
         }
     }
