@@ -524,10 +524,14 @@ fn a_named_service_is_found_by_its_name_and_bad_names_are_refused() {
     // The socket file is the user's alone.
     let mode = std::fs::metadata(&name).unwrap().permissions().mode();
     assert_eq!(mode & 0o777, 0o600, "{mode:o}");
-    // A live service is not taken over.
+    // A live service is not taken over, and its listener sees no one knock.
     assert!(matches!(
         Listener::<u8, u8>::bind(&service),
         Err(Error::Bootstrap { .. })
+    ));
+    assert!(matches!(
+        listener.accept_timeout(Duration::from_millis(50)),
+        Err(Error::Timeout { .. })
     ));
     drop(listener);
     assert!(

@@ -16,7 +16,7 @@
 use std::marker::PhantomData;
 use std::os::fd::{AsFd, BorrowedFd};
 use std::os::linux::net::SocketAddrExt;
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
@@ -28,7 +28,7 @@ use serde::de::DeserializeOwned;
 use super::{Receiver, Sender};
 use crate::error::{Error, Result};
 use crate::manager::runtime::RuntimeDir;
-use crate::manager::sys::{Peer, peer_credentials, poll_readable};
+use crate::manager::sys::{FileLock, Peer, peer_credentials, poll_readable, try_lock_exclusive};
 
 /// The environment variable through which [`spawn`] tells the child where to connect
 /// ([`from_parent`] reads it).
@@ -48,9 +48,18 @@ const SUN_PATH_LEN: usize = 108;
 pub(super) struct Endpoint {
     listener: UnixListener,
     name: String,
-    /// The socket file a service endpoint made, and its identity (device, inode): the
-    /// file is removed on drop only while it is still this one.
-    file: Option<(PathBuf, (u64, u64))>,
+    /// A service endpoint's socket file, removed on drop.
+    file: Option<ServiceFile>,
+}
+
+/// The socket file of a service and the lock that makes it this endpoint's. (The lock
+/// file stays when the endpoint goes: removing it while another listener may be
+/// opening it would let two hold "the" lock.)
+struct ServiceFile {
+    path: PathBuf,
+    /// Device and inode: the file is removed on drop only while it is still this one.
+    identity: (u64, u64),
+    _lock: FileLock,
 }
 
 impl Endpoint {
@@ -72,32 +81,43 @@ impl Endpoint {
     }
 
     /// Listens as `service` ([`service_name`]): its socket file, mode `0600`, in the
-    /// user's runtime directory (`0700`, checked). A file left by a listener that is
-    /// gone is replaced; one that a live listener serves is [`Error::Bootstrap`].
+    /// user's runtime directory (`0700`, checked), owned while this endpoint holds the
+    /// `flock` of `channel.<service>.lock` beside it. A service another listener holds
+    /// is [`Error::Bootstrap`] (and that listener sees nothing: no probe connects to
+    /// it); a socket file left by a listener that died is replaced.
     pub(super) fn service(service: &str) -> Result<Endpoint> {
         let name = service_name(service)?;
         let path = PathBuf::from(&name);
-        let listener = match UnixListener::bind(&path) {
-            Ok(listener) => listener,
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                if UnixStream::connect(&path).is_ok() {
-                    return Err(Error::Bootstrap {
-                        why: format!("service {service:?} is already served at {name}"),
-                    });
-                }
-                // Nobody listens: a file left by a listener that died. Replace it.
-                std::fs::remove_file(&path).map_err(|e| Error::os("unlink", e))?;
-                UnixListener::bind(&path).map_err(|e| Error::os("bind", e))?
-            }
-            Err(e) => return Err(Error::os("bind", e)),
-        };
+        let lock_path = path.with_file_name(format!("channel.{service}.lock"));
+        let lock_file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&lock_path)
+            .map_err(|e| Error::os("open the service lock", e))?;
+        let lock = try_lock_exclusive(lock_file)?.ok_or_else(|| Error::Bootstrap {
+            why: format!("service {service:?} is already served at {name}"),
+        })?;
+        // The service is ours: a socket file there was left by a listener that died.
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::os("unlink", e)),
+        }
+        let listener = UnixListener::bind(&path).map_err(|e| Error::os("bind", e))?;
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))
             .map_err(|e| Error::os("chmod", e))?;
         let meta = std::fs::symlink_metadata(&path).map_err(|e| Error::os("stat", e))?;
         Ok(Endpoint {
             listener,
             name,
-            file: Some((path, (meta.dev(), meta.ino()))),
+            file: Some(ServiceFile {
+                path,
+                identity: (meta.dev(), meta.ino()),
+                _lock: lock,
+            }),
         })
     }
 
@@ -152,11 +172,11 @@ impl Endpoint {
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
-        if let Some((path, identity)) = &self.file {
-            let ours = std::fs::symlink_metadata(path)
-                .is_ok_and(|meta| (meta.dev(), meta.ino()) == *identity);
+        if let Some(file) = &self.file {
+            let ours = std::fs::symlink_metadata(&file.path)
+                .is_ok_and(|meta| (meta.dev(), meta.ino()) == file.identity);
             if ours {
-                let _ = std::fs::remove_file(path);
+                let _ = std::fs::remove_file(&file.path);
             }
         }
     }

@@ -92,8 +92,9 @@ impl<T: Serialize + DeserializeOwned, U: Serialize + DeserializeOwned> Listener<
     /// Listens as `service`: a socket file (mode `0600`) in this user's runtime
     /// directory, at [`service_name`](super::service_name)`(service)`, removed when the
     /// listener is dropped. A bad service name is [`Error::InvalidArgument`]; one a
-    /// live listener already serves is [`Error::Bootstrap`] (a file left by a dead one
-    /// is replaced).
+    /// live listener already serves (it holds the `flock` of `channel.<service>.lock`
+    /// beside the socket) is [`Error::Bootstrap`]; a socket file left by a dead one is
+    /// replaced.
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
