@@ -110,6 +110,7 @@ fn child() {
         "caller" => caller(&server, index),
         "answerer" => answerer(&server),
         "intruder" => intruder(&server),
+        "runtime-dir" => runtime_dir(),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);
@@ -209,6 +210,21 @@ fn intruder(server: &str) -> i32 {
         }
         Err(e) => println!("intruder: refused: {e}"),
     }
+    0
+}
+
+/// Run with `SHMRC_RUNTIME_DIR` set by the parent: what `service_name` and
+/// `Listener::bind` say about that directory, one line each.
+fn runtime_dir() -> i32 {
+    let said = |r: shmrc::Result<String>| match r {
+        Ok(name) => format!("ok {name}"),
+        Err(Error::SocketPathTooLong { .. }) => "too long".to_owned(),
+        Err(Error::UnsafeRuntimeDir { .. }) => "unsafe".to_owned(),
+        Err(e) => format!("other {e}"),
+    };
+    println!("service_name: {}", said(service_name("jobs")));
+    let bound = Listener::<u8, u8>::bind("jobs").map(|l| l.name().to_owned());
+    println!("bind: {}", said(bound));
     0
 }
 
@@ -538,6 +554,8 @@ fn a_named_service_is_found_by_its_name_and_bad_names_are_refused() {
         !std::path::Path::new(&name).exists(),
         "the socket file is removed"
     );
+    let lock = name.replace(".sock", ".lock");
+    assert!(!std::path::Path::new(&lock).exists(), "{lock} is removed");
     assert!(matches!(
         channel::connect::<u8, u8>(&name),
         Err(Error::Bootstrap { .. })
@@ -547,6 +565,8 @@ fn a_named_service_is_found_by_its_name_and_bad_names_are_refused() {
     drop(left);
     let again = Listener::<u8, u8>::bind(&service).unwrap();
     drop(again);
+    assert!(!std::path::Path::new(&name).exists());
+    assert!(!std::path::Path::new(&lock).exists());
     for bad in ["", "a/b", "../x", ".hidden", "sp ace", &"x".repeat(65)] {
         assert!(
             matches!(
@@ -707,4 +727,77 @@ fn a_message_begun_and_stopped_does_not_hold_up_the_others() {
         woke.expect("the whole message was not selected while two others were stopped half-way"),
         vec![whole]
     );
+}
+
+/// A runtime directory whose socket path would not fit `sun_path`, or that others could
+/// enter, is refused by name (each case in a child with its own `SHMRC_RUNTIME_DIR`).
+#[test]
+fn a_runtime_directory_that_cannot_hold_a_service_is_refused() {
+    let _t = TestNamespace::new("lis-rundir");
+    let scratch = tempfile::tempdir().unwrap();
+    let ask = |dir: &std::path::Path| {
+        let mut command = test_role("child");
+        command
+            .env(ROLE, "runtime-dir")
+            .env(SERVER, "-")
+            .env("SHMRC_TEST_INDEX", "0")
+            .env("SHMRC_RUNTIME_DIR", dir)
+            .env("SHMRC_MANAGER", "off");
+        let out = output_within(&mut command, LIMIT);
+        assert!(out.status.success(), "{}", text_of(&out));
+        text_of(&out)
+    };
+    let long = scratch.path().join("d".repeat(100));
+    let said = ask(&long);
+    assert!(said.contains("service_name: too long"), "{said}");
+    assert!(said.contains("bind: too long"), "{said}");
+    let open = scratch.path().join("open");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let said = ask(&open);
+    assert!(said.contains("service_name: unsafe"), "{said}");
+    assert!(said.contains("bind: unsafe"), "{said}");
+    let private = scratch.path().join("private");
+    let said = ask(&private);
+    assert!(said.contains("bind: ok "), "{said}");
+    let mode = std::fs::metadata(&private).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700, "made private: {mode:o}");
+}
+
+/// A client whose request is not a `Req` is dropped by the server (it then sees
+/// `Disconnected`); the other clients are served on.
+#[test]
+fn a_client_out_of_step_is_dropped_and_the_others_served() {
+    let _t = TestNamespace::new("lis-bad-request");
+    let mut server = Server::<u64, u64>::new().unwrap();
+    let name = server.name().to_owned();
+    let good = std::thread::spawn({
+        let name = name.clone();
+        move || {
+            let mut client = Client::<u64, u64>::connect(&name).unwrap();
+            client.call_timeout(5, LIMIT)
+        }
+    });
+    // Not a numbered request: one byte that ends a varint half-way.
+    let (bad_tx, bad_rx) = channel::connect::<u8, u8>(&name).unwrap();
+    bad_tx.send(&200).unwrap();
+    let deadline = std::time::Instant::now() + LIMIT;
+    let serve = |server: &mut Server<u64, u64>| {
+        assert!(std::time::Instant::now() < deadline, "not served in time");
+        server
+            .serve_timeout(Duration::from_millis(20), |n| n + 1)
+            .unwrap();
+    };
+    while !good.is_finished() {
+        serve(&mut server);
+    }
+    assert_eq!(good.join().unwrap().unwrap(), 6);
+    // The bad client is dropped: its channel ends.
+    loop {
+        match bad_rx.recv_timeout(Duration::from_millis(1)) {
+            Err(Error::Disconnected) => break,
+            Err(Error::Timeout { .. }) => serve(&mut server),
+            other => panic!("the bad client got {other:?}"),
+        }
+    }
 }

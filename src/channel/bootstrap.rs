@@ -52,14 +52,41 @@ pub(super) struct Endpoint {
     file: Option<ServiceFile>,
 }
 
-/// The socket file of a service and the lock that makes it this endpoint's. (The lock
-/// file stays when the endpoint goes: removing it while another listener may be
-/// opening it would let two hold "the" lock.)
+/// The socket file of a service and the lock that makes it this endpoint's; both files
+/// are removed on drop, the lock file while it is still held ([`lock_service`] tells a
+/// lock taken on a file removed meanwhile from the one at the path).
 struct ServiceFile {
     path: PathBuf,
     /// Device and inode: the file is removed on drop only while it is still this one.
     identity: (u64, u64),
+    lock_path: PathBuf,
     _lock: FileLock,
+}
+
+/// Takes the `flock` of the lock file at `path` (created `0600`) without waiting:
+/// `Ok(None)` when another listener holds it. A lock taken on a file that its holder
+/// removed before letting go (the file at `path` is then another, or none) is no
+/// lock: it tries again on the file now there.
+fn lock_service(path: &Path) -> Result<Option<FileLock>> {
+    loop {
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(path)
+            .map_err(|e| Error::os("open the service lock", e))?;
+        let opened = file.metadata().map_err(|e| Error::os("fstat", e))?;
+        let Some(lock) = try_lock_exclusive(file)? else {
+            return Ok(None);
+        };
+        let still_there = std::fs::symlink_metadata(path)
+            .is_ok_and(|now| (now.dev(), now.ino()) == (opened.dev(), opened.ino()));
+        if still_there {
+            return Ok(Some(lock));
+        }
+    }
 }
 
 impl Endpoint {
@@ -89,15 +116,7 @@ impl Endpoint {
         let name = service_name(service)?;
         let path = PathBuf::from(&name);
         let lock_path = path.with_file_name(format!("channel.{service}.lock"));
-        let lock_file = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(&lock_path)
-            .map_err(|e| Error::os("open the service lock", e))?;
-        let lock = try_lock_exclusive(lock_file)?.ok_or_else(|| Error::Bootstrap {
+        let lock = lock_service(&lock_path)?.ok_or_else(|| Error::Bootstrap {
             why: format!("service {service:?} is already served at {name}"),
         })?;
         // The service is ours: a socket file there was left by a listener that died.
@@ -116,6 +135,7 @@ impl Endpoint {
             file: Some(ServiceFile {
                 path,
                 identity: (meta.dev(), meta.ino()),
+                lock_path,
                 _lock: lock,
             }),
         })
@@ -178,6 +198,8 @@ impl Drop for Endpoint {
             if ours {
                 let _ = std::fs::remove_file(&file.path);
             }
+            // Still held (the lock goes with the fields, after this).
+            let _ = std::fs::remove_file(&file.lock_path);
         }
     }
 }
