@@ -801,3 +801,42 @@ fn a_client_out_of_step_is_dropped_and_the_others_served() {
         }
     }
 }
+
+/// Two threads bind and drop the same service as fast as they can: at no moment do two
+/// listeners hold it (each drop removes the lock file while holding it; a lock taken on
+/// the removed file must not count).
+#[test]
+fn a_service_has_one_listener_at_a_time_while_binders_race() {
+    use std::sync::Mutex;
+    let _t = TestNamespace::new("lis-race");
+    let service = format!("t-lis-race-{}", std::process::id());
+    let holders = Mutex::new(0usize);
+    let bound = Mutex::new(0usize);
+    std::thread::scope(|scope| {
+        for _ in 0..2 {
+            scope.spawn(|| {
+                for _ in 0..2000 {
+                    match Listener::<u8, u8>::bind(&service) {
+                        Ok(listener) => {
+                            {
+                                let mut held = holders.lock().unwrap();
+                                assert_eq!(*held, 0, "two listeners");
+                                *held += 1;
+                            }
+                            *bound.lock().unwrap() += 1;
+                            std::thread::yield_now();
+                            *holders.lock().unwrap() -= 1;
+                            drop(listener);
+                        }
+                        Err(Error::Bootstrap { .. }) => {}
+                        Err(e) => panic!("{e}"),
+                    }
+                }
+            });
+        }
+    });
+    assert!(*bound.lock().unwrap() > 0);
+    let name = service_name(&service).unwrap();
+    assert!(!std::path::Path::new(&name).exists());
+    assert!(!std::path::Path::new(&name.replace(".sock", ".lock")).exists());
+}
