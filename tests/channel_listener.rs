@@ -17,7 +17,9 @@ use shmrc::channel::{self, Connection, Listener, Select, Selection, service_name
 use shmrc::{CreateOptions, Error, FrozenBuf, Namespace, ShmBuf, ShmBufMut, Strategy};
 use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{copy_of_this_test, output_within, test_role, text_of, wait_within};
+use shmrc_testkit::process::{
+    Talker, copy_of_this_test, output_within, test_role, text_of, wait_within,
+};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 
 const ROLE: &str = "SHMRC_TEST_CHILD";
@@ -111,6 +113,7 @@ fn child() {
         "answerer" => answerer(&server),
         "intruder" => intruder(&server),
         "runtime-dir" => runtime_dir(),
+        "foreign-server" => foreign_server(),
         other => panic!("unknown role {other}"),
     };
     std::process::exit(code);
@@ -196,12 +199,20 @@ fn answerer(parent: &str) -> i32 {
     1
 }
 
-/// Run as another user: connects to `server` and, if it may, sends a message; says
-/// which ("connected" or "refused").
+/// Run as another user: connects to `server` by hand (an attacker skips the library's
+/// own check of the server) and, if it may, sends a message; says which ("connected"
+/// or "refused").
 fn intruder(server: &str) -> i32 {
-    match channel::connect::<FromClient, ToClient>(server) {
-        Ok((to_server, _from_server)) => {
-            let _ = to_server.send(&FromClient {
+    use std::os::linux::net::SocketAddrExt;
+    use std::os::unix::net::{SocketAddr, UnixStream};
+    let stream = if server.starts_with('/') {
+        UnixStream::connect(server)
+    } else {
+        UnixStream::connect_addr(&SocketAddr::from_abstract_name(server.as_bytes()).unwrap())
+    };
+    match stream {
+        Ok(stream) => {
+            let _ = channel::Sender::<FromClient>::from_stream(stream).send(&FromClient {
                 index: 666,
                 seen: 0,
                 made: None,
@@ -225,6 +236,15 @@ fn runtime_dir() -> i32 {
     println!("service_name: {}", said(service_name("jobs")));
     let bound = Listener::<u8, u8>::bind("jobs").map(|l| l.name().to_owned());
     println!("bind: {}", said(bound));
+    0
+}
+
+/// Run as another user: listens, says its name, and waits for its stdin to close.
+fn foreign_server() -> i32 {
+    let listener = Listener::<u8, u8>::new().unwrap();
+    println!("name {}", listener.name());
+    let mut line = String::new();
+    let _ = std::io::stdin().read_line(&mut line);
     0
 }
 
@@ -663,6 +683,26 @@ fn another_users_client_is_refused() {
     assert_eq!(client.pid, kid.pid());
     drop(client);
     assert!(kid.reap().success());
+
+    // The other way round: a server of another user is refused by the client.
+    let mut command = Command::new(&probe);
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "foreign-server")
+        .env(SERVER, "-")
+        .env("SHMRC_TEST_INDEX", "0")
+        .env("SHMRC_MANAGER", "off")
+        .current_dir("/")
+        .uid(user.uid)
+        .gid(user.gid);
+    let foreign = Talker::start(&mut command, LIMIT);
+    let said = foreign.expect("name ");
+    let foreign_name = said["name ".len()..].trim();
+    match channel::connect::<u8, u8>(foreign_name) {
+        Err(Error::Bootstrap { why }) => assert!(why.contains("not this user"), "{why}"),
+        other => panic!("connected to another user's server: {other:?}"),
+    }
+    foreign.finish();
 
     let service = format!("t-lis-other-{}", std::process::id());
     let listener = Listener::<ToClient, FromClient>::bind(&service).unwrap();

@@ -351,7 +351,8 @@ pub(super) fn pair<T: Serialize, U: DeserializeOwned>(
 
 /// Connects to the [`OneShotServer`] or [`Listener`](super::Listener) named `name` (in
 /// another process of this user): what its `name()` gave, or [`service_name`] of a
-/// service. A name nobody listens on is [`Error::Bootstrap`].
+/// service. A name nobody listens on, or that another user's process serves, is
+/// [`Error::Bootstrap`].
 ///
 /// ```
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -373,6 +374,18 @@ pub fn connect<T: Serialize + DeserializeOwned, U: Serialize + DeserializeOwned>
             SocketAddr::from_abstract_name(name.as_bytes()).map_err(|e| Error::os("connect", e))?;
         UnixStream::connect_addr(&address).map_err(refused)?
     };
+    // As the server refuses clients of another user, so the client refuses a server of
+    // another user (an abstract name is anyone's to bind).
+    let me = nix::unistd::geteuid().as_raw();
+    let server = peer_credentials(&stream)?;
+    if server.uid != me {
+        return Err(Error::Bootstrap {
+            why: format!(
+                "{name} is served by uid {}, not this user (uid {me})",
+                server.uid
+            ),
+        });
+    }
     pair(stream)
 }
 
