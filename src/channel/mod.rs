@@ -1,6 +1,8 @@
 //! Typed channels between processes (feature `channel`): [`channel`] makes a connected
 //! [`Sender`]/[`Receiver`] pair, [`spawn`] starts a child `Command` with a channel to
 //! it, and [`OneShotServer`]/[`connect`] join any two processes of this user.
+//! A [`Listener`] accepts any number of clients (each a channel), a [`Select`] waits
+//! on many receivers at once, and [`request`] answers calls on top of both.
 //!
 //! A message is any `T: Serialize + DeserializeOwned`, encoded with
 //! [postcard](https://docs.rs/postcard) (compact, not self-describing). [`ShmBuf`]s and
@@ -54,7 +56,10 @@
 #[cfg(feature = "ndarray")]
 mod array;
 mod bootstrap;
+mod listener;
 pub(crate) mod oob;
+pub mod request;
+mod select;
 #[cfg(feature = "tokio")]
 mod tokio;
 
@@ -76,7 +81,9 @@ use crate::transport;
 
 #[cfg(feature = "tokio")]
 pub use self::tokio::{AsyncReceiver, AsyncSender};
-pub use bootstrap::{CHANNEL_ENV, OneShotServer, connect, from_parent, spawn};
+pub use bootstrap::{CHANNEL_ENV, OneShotServer, connect, from_parent, service_name, spawn};
+pub use listener::{Connection, Incoming, Listener};
+pub use select::{Select, Selection};
 
 /// A connected pair in this process: send on one end, receive on the other. Give one
 /// end to another process by `fork`, or use [`spawn`] / [`OneShotServer`] to connect a
