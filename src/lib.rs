@@ -49,7 +49,11 @@
 //! Making and letting go of many buffers (a batch per step)? A [`ShmPool`] hands out
 //! recycled ones of either strategy: a segment or memfd nobody holds any more is
 //! reused, without a new reservation ([`PoolLimits`] bound what it keeps idle,
-//! [`PoolStats`] count what it did).
+//! [`PoolStats`] count what it did). Typed and without `unsafe`: [`ShmPool::loan`] gives
+//! a [`Loan`] (`&mut [T]`, only this process has it), [`Loan::into_sample`] a read-only
+//! [`Sample`] (`&[T]` in every process that attaches it); how a pooled sample compares
+//! with a sealed [`FrozenBuf`], and what a same-user writer can still do to it, is in
+//! `docs/GUIDE.md`.
 //!
 //! **2. Fill it.** Before anyone else has it, a [`ShmBufMut`] is a plain `&mut [u8]`
 //! (or `&mut [T]` for any `bytemuck::Pod` `T`, `cast_mut`): zero-copy, no `unsafe`.
@@ -67,7 +71,9 @@
 //! **4. Hand it to another process.** Feature `channel`: `shmrc::channel` sends any
 //! serde struct whose `ShmBuf`/`FrozenBuf` fields travel out of band, starts a child
 //! `Command` with a channel to it (`channel::spawn` / `channel::from_parent`), waits
-//! with a timeout, and (feature `tokio`) asynchronously. Without it:
+//! with a timeout, and (feature `tokio`) asynchronously; a `channel::Listener` serves
+//! any number of clients by a service name, `channel::Select` waits on many receivers
+//! at once, and `channel::request` makes calls with answers. Without it:
 //! [`ShmBuf::share`] → [`ShareHandle`] → [`transport::send`]/[`transport::recv`] (a
 //! payload and handles over a Unix stream) or, for file_system, `into_bytes`; the
 //! receiver calls [`ShmBuf::attach`] (or [`FrozenBuf::attach`]).
@@ -89,7 +95,8 @@
 //! # Index
 //! - [`ShmBuf`], [`CreateOptions`], [`ShareHandle`]: create, share, attach, read and
 //!   write; [`DataRegion`]: zero-copy `unsafe` access.
-//! - [`ShmPool`], [`PoolLimits`], [`PoolStats`]: recycled buffers of either strategy.
+//! - [`ShmPool`], [`PoolLimits`], [`PoolStats`]: recycled buffers of either strategy;
+//!   [`Loan`], [`Sample`]: typed pooled buffers without `unsafe`.
 //! - [`ShmBufMut`], [`FrozenBuf`], [`FreezeError`]: zero-copy access without `unsafe`;
 //!   `FrozenArray` (feature `ndarray`).
 //! - `channel` (feature `channel`): typed messages carrying buffers between processes.
