@@ -440,10 +440,18 @@ fn a_receiver_dropped_mid_message_leaks_no_descriptor_or_segment() {
     // server's end are open; the descriptors went through the proxy and it closed its
     // copies.
     let with_sockets = open_fds();
-    match receiver.recv_timeout(Duration::from_millis(50)) {
-        Err(Error::Timeout { .. }) => {}
-        other => panic!("expected a timeout, got {other:?}"),
-    }
+    // In a thread of its own, so that a receive that waits inside the message fails
+    // the test (after the cut frees it) instead of hanging it.
+    let (back, returned) = mpsc::channel();
+    std::thread::spawn(move || {
+        let got = receiver.recv_timeout(Duration::from_millis(50));
+        let _ = back.send((receiver, got.map(|_| ())));
+    });
+    let Ok((receiver, got)) = returned.recv_timeout(LIMIT) else {
+        let _ = stalled.cut();
+        panic!("recv_timeout(50 ms) had not returned after {LIMIT:?}: it waits inside the message");
+    };
+    assert!(matches!(got, Err(Error::Timeout { .. })), "{got:?}");
     assert_eq!(
         open_fds(),
         with_sockets + 2,
