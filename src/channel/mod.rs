@@ -369,7 +369,8 @@ impl<T: DeserializeOwned> Receiver<T> {
         }
     }
 
-    /// A message if one is waiting, else [`Error::Timeout`] at once.
+    /// A message if it has arrived whole, else [`Error::Timeout`] at once (what arrived
+    /// of one is read and kept for the next call).
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
