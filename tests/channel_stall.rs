@@ -479,8 +479,9 @@ fn a_receiver_dropped_mid_message_leaks_no_descriptor_or_segment() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
-/// The async receiver as a `Stream`: it yields each message (one of them stalled
-/// half-way, then resumed) and ends, for good, when the sending end is gone.
+/// The async receiver as a `Stream`: it yields a message stalled half-way (across a
+/// cancelled `recv` and a given-up wait), then resumed, intact, and ends, for good,
+/// when the sending end is gone.
 #[test]
 fn the_stream_yields_messages_across_a_stall_and_ends_on_disconnect() {
     let _serial = serial();
@@ -492,7 +493,11 @@ fn the_stream_yields_messages_across_a_stall_and_ends_on_disconnect() {
     let (stalled, receiver) = StalledClient::start(note(5, 1, BIG));
     runtime.block_on(async move {
         let mut stream = AsyncReceiver::new(receiver).unwrap();
-        // Stalled: nothing yet, and the wait gives up without consuming anything.
+        // Stalled: nothing yet. A `recv` future dropped mid-message (cancelled by a
+        // timeout) and a stream wait that gives up both leave what arrived in the
+        // receiver: the message still arrives whole below.
+        let cancelled = tokio::time::timeout(Duration::from_millis(50), stream.recv()).await;
+        assert!(cancelled.is_err(), "{cancelled:?}");
         assert!(
             tokio::time::timeout(Duration::from_millis(50), next(&mut stream))
                 .await

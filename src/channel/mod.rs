@@ -264,6 +264,11 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// The receiving end over a connected Unix stream (its peer must be a [`Sender`]
     /// of the same `T`).
     ///
+    /// The stream is switched to non-blocking mode (the flag belongs to the open socket,
+    /// so every duplicate of this descriptor shares it; a [`Sender`] on the same
+    /// connection waits for room itself): receives wait with `poll`, never inside a read.
+    /// If that fails, every receive fails with the cause ([`Error::Os`]).
+    ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::channel::{Receiver, Sender};
@@ -275,10 +280,6 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// assert_eq!(rx.recv()?, "hi");
     /// # Ok::<(), shmrc::Error>(())
     /// ```
-    ///
-    /// The stream is switched to non-blocking mode (the flag belongs to the open socket,
-    /// so every duplicate of this descriptor shares it; a [`Sender`] on the same
-    /// connection waits for room itself): receives wait with `poll`, never inside a read.
     pub fn from_stream(stream: UnixStream) -> Receiver<T> {
         let not_nonblocking = stream.set_nonblocking(true).err().map(|e| e.kind());
         Receiver {

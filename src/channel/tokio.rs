@@ -1,7 +1,7 @@
 //! Async ends of a channel on tokio (feature `tokio`): [`AsyncReceiver::recv`] (and
 //! its [`Stream`]) waits for and reads a message without holding a thread, keeping a
-//! partly received one in the receiver across polls; [`AsyncSender::send`] writes on tokio's
-//! blocking pool so that a full socket never stalls the runtime.
+//! partly received one in the receiver across polls; [`AsyncSender::send`] writes on
+//! tokio's blocking pool so that a full socket never stalls the runtime.
 //!
 //! # Safety
 //! One `unsafe` call: registering a descriptor with tokio's reactor
