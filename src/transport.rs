@@ -12,6 +12,11 @@
 //! The descriptors ride on the frame's first byte. A receiver that hits its fd limit
 //! gets [`crate::Error::TooManyFds`] (never "received 0 items of ancdata" in silence);
 //! the connection is then out of step and should be closed.
+//!
+//! Reading is a state machine (`MessageReader`) that keeps a partly received message
+//! (bytes, descriptors, earlier frames' handles) across reads, so that a non-blocking
+//! reader (the channel's receivers) resumes it when more arrives instead of waiting
+//! inside it; [`recv`] drives it to the end on a blocking stream.
 
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use std::os::unix::net::UnixStream;
@@ -104,7 +109,9 @@ pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<ShareHandle>) -> R
 /// [`Error::Malformed`] for bytes that are not a message (or a connection cut inside
 /// one); [`Error::TooManyFds`] when this process's open-file limit dropped arriving
 /// descriptors. After an error other than `Disconnected` the connection is out of step:
-/// close it.
+/// close it. On a non-blocking stream that runs dry it is [`Error::Os`] with
+/// `WouldBlock`, and what was read of the message is lost: use a blocking stream here
+/// (a channel's `Receiver` keeps partial messages instead).
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
@@ -209,59 +216,157 @@ fn split_into_frames(carries_fd: impl IntoIterator<Item = bool>) -> Vec<std::ops
 /// the socket before a message began.
 #[doc(hidden)]
 pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
-    let mut handles = Vec::new();
-    let mut first = true;
-    // Asked once per message (a message of N handles made N `geteuid`s), and only when a
-    // handle arrives.
-    let mut uid = None;
-    loop {
-        let mut files = Vec::new();
-        let mut header = [0u8; FRAME_HEADER];
-        if !read_exact(os, stream, &mut header, &mut files, first)? {
-            return Err(Error::Disconnected);
+    match MessageReader::new().read_on(os, stream)? {
+        Some(message) => Ok(message),
+        // Only a non-blocking stream runs dry; this call has no way to wait on it.
+        None => Err(Error::os("recvmsg", std::io::ErrorKind::WouldBlock)),
+    }
+}
+
+/// A message being received, kept across reads: the frame being read (its header or
+/// its body, and how much of it has arrived), the descriptors that came with it, and
+/// the handles of the message's earlier frames. [`MessageReader::read_on`] reads what
+/// the stream has and stops when it runs dry (a non-blocking stream's `EAGAIN`), so a
+/// caller can wait for readiness (poll, an async reactor) and call again: a sender
+/// that stops half-way never holds the reading thread.
+///
+/// Dropping it mid-message closes the descriptors that arrived and gives back the
+/// references of the handles decoded so far, as a failed receive does.
+#[derive(Debug)]
+pub(crate) struct MessageReader<O: Os = DefaultOs> {
+    stage: Stage,
+    /// Descriptors that arrived with the frame being read (they ride on its first byte).
+    files: Vec<O::File>,
+    /// The handles of the whole frames read so far of this message.
+    handles: Vec<ShareHandle<O>>,
+    /// This process's uid, asked once per message and only when a handle arrives.
+    uid: Option<u32>,
+}
+
+/// Which part of a frame is being read, and how much of it has arrived.
+#[derive(Debug)]
+enum Stage {
+    Header {
+        bytes: [u8; FRAME_HEADER],
+        filled: usize,
+    },
+    Body {
+        frame: FrameHeader,
+        bytes: Vec<u8>,
+        filled: usize,
+    },
+}
+
+/// A frame header's fields, checked against the bounds.
+#[derive(Debug, Clone, Copy)]
+struct FrameHeader {
+    more: bool,
+    payload_len: usize,
+    count: usize,
+    fd_count: usize,
+}
+
+impl<O: Os> MessageReader<O> {
+    /// Nothing received yet.
+    pub(crate) fn new() -> MessageReader<O> {
+        MessageReader {
+            stage: Stage::Header {
+                bytes: [0; FRAME_HEADER],
+                filled: 0,
+            },
+            files: Vec::new(),
+            handles: Vec::new(),
+            uid: None,
         }
-        let field = |at: usize| {
-            u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
-                as usize
-        };
-        if header[0..4] != MAGIC {
-            return Err(malformed("bad magic".into()));
+    }
+
+    /// Reads on from `stream` until the message is whole (`Some`) or the stream has no
+    /// more bytes for now (`None`: a non-blocking stream said `EAGAIN`; what arrived
+    /// stays here for the next call). A blocking stream waits for the whole message.
+    /// [`Error::Disconnected`] if the stream ended before a message began; any error
+    /// drops the partial message (descriptors closed, handles given back) and leaves
+    /// the connection out of step, except `Disconnected`.
+    pub(crate) fn read_on(&mut self, os: &O, stream: &O::Stream) -> Result<Option<Message<O>>> {
+        let outcome = self.step(os, stream);
+        if outcome.is_err() {
+            *self = MessageReader::new();
         }
-        let version = u16::from_le_bytes([header[4], header[5]]);
-        if version != VERSION {
-            return Err(Error::WrongVersion {
-                segment: "transport frame".into(),
-                found: u64::from(version),
-                supported: u64::from(VERSION),
-            });
+        outcome
+    }
+
+    fn step(&mut self, os: &O, stream: &O::Stream) -> Result<Option<Message<O>>> {
+        loop {
+            let (buf, filled, in_header) = match &mut self.stage {
+                Stage::Header { bytes, filled } => (&mut bytes[..], filled, true),
+                Stage::Body { bytes, filled, .. } => (&mut bytes[..], filled, false),
+            };
+            if *filled < buf.len() {
+                let begun = *filled > 0;
+                match os.recv(stream, &mut buf[*filled..], &mut self.files) {
+                    Ok(0) => {
+                        let at_start =
+                            !begun && self.handles.is_empty() && self.files.is_empty() && in_header;
+                        return Err(if at_start {
+                            Error::Disconnected
+                        } else {
+                            malformed(format!(
+                                "connection closed after {} of {} bytes",
+                                *filled,
+                                buf.len()
+                            ))
+                        });
+                    }
+                    Ok(n) => *filled += n,
+                    Err(e) if would_block(&e) => return Ok(None),
+                    Err(e) => return Err(e),
+                }
+                continue;
+            }
+            let fresh = Stage::Header {
+                bytes: [0; FRAME_HEADER],
+                filled: 0,
+            };
+            match std::mem::replace(&mut self.stage, fresh) {
+                Stage::Header { bytes, .. } => {
+                    let frame = parse_header(&bytes)?;
+                    self.stage = Stage::Body {
+                        frame,
+                        bytes: vec![0; frame.payload_len + field(&bytes, 20)],
+                        filled: 0,
+                    };
+                }
+                Stage::Body { frame, bytes, .. } => {
+                    let files = std::mem::take(&mut self.files);
+                    let payload = self.take_frame(os, frame, &bytes, files)?;
+                    if !frame.more {
+                        let handles = std::mem::take(&mut self.handles);
+                        self.uid = None;
+                        return Ok(Some(Message { payload, handles }));
+                    }
+                }
+            }
         }
-        let flags = u16::from_le_bytes([header[6], header[7]]);
-        let (payload_len, count, fd_count, handle_bytes) =
-            (field(8), field(12), field(16), field(20));
-        if flags & !FLAG_MORE != 0
-            || payload_len > MAX_PAYLOAD
-            || count > MAX_HANDLES_PER_FRAME
-            || fd_count > count.min(MAX_FDS_PER_SEND)
-            || handle_bytes > count * (2 + handle::MAX_ENCODED_LEN)
-        {
+    }
+
+    /// Decodes a whole frame's handles (pairing each file_descriptor one with the next
+    /// of `files`) onto this message's, and returns the frame's payload.
+    fn take_frame(
+        &mut self,
+        os: &O,
+        frame: FrameHeader,
+        body: &[u8],
+        files: Vec<O::File>,
+    ) -> Result<Vec<u8>> {
+        if files.len() != frame.fd_count {
             return Err(malformed(format!(
-                "frame header out of range (flags {flags:#x}, payload {payload_len}, handles {count}, fds {fd_count}, handle bytes {handle_bytes})"
-            )));
-        }
-        first = false;
-        let mut body = vec![0u8; payload_len + handle_bytes];
-        if !read_exact(os, stream, &mut body, &mut files, false)? {
-            return Err(malformed("connection closed inside a frame".into()));
-        }
-        if files.len() != fd_count {
-            return Err(malformed(format!(
-                "frame announced {fd_count} descriptors, {} arrived",
+                "frame announced {} descriptors, {} arrived",
+                frame.fd_count,
                 files.len()
             )));
         }
-        let (payload, mut rest) = body.split_at(payload_len);
+        let (payload, mut rest) = body.split_at(frame.payload_len);
         let mut files = files.into_iter();
-        for _ in 0..count {
+        for _ in 0..frame.count {
             let Some((len, tail)) = rest.split_first_chunk::<2>() else {
                 return Err(malformed("handle length cut short".into()));
             };
@@ -271,7 +376,7 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
             }
             let (bytes, tail) = tail.split_at(len);
             rest = tail;
-            let decoded = handle::decode(bytes, *uid.get_or_insert_with(|| os.uid()))?;
+            let decoded = handle::decode(bytes, *self.uid.get_or_insert_with(|| os.uid()))?;
             let target = match decoded.name {
                 Some(name) => Target::Named {
                     name,
@@ -284,7 +389,7 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
                     in_flight: decoded.in_flight,
                 },
             };
-            handles.push(ShareHandle {
+            self.handles.push(ShareHandle {
                 os: os.clone(),
                 meta: decoded.meta,
                 target,
@@ -295,17 +400,62 @@ pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
                 "trailing bytes or descriptors after the handles".into(),
             ));
         }
-        if flags & FLAG_MORE == 0 {
-            return Ok(Message {
-                payload: payload.to_vec(),
-                handles,
-            });
-        }
+        Ok(payload.to_vec())
     }
 }
 
-/// Fills `buf`, collecting arriving files. `Ok(false)` if the stream ended before the
-/// first byte and `eof_ok` (a clean end between messages).
+/// The little-endian `u32` at `at` of a frame header.
+fn field(header: &[u8; FRAME_HEADER], at: usize) -> usize {
+    u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]]) as usize
+}
+
+/// A frame header's fields, refused with their cause when out of range.
+fn parse_header(header: &[u8; FRAME_HEADER]) -> Result<FrameHeader> {
+    if header[0..4] != MAGIC {
+        return Err(malformed("bad magic".into()));
+    }
+    let version = u16::from_le_bytes([header[4], header[5]]);
+    if version != VERSION {
+        return Err(Error::WrongVersion {
+            segment: "transport frame".into(),
+            found: u64::from(version),
+            supported: u64::from(VERSION),
+        });
+    }
+    let flags = u16::from_le_bytes([header[6], header[7]]);
+    let (payload_len, count, fd_count, handle_bytes) = (
+        field(header, 8),
+        field(header, 12),
+        field(header, 16),
+        field(header, 20),
+    );
+    if flags & !FLAG_MORE != 0
+        || payload_len > MAX_PAYLOAD
+        || count > MAX_HANDLES_PER_FRAME
+        || fd_count > count.min(MAX_FDS_PER_SEND)
+        || handle_bytes > count * (2 + handle::MAX_ENCODED_LEN)
+    {
+        return Err(malformed(format!(
+            "frame header out of range (flags {flags:#x}, payload {payload_len}, handles {count}, fds {fd_count}, handle bytes {handle_bytes})"
+        )));
+    }
+    Ok(FrameHeader {
+        more: flags & FLAG_MORE != 0,
+        payload_len,
+        count,
+        fd_count,
+    })
+}
+
+/// Whether `e` is a non-blocking stream's "nothing to read now" (`EAGAIN`).
+fn would_block(e: &Error) -> bool {
+    matches!(e, Error::Os { source, .. } if source.kind() == std::io::ErrorKind::WouldBlock)
+}
+
+/// Fills `buf`, collecting arriving files, blocking until it is full (the device
+/// transport's reads). `Ok(false)` if the stream ended before the first byte and
+/// `eof_ok` (a clean end between messages).
+#[cfg(feature = "cuda")]
 pub(crate) fn read_exact<O: Os>(
     os: &O,
     stream: &O::Stream,
@@ -457,6 +607,43 @@ mod tests {
             recv_with(&b, &at_b),
             Err(Error::WrongVersion { found: 9, .. })
         ));
+    }
+
+    #[test]
+    fn a_message_reader_keeps_a_partial_message_across_a_dry_stream_and_finishes_it() {
+        let (k, a, b, to_b, at_b) = pair();
+        let opts = CreateOptions::new().strategy(Strategy::FileDescriptor);
+        let buf = ShmBuf::create_with(&a, 8, &opts).unwrap();
+        buf.write_at(0, b"resumed!").unwrap();
+        // A whole frame as `send_with` writes it, captured on a second pair.
+        let (tap_in, tap_out) = k.stream_pair(&a, &a);
+        send_with(&a, &tap_in, b"payload", vec![buf.share().unwrap()]).unwrap();
+        let mut frame = vec![0u8; 4096];
+        let mut files = Vec::new();
+        let n = a.recv(&tap_out, &mut frame, &mut files).unwrap();
+        frame.truncate(n);
+        assert_eq!(files.len(), 1);
+
+        let mut reader = MessageReader::new();
+        assert!(reader.read_on(&b, &at_b).unwrap().is_none(), "nothing yet");
+        // The first 10 bytes with the descriptor, then a dry stream: kept, not an error.
+        a.send(&to_b, &frame[..10], &[&files[0]]).unwrap();
+        assert!(reader.read_on(&b, &at_b).unwrap().is_none());
+        a.send(&to_b, &frame[10..30], &[]).unwrap();
+        assert!(reader.read_on(&b, &at_b).unwrap().is_none());
+        a.send(&to_b, &frame[30..], &[]).unwrap();
+        let mut message = reader.read_on(&b, &at_b).unwrap().expect("whole");
+        assert_eq!(message.payload, b"payload");
+        let received = ShmBuf::attach(message.handles.remove(0)).unwrap();
+        let mut out = [0u8; 8];
+        received.read_at(0, &mut out).unwrap();
+        assert_eq!(&out, b"resumed!");
+        // And the reader starts afresh: the next message is read from its beginning.
+        send_with(&a, &to_b, b"next", vec![]).unwrap();
+        assert_eq!(reader.read_on(&b, &at_b).unwrap().unwrap().payload, b"next");
+        // A blocking-style `recv_with` on the dry stream says it would block.
+        let err = recv_with(&b, &at_b).unwrap_err();
+        assert!(would_block(&err), "{err}");
     }
 
     #[test]

@@ -49,9 +49,15 @@
 //!   in-flight slots until they are taken over and gives them back when it sees the
 //!   receiving end closed (at its next `send`, or when it is dropped). A receiver that
 //!   lives on but never reads holds them, as a queue would.
-//! - [`Receiver::recv_timeout`] bounds the wait for a message to *begin*; a message is
-//!   written in one go by the sender, so a begun one is read to its end (a sender
-//!   killed half-way is an error, not a hang).
+//! - No receive waits on a sender inside a message. A receiver reads what the socket
+//!   has (its socket is non-blocking) and keeps a partly received message (bytes and
+//!   the descriptors that came with them) between calls: [`Receiver::recv_timeout`]
+//!   bounds the *whole* message, and a sender that stops half-way gives
+//!   [`Error::Timeout`] after the timeout with what arrived kept, so a later call
+//!   continues in step when the sender resumes; `AsyncReceiver::recv` (feature `tokio`)
+//!   never holds a runtime thread on a stalled message. A sender killed half-way is an
+//!   error, not a hang. A receiver dropped mid-message closes the descriptors it held
+//!   and the references come back as for a message never received.
 
 #[cfg(feature = "ndarray")]
 mod array;
@@ -64,11 +70,13 @@ mod select;
 mod tokio;
 
 use std::fmt;
+use std::io;
 use std::marker::PhantomData;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
-use std::time::Duration;
+use std::sync::{Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -76,8 +84,9 @@ use serde::de::DeserializeOwned;
 #[cfg(doc)]
 use crate::buf::{FrozenBuf, ShmBuf};
 use crate::error::{Error, Result};
+use crate::manager::DefaultOs;
 use crate::manager::sys::poll_readable;
-use crate::transport;
+use crate::transport::{self, MessageReader};
 
 #[cfg(feature = "tokio")]
 pub use self::tokio::{AsyncReceiver, AsyncSender};
@@ -249,12 +258,23 @@ impl<T> fmt::Debug for Sender<T> {
 /// ```
 pub struct Receiver<T> {
     stream: UnixStream,
+    /// The message being received: what arrived of it so far stays here between calls
+    /// (a receive that gave up, an async `recv` dropped, another thread's turn).
+    partial: Mutex<MessageReader>,
+    /// Why the stream could not be made non-blocking, if it could not: every receive
+    /// then fails with it rather than risk blocking on a stalled sender.
+    not_nonblocking: Option<io::ErrorKind>,
     message: PhantomData<fn() -> T>,
 }
 
 impl<T: DeserializeOwned> Receiver<T> {
     /// The receiving end over a connected Unix stream (its peer must be a [`Sender`]
     /// of the same `T`).
+    ///
+    /// The stream is switched to non-blocking mode (the flag belongs to the open socket,
+    /// so every duplicate of this descriptor shares it; a [`Sender`] on the same
+    /// connection waits for room itself): receives wait with `poll`, never inside a read.
+    /// If that fails, every receive fails with the cause ([`Error::Os`]).
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -268,8 +288,11 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn from_stream(stream: UnixStream) -> Receiver<T> {
+        let not_nonblocking = stream.set_nonblocking(true).err().map(|e| e.kind());
         Receiver {
             stream,
+            partial: Mutex::new(MessageReader::new()),
+            not_nonblocking,
             message: PhantomData,
         }
     }
@@ -292,12 +315,14 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn recv(&self) -> Result<T> {
-        let message = transport::recv(&self.stream)?;
-        oob::decode(&message.payload, message.handles)
+        self.recv_until(None, Duration::MAX)
     }
 
-    /// [`Receiver::recv`], waiting at most `timeout` for a message to begin:
-    /// [`Error::Timeout`] if none did (nothing was read; call again).
+    /// [`Receiver::recv`], waiting at most `timeout` for the whole message:
+    /// [`Error::Timeout`] if it did not arrive in time. What did arrive of a message
+    /// (bytes and descriptors) stays in the receiver, and the next receive continues it:
+    /// a sender that stops half-way costs a caller `timeout`, never more, and a sender
+    /// that resumes is read in step.
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -310,20 +335,50 @@ impl<T: DeserializeOwned> Receiver<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn recv_timeout(&self, timeout: Duration) -> Result<T> {
-        let deadline = std::time::Instant::now() + timeout;
+        // A timeout too long to add to now is no deadline.
+        self.recv_until(Instant::now().checked_add(timeout), timeout)
+    }
+
+    /// Reads on until a message is whole, waiting with `poll` while the socket is dry,
+    /// until `deadline` if there is one (then [`Error::Timeout`] after `timeout`).
+    fn recv_until(&self, deadline: Option<Instant>, timeout: Duration) -> Result<T> {
         loop {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            let ready = poll_readable(&[self.stream.as_fd()], Some(left))?;
-            if ready.first().is_some_and(|r| r.readable || r.hung_up) {
-                return self.recv();
+            if let Some(message) = self.read_available()? {
+                return Ok(message);
             }
-            if left.is_zero() {
-                return Err(Error::Timeout { after: timeout });
-            }
+            let left = match deadline {
+                None => None,
+                Some(at) => {
+                    let left = at.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Err(Error::Timeout { after: timeout });
+                    }
+                    Some(left)
+                }
+            };
+            poll_readable(&[self.stream.as_fd()], left)?;
         }
     }
 
-    /// A message if one is waiting, else [`Error::Timeout`] at once.
+    /// Reads what the socket has without waiting: the next message if that made it
+    /// whole, `None` if it is still to come (what arrived is kept for the next call).
+    /// The lock is held only for the non-blocking reads, never while waiting.
+    pub(crate) fn read_available(&self) -> Result<Option<T>> {
+        if let Some(kind) = self.not_nonblocking {
+            return Err(Error::os("set_nonblocking", kind));
+        }
+        let message = {
+            let mut partial = self.partial.lock().unwrap_or_else(PoisonError::into_inner);
+            partial.read_on(&DefaultOs::default(), &self.stream)?
+        };
+        match message {
+            Some(message) => oob::decode(&message.payload, message.handles).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// A message if it has arrived whole, else [`Error::Timeout`] at once (what arrived
+    /// of one is read and kept for the next call).
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);

@@ -1,6 +1,7 @@
-//! Async ends of a channel on tokio (feature `tokio`): [`AsyncReceiver::recv`] waits
-//! for a message without holding a thread, [`AsyncSender::send`] writes on tokio's
-//! blocking pool so that a full socket never stalls the runtime.
+//! Async ends of a channel on tokio (feature `tokio`): [`AsyncReceiver::recv`] (and
+//! its [`Stream`]) waits for and reads a message without holding a thread, keeping a
+//! partly received one in the receiver across polls; [`AsyncSender::send`] writes on
+//! tokio's blocking pool so that a full socket never stalls the runtime.
 //!
 //! # Safety
 //! One `unsafe` call: registering a descriptor with tokio's reactor
@@ -10,8 +11,11 @@
 #![allow(unsafe_code)]
 
 use std::os::fd::{AsFd, OwnedFd};
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+
+use futures_core::Stream;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -20,7 +24,6 @@ use tokio::io::unix::AsyncFd;
 
 use super::{Receiver, Sender};
 use crate::error::{Error, Result};
-use crate::manager::sys::poll_readable;
 
 /// The async sending end: a [`Sender`] whose `send` runs on tokio's blocking pool.
 /// Cloning is cheap; messages from clones never interleave.
@@ -85,10 +88,12 @@ impl<T: Serialize + Send + 'static> AsyncSender<T> {
     }
 }
 
-/// The async receiving end: waits for a message with tokio's reactor, then reads it
-/// (a message is written in one go, so a begun one is read to its end).
+/// The async receiving end: reads each message as its bytes arrive, waiting with
+/// tokio's reactor between them, so no runtime thread ever waits on a sender (one that
+/// stops half-way included). Also a [`Stream`] of messages.
 ///
-/// `recv` is cancel-safe: dropping its future before it returns consumes nothing.
+/// `recv` is cancel-safe: dropping its future before it returns consumes nothing (what
+/// arrived of a message stays in the receiver).
 ///
 /// ```
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -107,6 +112,8 @@ impl<T: Serialize + Send + 'static> AsyncSender<T> {
 pub struct AsyncReceiver<T> {
     inner: Receiver<T>,
     readiness: AsyncFd<OwnedFd>,
+    /// Whether the stream has ended (the sending end gone): it stays ended.
+    ended: bool,
 }
 
 impl<T: DeserializeOwned> AsyncReceiver<T> {
@@ -139,11 +146,19 @@ impl<T: DeserializeOwned> AsyncReceiver<T> {
         Ok(AsyncReceiver {
             inner: receiver,
             readiness,
+            ended: false,
         })
     }
 
     /// The next message, with its buffers attached: [`Receiver::recv`] without
-    /// holding a thread while waiting.
+    /// holding a thread, neither while waiting for a message nor inside one. Each
+    /// readiness event reads what the socket has without blocking; a sender that stops
+    /// half-way leaves what arrived in this receiver (bytes and descriptors) and the
+    /// runtime thread free.
+    ///
+    /// Cancel-safe: the partial message lives in the receiver, not in the future, so
+    /// dropping the future (a `select!` branch that lost, a `timeout`) consumes nothing,
+    /// and the next `recv` continues where it stopped.
     ///
     /// ```
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -162,12 +177,71 @@ impl<T: DeserializeOwned> AsyncReceiver<T> {
                 .readable()
                 .await
                 .map_err(|e| Error::os("epoll_wait", e))?;
-            // The reactor's readiness may be stale (a message already read): look now.
-            let now = poll_readable(&[self.inner.stream.as_fd()], Some(Duration::ZERO))?;
-            if now.first().is_some_and(|r| r.readable || r.hung_up) {
-                return self.inner.recv();
+            if let Ok(outcome) = guard.try_io(|_| self.read_available()) {
+                return outcome.map_err(|e| Error::os("recvmsg", e))?;
             }
-            guard.clear_ready();
+        }
+    }
+
+    /// One non-blocking step: `Err(WouldBlock)` (which clears the reactor's readiness
+    /// in `try_io`) when the message is still to come, else its outcome.
+    fn read_available(&self) -> std::io::Result<Result<T>> {
+        match self.inner.read_available() {
+            Ok(Some(message)) => Ok(Ok(message)),
+            Ok(None) => Err(std::io::ErrorKind::WouldBlock.into()),
+            Err(e) => Ok(Err(e)),
+        }
+    }
+}
+
+/// The messages as a [`Stream`] (`futures_core`'s, which `tokio_stream::StreamExt`
+/// and `futures::StreamExt` extend): each item is what [`AsyncReceiver::recv`] would
+/// return, and the stream ends (`None`, for good) when the sending end is gone and
+/// every message was read. Other errors are items; after one that leaves the
+/// connection out of step (anything but [`Error::Codec`]) the next items are likely
+/// errors too: stop there.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// # tokio::runtime::Runtime::new().unwrap().block_on(async {
+/// use std::future::poll_fn;
+/// use std::pin::Pin;
+/// use futures_core::Stream;
+///
+/// let (tx, rx) = shmrc::channel::channel::<u32>()?;
+/// let mut rx = shmrc::channel::AsyncReceiver::new(rx)?;
+/// tx.send(&1)?;
+/// tx.send(&2)?;
+/// drop(tx);
+/// let mut got = Vec::new();
+/// while let Some(item) = poll_fn(|cx| Pin::new(&mut rx).poll_next(cx)).await {
+///     got.push(item?);
+/// }
+/// assert_eq!(got, [1, 2]);
+/// # Ok::<(), shmrc::Error>(())
+/// # }).unwrap();
+/// ```
+impl<T: DeserializeOwned> Stream for AsyncReceiver<T> {
+    type Item = Result<T>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Result<T>>> {
+        if self.ended {
+            return Poll::Ready(None);
+        }
+        loop {
+            let mut guard = match self.readiness.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Ok(guard)) => guard,
+                Poll::Ready(Err(e)) => return Poll::Ready(Some(Err(Error::os("epoll_wait", e)))),
+            };
+            if let Ok(outcome) = guard.try_io(|_| self.read_available()) {
+                let item = outcome.unwrap_or_else(|e| Err(Error::os("recvmsg", e)));
+                if matches!(item, Err(Error::Disconnected)) {
+                    self.ended = true;
+                    return Poll::Ready(None);
+                }
+                return Poll::Ready(Some(item));
+            }
         }
     }
 }
