@@ -717,12 +717,12 @@ fn another_users_client_is_refused() {
 
 /// Issue 33 item 4's case for `Select`: two senders that wrote 4 KiB of a 1 MiB message
 /// and stopped (alive) must not keep a third channel's whole message from being
-/// selected. Today `Select` reads a woken receiver with `try_recv`, which reads a begun
-/// message to its end, so this waits until the stopped senders go: it needs the
-/// resumable receive (src/channel/select.rs, `receive_ready`). The wait is bounded: the
-/// select runs on a thread and the stopped senders are closed after `LIMIT`.
+/// selected. `Select` reads a woken receiver with `try_recv`, which takes what has
+/// arrived of a begun message and keeps it in the receiver (the resumable receive), so
+/// the stopped ones hold up nothing; before it, a begun message was read to its end and
+/// this waited until the stopped senders went. The wait is bounded: the select runs on a
+/// thread and the stopped senders are closed after 5 s.
 #[test]
-#[ignore = "needs the resumable receive of issue 33 item 4 (then select.rs's receive_ready uses it)"]
 fn a_message_begun_and_stopped_does_not_hold_up_the_others() {
     use std::io::{Read, Write};
     use std::os::unix::net::UnixStream;

@@ -204,9 +204,9 @@ impl<T: DeserializeOwned> Select<T> {
     }
 }
 
-/// Receives from a receiver whose socket `poll` reported readable or hung up.
-/// The one place that should take the resumable receive step once `Receiver` has it,
-/// so that a message begun but not finished waits in the receiver instead of here.
+/// Receives from a receiver whose socket `poll` reported readable or hung up: what has
+/// arrived, without waiting; a message begun but not finished stays in the receiver
+/// (`Timeout` here) and the select waits on, so a stopped sender holds up no other.
 fn receive_ready<T: DeserializeOwned>(receiver: &Receiver<T>) -> Result<T> {
     receiver.try_recv()
 }
