@@ -11,8 +11,12 @@
 //! alone is therefore in what the proofs explore. What remains the model's own is the
 //! glue around those steps, taken from `src/segment.rs`, `src/buf.rs` and
 //! `src/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
-//! open and validation, which reference an operation starts from, and the sweep's
-//! per-name decision; `tests/model_steps.rs` holds that glue to the code.
+//! open and validation, which reference an operation starts from, the generation checks
+//! around an attach (`hold`'s early one before anything is taken and its late one after
+//! the slot is, both production's [`holders::generation_is`]; the local table's; a
+//! dropped handle's give-back of its own use only), and the sweep's per-name decision;
+//! `tests/model_steps.rs` holds that glue to the code, recycles, local attaches and
+//! stale handles included.
 //!
 //! # What a state is
 //! Per segment: whether it exists and is published (the creator's header write of
@@ -679,12 +683,23 @@ impl State {
                     self.copy = Some(h);
                 }
                 if self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some() {
-                    // Already held here: give the handle's reference back, no finalize.
-                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
+                    if self.held_in_use_of(p, h) {
+                        // Already held here: give the handle's reference back, no
+                        // finalize.
+                        self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
+                    } else {
+                        // The local table's check: `Stale`, nothing taken; the dropped
+                        // handle gives nothing back (its reference went with its use).
+                        self.end(p);
+                    }
                 } else if !self.seg(h.seg).named {
                     // open_named: Gone. The handle is dropped; its cancel's own open
                     // finds nothing either. (Never for an anonymous segment: the
                     // handle's descriptor keeps the memfd.)
+                    self.end(p);
+                } else if !self.early_generation_check(h) {
+                    // `hold`'s early check: `Stale` before anything is taken; the
+                    // dropped handle gives nothing back (`give_back_in_flight`).
                     self.end(p);
                 } else {
                     // Gone for good: every slot a tombstone under a committed finalizer
@@ -696,7 +711,8 @@ impl State {
             }
             Op::Cancel(h) => {
                 self.take_handle(h);
-                if self.seg(h.seg).named {
+                // `give_back_in_flight`: a handle of an earlier use gives nothing back.
+                if self.seg(h.seg).named && self.same_use(h) {
                     let finalize = self.finalizes();
                     self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
                 } else {
@@ -706,9 +722,10 @@ impl State {
             Op::AttachCopy(h) => {
                 self.copy = None;
                 let held = self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some();
-                if held || !self.seg(h.seg).named {
+                if held || !self.seg(h.seg).named || !self.early_generation_check(h) {
                     // Already held here (production compares the generations in
-                    // process), or open_named: Gone.
+                    // process: a clone, or `Stale`), open_named: Gone, or `hold`'s
+                    // early check: `Stale` before anything is taken.
                     self.end(p);
                 } else {
                     self.set_pc(p, claim_start(op, p));
@@ -962,6 +979,28 @@ impl State {
         }
     }
 
+    /// `hold`'s early check, before an attach takes anything: production's
+    /// [`holders::generation_is`] of the handle's generation.
+    fn early_generation_check(&mut self, h: Handle) -> bool {
+        GENERATION_CHECKS.fetch_add(1, Relaxed);
+        self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    }
+
+    /// `holders::give_back_in_flight`'s test: the segment is still in the use `h` was
+    /// shared in (a plain comparison there, not `generation_is`).
+    fn same_use(&self, h: Handle) -> bool {
+        self.seg(h.seg).generation == h.generation
+    }
+
+    /// `ShmBuf::attach`'s check in the local table: process `p`'s reference and the
+    /// segment are both in `h`'s use.
+    fn held_in_use_of(&mut self, p: Pid, h: Handle) -> bool {
+        let mine = self.procs[usize::from(p)].generations[usize::from(h.seg)];
+        GENERATION_CHECKS.fetch_add(1, Relaxed);
+        mine == h.generation
+            && self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    }
+
     /// An attach (or reattach) now holds slot `slot` of `s`.
     fn hold(&mut self, p: Pid, op: Op, s: u8, slot: u8) {
         if let Op::Attach { doomed: true, .. } = op {
@@ -976,7 +1015,8 @@ impl State {
     /// (an anonymous one: vacates its in-flight word, no finalize).
     fn claim_failed(&mut self, p: Pid, op: Op) {
         match op {
-            Op::Attach { h, .. } if self.seg(h.seg).named => {
+            // The handle's cancel gives back only a reference of the segment's use.
+            Op::Attach { h, .. } if self.seg(h.seg).named && self.same_use(h) => {
                 let finalize = self.finalizes();
                 self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
             }
