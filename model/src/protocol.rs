@@ -411,6 +411,12 @@ pub struct State {
     pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
     pub flaw: Option<Flaw>,
+    /// Whether a finalize ended `Deferred` at its last retry round ([`Transition::GiveUp`])
+    /// while every process lived: production's bound on rounds, after which the segment
+    /// is left to a sweep, so P3 while processes live ([`State::check_p3_live`]) no
+    /// longer applies. Cleared at the first crash (it applies only with nobody dead), so
+    /// states that differ by it alone after a crash are one.
+    pub finalize_gave_up: bool,
 }
 
 const NO_SEGMENT: Segment = Segment {
@@ -475,6 +481,7 @@ impl State {
             takeovers: config.takeovers,
             copy: None,
             flaw: None,
+            finalize_gave_up: false,
         }
     }
 
@@ -520,6 +527,12 @@ impl State {
                     let mut gave_up = self.clone();
                     gave_up.exec(p, true);
                     if gave_up != next {
+                        // A finalize that ends here only as its last round ends: it
+                        // gave up (a takeover at the bound goes on to take the word).
+                        let finalizing = matches!(proc.pc, Pc::At(_, Step::Fin(_)));
+                        if finalizing && gave_up.procs[usize::from(p)].pc == Pc::Idle {
+                            gave_up.finalize_gave_up = !gave_up.anyone_dead();
+                        }
                         out.push((Transition::GiveUp(p), gave_up));
                     }
                     out.push((Transition::Step(p), next));
@@ -651,6 +664,12 @@ impl State {
             alive: false,
             ..FRESH
         };
+        self.finalize_gave_up = false;
+    }
+
+    /// Whether a user process died.
+    fn anyone_dead(&self) -> bool {
+        self.procs[..self.procs()].iter().any(|q| !q.alive)
     }
 
     fn start(&mut self, p: Pid, op: Op) {
@@ -1248,8 +1267,11 @@ pub enum Property {
     P1,
     /// At most once, only ours.
     P2,
-    /// No leak: killing everyone and sweeping once leaves nothing (file_system); the
-    /// creator alone left, its recycle reuses the segment (memfd pool).
+    /// No leak: with nobody dead, once every holder released (no handle in flight),
+    /// the segment is unlinked with no sweep, and no live process has in-flight
+    /// references beyond the handles it sent; from any state, killing everyone and
+    /// sweeping once leaves nothing (file_system); the creator alone left, its recycle
+    /// reuses the segment (memfd pool).
     P3,
     /// Clear failure: an attach to a gone segment ends in `Gone`.
     P4,
@@ -1277,7 +1299,7 @@ impl Property {
                 "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never, a memfd (no name) never"
             }
             Property::P3 => {
-                "from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
+                "while every process lives: no slot holds a live process's in-flight word beyond the handles it sent that are still in flight (in the pool or being attached or dropped), and (file_system) once every process is idle, none holds a segment and no handle of it is in flight, the segment is unlinked with no sweep (unless a finalize gave up at its last retry round); from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
             }
             Property::P4 => {
                 "an attach that opens an unlinked or committed segment (every slot a tombstone, the finalizer word committed) never ends holding it"
@@ -1431,7 +1453,9 @@ impl State {
         None
     }
 
-    /// P3 (no leak), by kind:
+    /// P3 (no leak): in every state, the in-flight bound
+    /// ([`State::check_in_flight_bound`]) and P3 while processes live
+    /// ([`State::check_p3_live`]); then, by kind:
     /// - file_system: kill every process, then one sweep (of every name, in order) by a
     ///   fresh process, run alone to its end: every segment ever created must be
     ///   unlinked.
@@ -1446,6 +1470,12 @@ impl State {
     ///   not block it (the recycle reclaims them); any other word left (the creator's
     ///   own word in a slot it does not hold, a live in-flight word) does.
     pub fn check_p3(&self) -> Option<String> {
+        if let Some(why) = self.check_in_flight_bound() {
+            return Some(why);
+        }
+        if let Some(why) = self.check_p3_live() {
+            return Some(why);
+        }
         if self.anonymous {
             return (0..self.segments_n).find_map(|s| self.check_p3_anonymous(s));
         }
@@ -1473,6 +1503,83 @@ impl State {
             if seg.named {
                 return Some(format!(
                     "after every process died and a fresh sweep, s{s} is still named: {}",
+                    self.seg_line(seg)
+                ));
+            }
+        }
+        None
+    }
+
+    /// The in-flight bound, in every state: a live process's in-flight words in the slots
+    /// of a segment are no more than the handles of that segment it sent that are still
+    /// somewhere (in the pool, or carried by a live process's attach or cancel, which
+    /// has not consumed it yet). A word beyond them is a reference no handle will ever
+    /// take over or give back: it keeps the segment while its sender lives.
+    fn check_in_flight_bound(&self) -> Option<String> {
+        let carried = self
+            .procs
+            .iter()
+            .take(self.procs())
+            .filter(|q| q.alive)
+            .filter_map(|q| match q.pc {
+                Pc::At(op, step) => State::carried(op, step),
+                Pc::Idle => None,
+            });
+        let handles: Vec<Handle> = self
+            .handles
+            .iter()
+            .flatten()
+            .copied()
+            .chain(carried)
+            .collect();
+        for p in 0..self.procs_n {
+            if !self.procs[usize::from(p)].alive {
+                continue;
+            }
+            for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+                let words = seg.slots[..self.slots()]
+                    .iter()
+                    .filter(|w| **w == Word::InFlight(p))
+                    .count();
+                let sent = handles
+                    .iter()
+                    .filter(|h| h.sender == p && usize::from(h.seg) == s)
+                    .count();
+                if words > sent {
+                    return Some(format!(
+                        "live p{p} has {words} in-flight word(s) in s{s} but only {sent} handle(s) of it in flight: {}",
+                        self.seg_line(seg)
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// P3 while processes live (file_system): with no process dead and no finalize given
+    /// up at its last retry round, every process idle, a segment that was created, that
+    /// nobody holds and of which no handle is in flight is unlinked: the releases (and
+    /// the handles given back) unlinked it by themselves, with no sweep. A memfd has no
+    /// name to unlink (the kernel frees it); its P3 is the creator's recycle.
+    fn check_p3_live(&self) -> Option<String> {
+        if self.anonymous || self.finalize_gave_up || self.anyone_dead() {
+            return None;
+        }
+        if self.procs[..self.procs()].iter().any(|q| q.pc != Pc::Idle) {
+            return None;
+        }
+        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+            let held = self.procs[..self.procs()]
+                .iter()
+                .any(|q| q.holds[s].is_some());
+            let in_flight = self
+                .handles
+                .iter()
+                .flatten()
+                .any(|h| usize::from(h.seg) == s);
+            if seg.phase != Phase::Absent && seg.named && !held && !in_flight {
+                return Some(format!(
+                    "nobody died, every process is idle, none holds s{s} and no handle of it is in flight, yet it is still named (only a sweep would unlink it): {}",
                     self.seg_line(seg)
                 ));
             }
