@@ -7,69 +7,30 @@
 //! words behind it. (Every interleaving of the same steps: tests/pubsub_interleavings.rs.)
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
-use shmrc::checkers::holders::{self, FREE, Holders, Recycled, Slot, held_word};
+mod pubsub_words;
+
+use pubsub_words::Words;
+use shmrc::checkers::holders::{self, FREE, Slot, held_word};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
-use shmrc::checkers::pubsub::queue::{
-    self, Descriptor, Entry, Policy, Queue, Taken, subscriber_slot,
-};
-use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
+use shmrc::checkers::pubsub::queue::{self, Policy, Published, Taken, subscriber_slot};
 use shmrc::{Error, Result};
 
 const UID: u32 = 1000;
 const ENTRIES: usize = 2;
-const SLOTS: usize = 1 + ENTRIES;
 const SAMPLES: usize = 2;
 const CAP: usize = 2;
 
-/// A service's words: entries (state, head, tail, ring), samples (slots, finalizer,
-/// pending, generation), the wake word.
-struct Words {
-    entries: Vec<[AtomicU64; 3 + CAP]>,
-    samples: Vec<[AtomicU64; SLOTS + 3]>,
-    wake: AtomicU64,
+fn new_words(publisher: &SimOs) -> Words {
+    Words::new(publisher, ENTRIES, SAMPLES, CAP)
 }
 
-impl Words {
-    /// Every sample held by `publisher` (its pool's own slot), every entry free.
-    fn new(publisher: &SimOs) -> Words {
-        let words = Words {
-            entries: (0..ENTRIES).map(|_| Default::default()).collect(),
-            samples: (0..SAMPLES).map(|_| Default::default()).collect(),
-            wake: AtomicU64::new(0),
-        };
-        for s in &words.samples {
-            s[0].store(held_word(publisher.token()), SeqCst);
-        }
-        words
-    }
-
-    fn with<R>(&self, f: impl FnOnce(&Queue<'_>, &[Holders<'_>]) -> R) -> R {
-        let entries: Vec<Entry<'_>> = self
-            .entries
-            .iter()
-            .map(|w| Entry::new(&w[0], &w[1], &w[2], &w[3..]))
-            .collect();
-        let samples: Vec<Holders<'_>> = self
-            .samples
-            .iter()
-            .map(|w| {
-                Holders::new(&w[..SLOTS], &w[SLOTS], &w[SLOTS + 1]).with_generation(&w[SLOTS + 2])
-            })
-            .collect();
-        f(&Queue::new(&entries, &samples, &self.wake), &samples)
-    }
-}
-
-/// The publisher's loan of sample `s` (its pool's recycle) and publish of it.
-fn loan_and_publish(os: &SimOs, words: &Words, s: usize) -> Result<queue::Published> {
-    words.with(|q, samples| {
-        let Recycled::Reused { generation, .. } = holders::recycle(os, &samples[s], 0)? else {
-            panic!("sample {s} is lent");
-        };
-        let d = Descriptor::new(s, generation).unwrap();
-        queue::publish(os, q, Some(d), Policy::DropOldest)
-    })
+/// The publisher's loan of sample `s` and publish of it (drop-oldest).
+fn loan_and_publish(os: &SimOs, words: &Words, s: usize) -> Result<Published> {
+    Ok(
+        pubsub_words::loan_and_publish(os, words, s, Policy::DropOldest)?
+            .unwrap_or_else(|| panic!("sample {s} is lent")),
+    )
 }
 
 /// The rest of a subscriber's life in entry `e`: take and release every sample there
@@ -118,7 +79,7 @@ fn at_every_step(mut scenario: impl FnMut(&SimKernel, u64) -> bool) -> u64 {
 fn a_subscriber_killed_at_any_step_harms_no_other_and_its_samples_come_back() {
     let explored = at_every_step(|kernel, n| {
         let (p, a, b) = (kernel.spawn(UID), kernel.spawn(UID), kernel.spawn(UID));
-        let words = Words::new(&p);
+        let words = new_words(&p);
         words.with(|q, _| {
             queue::join(&a, q).unwrap();
             queue::join(&b, q).unwrap();
@@ -153,6 +114,7 @@ fn a_subscriber_killed_at_any_step_harms_no_other_and_its_samples_come_back() {
         // The publisher's next step gives back what A left; its loans then reuse both.
         let reclaimed = words.with(|q, _| queue::publish(&p, q, None, Policy::DropOldest));
         assert_eq!(reclaimed.unwrap().drained, 1, "A's entry is drained");
+        assert_eq!(words.state(0), FREE, "A's entry is free again");
         for s in 0..SAMPLES {
             loan_and_publish(&p, &words, s).unwrap();
         }
@@ -165,7 +127,7 @@ fn a_subscriber_killed_at_any_step_harms_no_other_and_its_samples_come_back() {
 fn a_publisher_killed_at_any_step_of_a_publish_leaves_only_dead_words() {
     let explored = at_every_step(|kernel, n| {
         let (p, b) = (kernel.spawn(UID), kernel.spawn(UID));
-        let words = Words::new(&p);
+        let words = new_words(&p);
         let e = words.with(|q, _| queue::join(&b, q).unwrap().unwrap());
         kernel.kill_at_step(p.pid(), n);
         let published = ok_or_killed(loan_and_publish(&p, &words, 0));
@@ -181,9 +143,8 @@ fn a_publisher_killed_at_any_step_of_a_publish_leaves_only_dead_words() {
         }
         // Every slot is free, or a dead process's word or tombstone (which a finalize
         // reclaims or takes over).
-        for s in &words.samples {
-            for slot in &s[..SLOTS] {
-                let word = slot.load(SeqCst);
+        for s in 0..SAMPLES {
+            for word in words.slots(s) {
                 let owner = Slot::decode(word)
                     .owner()
                     .or_else(|| holders::tomb_owner(word));
