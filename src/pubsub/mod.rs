@@ -138,12 +138,29 @@
 //!   them once it leaves or dies.
 //!   Counters: `head` and `tail` grow by one per descriptor (2^64 publishes).
 //!
-//! Checked by `tests/pubsub_interleavings.rs`: every interleaving of a publisher and
-//! two subscribers, one of them killed at every step, over these very steps.
+//! Checked by `tests/pubsub_interleavings.rs` (every interleaving of a publisher and
+//! two subscribers over these very steps, with a subscriber, or the publisher while a
+//! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs` and
+//! `tests/shuttle_pubsub.rs` (`docs/VERIFICATION.md` says what each checks).
 //!
-//! # Status
-//! Built: the steps above ([`queue`]) and their exhaustive check. Not built yet: the
-//! service segment's creation and validation, the user API (`Publisher`, `Subscriber`
-//! over a pool's `Loan`/`Sample`), futex wake-ups, real-process tests, a shuttle scenario.
+//! # Status, and what the next step must settle
+//! Built: the steps above ([`queue`]) and their checks. Not built yet:
+//! - the service segment: its creation (one per service name, `O_EXCL`; a dead
+//!   publisher's is taken over), its validation (magic, version, sizes against
+//!   `fstat`, the publisher's uid: P4), and its place in the sweeps: `sweep.rs` judges
+//!   every name of a namespace as a holder segment, so the service segment needs a name
+//!   the sweep recognises (and unlinks once its publisher is dead and every entry is
+//!   free or dead), or it would be judged corrupt;
+//! - the sample table: a subscriber opens the publisher's sample segments by name,
+//!   but an attach today needs a handle's share key (`handle.rs`): the table must carry
+//!   what an attach checks (or the service segment, mode 0600, vouch for it);
+//! - the user API: `Publisher::new(service, options)` over a [`ShmPool`](crate::ShmPool)
+//!   whose segments have `1 + E` slots (the pool's recycle is the loan), `loan::<T>(n)`
+//!   → `Loan<T>`, `publish()`, `Subscriber::join(service)`, `recv_timeout()` →
+//!   `Sample<T>` held in the entry's slot;
+//! - futex wake-ups on the wake word (`FUTEX_WAIT` with the value read before the
+//!   take that found the ring empty; `FUTEX_WAKE` after a publish that delivered);
+//! - a real-process test with a subscriber SIGKILLed holding samples, and the time
+//!   until they are back in the pool.
 
 pub mod queue;
