@@ -844,3 +844,18 @@ fn a_descriptor_aimed_at_another_subscribers_column_takes_nothing() {
     assert_eq!(take_now(&cfg, &mut words, B, eb), Taken::Lost);
     assert!(matches!(take_now(&cfg, &mut words, A, ea), Taken::Sample(d) if d.sample == 0));
 }
+
+#[test]
+fn the_wake_word_moves_when_a_publish_delivered_and_only_then() {
+    let cfg = HOSTILE;
+    let mut words = initial(&cfg).words;
+    let wake = |words: &mut [u64]| with_views(&cfg, words, |q, _| q.wake_word());
+    assert_eq!(publish_now(&cfg, &mut words, 0).delivered, 0);
+    assert_eq!(wake(&mut words), 0, "a publish to nobody wakes nobody");
+    let e = join_now(&cfg, &mut words, B);
+    assert_eq!(publish_now(&cfg, &mut words, 1).delivered, 1);
+    assert_eq!(wake(&mut words), 1);
+    leave_now(&cfg, &mut words, B, e);
+    assert_eq!(reclaim_now(&cfg, &mut words).drained, 1);
+    assert_eq!(wake(&mut words), 1, "a reclaim pass delivers nothing");
+}
