@@ -142,7 +142,7 @@ fn release(os: &SimOs, words: &Words, h: &Held) -> Result<()> {
 fn scenario(policy: Policy, stats: &'static Stats) {
     let kernel = SimKernel::new(0);
     let publisher = kernel.spawn(UID);
-    let words = Arc::new(Words::new(&publisher, SUBSCRIBERS, SAMPLES, CAP));
+    let words = Arc::new(Words::new(publisher.token(), SUBSCRIBERS, SAMPLES, CAP));
     let done = Arc::new(AtomicU64::new(0));
     let mut rng = thread_rng();
     let threads: Vec<_> = (0..SUBSCRIBERS)

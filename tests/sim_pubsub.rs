@@ -22,7 +22,7 @@ const SAMPLES: usize = 2;
 const CAP: usize = 2;
 
 fn new_words(publisher: &SimOs) -> Words {
-    Words::new(publisher, ENTRIES, SAMPLES, CAP)
+    Words::new(publisher.token(), ENTRIES, SAMPLES, CAP)
 }
 
 /// The publisher's loan of sample `s` and publish of it (drop-oldest).

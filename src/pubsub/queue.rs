@@ -25,6 +25,7 @@
 //!   sample's generation, so a stale or forged descriptor reads another use's data.
 
 use std::task::Poll;
+use std::time::{Duration, Instant};
 
 use crate::error::Result;
 use crate::holders::{self, FREE, Holders, StepOs, held_word, in_flight_word, run_steps};
@@ -751,11 +752,42 @@ pub fn publish<O: Os>(
     policy: Policy,
 ) -> Result<Published> {
     let mut publish = sample.map_or_else(Publish::reclaim, |d| Publish::new(d, policy));
-    run_steps(os, || publish.step(os, q))
+    let published = run_steps(os, || publish.step(os, q))?;
+    if published.delivered > 0 {
+        // After the wake word's bump (the publish's last step): a receiver that read the
+        // word before it and found its ring empty either sees it changed, or sleeps
+        // and is woken here.
+        os.wake_word(q.wake);
+    }
+    Ok(published)
 }
 
 /// Takes the oldest queued sample of entry `entry`.
 pub fn take<O: Os>(os: &O, q: &Queue<'_>, entry: usize, publisher: Token) -> Result<Taken> {
     let mut take = Take::new(entry, publisher);
     run_steps(os, || take.step(os, q))
+}
+
+/// Takes the oldest queued sample of entry `entry`, sleeping on the wake word
+/// ([`Os::wait_word`]) while the ring is empty, for `timeout` at most (then `Empty`).
+/// No wake-up is lost: the word is read *before* each take, and a publish bumps it
+/// after its push, so a push the take missed has changed the word by the time the wait
+/// compares it.
+pub fn take_within<O: Os>(
+    os: &O,
+    q: &Queue<'_>,
+    entry: usize,
+    publisher: Token,
+    timeout: Duration,
+) -> Result<Taken> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let seen = q.wake_word();
+        let taken = take(os, q, entry, publisher)?;
+        let left = deadline.saturating_duration_since(Instant::now());
+        if taken != Taken::Empty || left.is_zero() {
+            return Ok(taken);
+        }
+        os.wait_word(q.wake, seen, left);
+    }
 }
