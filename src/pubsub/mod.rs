@@ -158,9 +158,15 @@
 //!   whose segments have `1 + E` slots (the pool's recycle is the loan), `loan::<T>(n)`
 //!   → `Loan<T>`, `publish()`, `Subscriber::join(service)`, `recv_timeout()` →
 //!   `Sample<T>` held in the entry's slot;
-//! - futex wake-ups on the wake word (`FUTEX_WAIT` with the value read before the
-//!   take that found the ring empty; `FUTEX_WAKE` after a publish that delivered);
-//! - a real-process test with a subscriber SIGKILLed holding samples, and the time
-//!   until they are back in the pool.
+//! - the benchmark of the time until a SIGKILLed subscriber's samples are back (issue
+//!   33 item 6; `tests/pubsub_processes.rs` checks it happens, over the queue's words in
+//!   a real mapping, and prints the time).
+//!
+//! Built besides the steps: the wake-ups. [`queue::take_within`] reads the wake word,
+//! takes, and if the ring was empty sleeps on the word ([`Os::wait_word`](crate::os::Os::wait_word):
+//! a shared futex on the real kernel) until the publisher's [`queue::publish`], which
+//! wakes the word's waiters after a publish that delivered
+//! ([`Os::wake_word`](crate::os::Os::wake_word)). No wake-up is lost: the word is read
+//! before the take, and bumped after the push.
 
 pub mod queue;
