@@ -4,12 +4,14 @@
 //!
 //! Like [`Claim`](crate::holders::Claim), each operation is a value that says where it
 //! stands; each `step` runs from one crash point to the next and makes at most one
-//! access to a word another process writes (a read of a word only the stepping process
-//! writes, such as the publisher's `tail`, or a sample's generation, which only the
-//! publisher's recycle bumps, joins the step it serves). The functions [`join`],
-//! [`publish`] and [`take`] run them to the end over an [`Os`], with a crash point
-//! before each step; `tests/pubsub_interleavings.rs` steps them one by one,
-//! interleaving processes and kills.
+//! access to a word another process writes. A read no other process can change at
+//! that moment joins the step it serves: the publisher's `tail` (only it writes it), a
+//! drained entry's `head` (its subscriber left or died), a sample's generation (only
+//! the publisher's recycle bumps it; read by the publisher, or by a subscriber right
+//! after its transfer took a slot, at which a recycle rolls back). The functions
+//! [`join`], [`publish`], [`take`] and [`take_within`] run them to the end over an
+//! [`Os`], with a crash point before each step; `tests/pubsub_interleavings.rs` steps
+//! them one by one, interleaving processes and kills.
 //!
 //! # Memory orderings
 //! Every access is `SeqCst`, as in the holder protocol: a take's transfer and a drain's
