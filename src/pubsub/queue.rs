@@ -25,6 +25,9 @@
 //!   the last, so a dead subscriber's queued sample never returns to the pool.
 //! - `pubsub_take_skips_generation`: a take keeps the slot it took over whatever the
 //!   sample's generation, so a stale or forged descriptor reads another use's data.
+//! - `pubsub_descriptor_first`: a publish pushes the descriptor before it puts the
+//!   reference in the slot, so a subscriber can pop a descriptor whose reference is
+//!   not there yet (its take ends `Lost`: a sample lost by a live subscriber).
 
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -467,7 +470,11 @@ impl Publish {
                     self.done.skipped += 1;
                     self.next_entry(e, q)
                 } else if tail - head < entry.capacity() {
-                    PublishAt::Reference(e)
+                    if cfg!(shmrc_plant = "pubsub_descriptor_first") {
+                        PublishAt::Write(e)
+                    } else {
+                        PublishAt::Reference(e)
+                    }
                 } else if self.policy == Policy::DropOldest {
                     PublishAt::PopRead { entry: e, head }
                 } else {
@@ -511,7 +518,9 @@ impl Publish {
                     .samples
                     .get(sample)
                     .is_some_and(|h| holders::transfer_step(h, subscriber_slot(e), FREE, mine));
-                if slots_ok {
+                if slots_ok && cfg!(shmrc_plant = "pubsub_descriptor_first") {
+                    self.next_entry(e, q)
+                } else if slots_ok {
                     PublishAt::Write(e)
                 } else {
                     self.done.skipped += 1;
@@ -530,7 +539,11 @@ impl Publish {
                 // SeqCst: publishes the descriptor to the subscriber's load of the tail.
                 entry.tail.store(entry.tail.load(SeqCst) + 1, SeqCst);
                 self.done.delivered += 1;
-                self.next_entry(e, q)
+                if cfg!(shmrc_plant = "pubsub_descriptor_first") {
+                    PublishAt::Reference(e)
+                } else {
+                    self.next_entry(e, q)
+                }
             }
             PublishAt::Drain {
                 entry,
