@@ -715,6 +715,52 @@ mod tests {
         }
     }
 
+    /// A header published by `initialize` while another thread validates it is seen
+    /// half-created (no magic yet) or whole, never torn: the magic's Release pairs with
+    /// validate's Acquire. On x86 and with a normal build this holds whatever the
+    /// orderings; the test earns its keep under Miri, whose weak-memory emulation lets a
+    /// load unordered by happens-before return an older store (`.ci/miri`: with the
+    /// plant `relaxed_publish` it reads a field as 0 behind a visible magic and fails,
+    /// as loom's publish model does).
+    #[test]
+    fn a_header_being_published_is_never_seen_torn() {
+        const ROUNDS: usize = if cfg!(miri) { 24 } else { 200 };
+        let os = process();
+        let values = fields(&os, 64, 2);
+        let fields = validate_exact(&os, values).unwrap();
+        let need = need(&values);
+        let info = FileInfo {
+            len: need,
+            uid: UID,
+            mode: 0o600,
+            kind: crate::os::FileKind::Regular,
+        };
+        let mut whole = 0;
+        for _ in 0..ROUNDS {
+            let map = std::sync::Arc::new(HeaderOnly {
+                words: (0..HEADER_WORDS + 2).map(|_| AtomicU64::new(0)).collect(),
+                len: usize::try_from(need).unwrap(),
+            });
+            let creator = {
+                let map = map.clone();
+                std::thread::spawn(move || initialize(&*map, &fields, None))
+            };
+            loop {
+                match validate(&os, &*map, &info, "publish", UID) {
+                    Ok(seen) => {
+                        assert_eq!(seen, fields, "a published header read other fields");
+                        whole += 1;
+                        break;
+                    }
+                    Err(Error::HalfCreated { .. }) => std::thread::yield_now(),
+                    Err(e) => panic!("publish ordering violated: a torn header: {e}"),
+                }
+            }
+            creator.join().unwrap().unwrap();
+        }
+        assert_eq!(whole, ROUNDS);
+    }
+
     #[test]
     fn a_header_at_each_bound_is_valid() {
         let os = process();

@@ -9,7 +9,10 @@
 //! segment unlinked twice, planted foreign names survive) and P5 (slot words valid,
 //! census adds up, no tombstone left without a finalizer) at rest after the threads
 //! join, then sweeps as a fresh process and asserts P5 again and P3 (once everyone is
-//! dead or released and swept, nothing is left).
+//! dead or released and swept, nothing is left), with P3's in-flight bound before it
+//! (no live process has more in-flight words in the slots than the handles it sent
+//! that no live receiver consumed). P3 while processes live (the releases alone unlink)
+//! is not checked here: loom takes `SeqCst` for `AcqRel` (see [`conclude`]).
 //!
 //! Model (g) stops a finalizer, alive, at each of its steps in turn instead of killing
 //! it, lets a rival take it over, and resumes it.
@@ -29,6 +32,7 @@ use concurrency::{Buf, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
+use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::SimOs;
 use shmrc::checkers::segment;
@@ -115,19 +119,56 @@ fn run_as<T: Send + 'static>(
     thread::spawn(move || body(os))
 }
 
-/// The end of an execution whose threads have all joined: the common checks
-/// ([`World::finish`]). Returns whether `victim` was killed.
+/// The end of an execution whose threads have all joined: P3's in-flight bound for
+/// each of `in_flight` (a process and how many handles it sent that no live receiver
+/// consumed), then the common checks ([`World::finish`]). Returns whether `victim` was
+/// killed.
 ///
 /// Unlike the shuttle models, this does not require that crash-free releases unlinked
 /// the segment by themselves: that relies on `SeqCst` store→load order (each releaser
 /// vacates its slot, then reads the others'; the pending flag against the finalizer
 /// word), which loom models as `AcqRel` (its README, "Unsupported features"), so loom
 /// finds executions, impossible on hardware, where two releases both see the other
-/// still holding and leave the segment to the sweep.
-fn conclude(w: &World, victim: &SimOs) -> bool {
+/// still holding and leave the segment to the sweep. So loom checks P3 while processes
+/// live only through the in-flight bound; `releases_alone` and `random_ops_live` in
+/// `tests/shuttle_protocol.rs` and the exhaustive check state the rest.
+fn conclude(w: &World, victim: &SimOs, in_flight: &[(&SimOs, usize)]) -> bool {
     let killed = w.kernel.is_killed(victim.pid());
+    check_in_flight_bound(w, in_flight);
     w.finish(vec![]);
     killed
+}
+
+/// Slots of every segment of these models, read for the in-flight bound (each is
+/// created with 3, the stalled finalizer's with 2).
+const SLOTS: usize = 3;
+
+/// P3's in-flight bound at rest: every live process of `bounds` has at most as many
+/// in-flight words in the slots of the segments as the handles it sent that no live
+/// receiver consumed (a word beyond them is a reference no handle will ever take over
+/// or give back, kept as long as its sender lives).
+fn check_in_flight_bound(w: &World, bounds: &[(&SimOs, usize)]) {
+    for (os, sent) in bounds {
+        if !w.alive(os.pid()) {
+            continue;
+        }
+        let word = holders::in_flight_word(os.token());
+        let mut words = 0;
+        for name in w.segments() {
+            for i in 0..SLOTS {
+                let Some(bytes) = w.kernel.peek(&name, segment::HEADER_BYTES + 8 * i, 8) else {
+                    break;
+                };
+                words += usize::from(bytes.try_into().map(u64::from_ne_bytes) == Ok(word));
+            }
+        }
+        assert!(
+            words <= *sent,
+            "P3 violated (in-flight bound): live process {} has {words} in-flight references in the slots, but sent only {sent} handle(s) not consumed: {}",
+            os.pid(),
+            w.describe()
+        );
+    }
 }
 
 /// A creator C shares the segment with A (who attaches) and hands B a handle, then C
@@ -187,7 +228,10 @@ fn release_races_attach(seed: u64, sweeper: bool, victim: Victim, n: u64) -> boo
     if let Some(ts) = ts {
         ts.join().unwrap();
     }
-    conclude(&w, v)
+    // Only C, dead, sent a handle.
+    let mut quiet = vec![(&a, 0), (&b, 0)];
+    quiet.extend(s.as_ref().map(|s| (s, 0)));
+    conclude(&w, v, &quiet)
 }
 
 #[test]
@@ -222,7 +266,7 @@ fn two_releasers(victim: Victim, n: u64) -> bool {
     let tb = run_as(&b, move |_| ok_or_killed("B's release", wb.release(buf_b)));
     ta.join().unwrap();
     tb.join().unwrap();
-    conclude(&w, v)
+    conclude(&w, v, &[(&a, 0), (&b, 0)])
 }
 
 #[test]
@@ -281,7 +325,9 @@ fn in_flight_vs_sweeper(victim: Victim, n: u64) -> bool {
     ta.join().unwrap();
     tb.join().unwrap();
     ts.join().unwrap();
-    conclude(&w, v)
+    // A's one handle is consumed once B, alive, is done with it.
+    let a_sent = usize::from(!w.alive(b.pid()));
+    conclude(&w, v, &[(&a, a_sent), (&b, 0), (&s, 0)])
 }
 
 #[test]
@@ -337,7 +383,8 @@ fn recycle_races_old_handle(victim: Victim, n: u64) -> bool {
         ok_or_killed("B's release", w.release(buf));
     }
     ok_or_killed("P's release", w.release(buf_p));
-    conclude(&w, v)
+    // The kept bytes' reference was taken over by Q before the race.
+    conclude(&w, v, &[(&p, 0), (&b, 0)])
 }
 
 #[test]
@@ -422,6 +469,7 @@ fn stalled_finalizer(n: u64) -> bool {
     tf.join().unwrap();
     tr.join().unwrap();
     tb.join().unwrap();
+    check_in_flight_bound(&w, &[(&r, 0), (&b, 0)]);
     w.finish(vec![]);
     stopped
 }

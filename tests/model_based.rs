@@ -19,7 +19,7 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
-use shmrc_model::oracle::{Op, Oracle, PROCESSES, Strategy as Sharing};
+use shmrc_model::oracle::{Name, Op, Oracle, PROCESSES, Strategy as Sharing};
 use shmrc_testkit::model_harness::{self, Harness};
 
 /// Cases per run unless `PROPTEST_CASES` says otherwise.
@@ -190,32 +190,191 @@ impl ReferenceStateMachine for Reference {
     }
 }
 
+/// The oracle as reference with nobody ever killed: [`Reference`]'s operations, each
+/// kill turned into a sweep (by a live process) and every `crash_at` dropped.
+struct Peaceful;
+
+/// `op` with no process killed, inside or by it.
+fn peaceful(op: Op) -> Op {
+    match op {
+        Op::Create { p, capacity, .. } => Op::Create {
+            p,
+            capacity,
+            crash_at: None,
+        },
+        Op::Share {
+            p,
+            buf,
+            to,
+            as_bytes,
+            ..
+        } => Op::Share {
+            p,
+            buf,
+            to,
+            as_bytes,
+            crash_at: None,
+        },
+        Op::Attach { handle, .. } => Op::Attach {
+            handle,
+            crash_at: None,
+        },
+        Op::DropHandle { handle, .. } => Op::DropHandle {
+            handle,
+            crash_at: None,
+        },
+        Op::Release { p, buf, .. } => Op::Release {
+            p,
+            buf,
+            crash_at: None,
+        },
+        Op::Recycle { p, buf, .. } => Op::Recycle {
+            p,
+            buf,
+            crash_at: None,
+        },
+        Op::Sweep { .. } | Op::Kill { .. } => Op::Sweep { crash_at: None },
+        op @ (Op::Write { .. } | Op::SetStrategy { .. } | Op::Respawn { .. }) => op,
+    }
+}
+
+impl ReferenceStateMachine for Peaceful {
+    type State = Oracle;
+    type Transition = Op;
+
+    fn init_state() -> BoxedStrategy<Oracle> {
+        Reference::init_state()
+    }
+
+    fn transitions(state: &Oracle) -> BoxedStrategy<Op> {
+        Reference::transitions(state).prop_map(peaceful).boxed()
+    }
+
+    fn preconditions(state: &Oracle, op: &Op) -> bool {
+        Reference::preconditions(state, op)
+    }
+
+    fn apply(state: Oracle, op: &Op) -> Oracle {
+        Reference::apply(state, op)
+    }
+}
+
+/// One run of the real protocol through the harness, and whether any process died in it.
+struct Run {
+    harness: Harness,
+    anyone_died: bool,
+}
+
+impl Run {
+    fn new(reference: &Oracle) -> Run {
+        let settings: Vec<Sharing> = reference.procs.iter().map(|p| p.strategy).collect();
+        Run {
+            harness: Harness::with_strategies(0, &settings),
+            anyone_died: false,
+        }
+    }
+
+    fn apply(mut self, op: Op) -> Run {
+        if let Err(failure) = self.harness.run(&op) {
+            panic!("{failure}");
+        }
+        self.anyone_died |= self.harness.oracle().procs.iter().any(|p| !p.alive);
+        self
+    }
+
+    /// P3 while processes live, at the end of a run in which nobody died: every live
+    /// process releases every buffer and every handle in flight is dropped unattached,
+    /// with no sweep; the harness checks after each of these steps that the kernel's
+    /// names and objects are exactly the oracle's, and here every segment must be gone
+    /// (no name left, no file_descriptor memory alive). Then the usual kill-all, sweep
+    /// and P3 ([`Harness::finish`]).
+    fn teardown(mut self) {
+        if std::env::var_os("SHMRC_MODEL_TALLY").is_some() {
+            eprintln!("tally {:?}", self.harness.tally());
+        }
+        if !self.anyone_died {
+            self.release_everything();
+        }
+        if let Err(failure) = self.harness.finish() {
+            panic!("{failure}");
+        }
+    }
+
+    fn release_everything(&mut self) {
+        let run = |harness: &mut Harness, op: Op| {
+            if let Err(failure) = harness.run(&op) {
+                panic!("P3 while processes live: {failure}");
+            }
+        };
+        for p in 0..PROCESSES {
+            while !self.harness.oracle().procs[p].bufs.is_empty() {
+                let release = Op::Release {
+                    p: p as u8,
+                    buf: 0,
+                    crash_at: None,
+                };
+                run(&mut self.harness, release);
+            }
+        }
+        while !self.harness.oracle().handles.is_empty() {
+            let drop = Op::DropHandle {
+                handle: 0,
+                crash_at: None,
+            };
+            run(&mut self.harness, drop);
+        }
+        let oracle = self.harness.oracle();
+        for (seg, s) in oracle.segs.iter().enumerate() {
+            assert!(
+                s.name != Name::Named && !oracle.fd_alive(seg),
+                "P3 while processes live violated: nobody died, every buffer was released and every handle dropped, yet segment {seg} is {:?} (file_descriptor memory alive: {}) after {} operations",
+                s.name,
+                oracle.fd_alive(seg),
+                self.harness.applied()
+            );
+        }
+    }
+}
+
 /// The real protocol on the simulated kernel, through the harness.
 struct RealProtocol;
 
 impl StateMachineTest for RealProtocol {
-    type SystemUnderTest = Harness;
+    type SystemUnderTest = Run;
     type Reference = Reference;
 
-    fn init_test(reference: &Oracle) -> Harness {
-        let settings: Vec<Sharing> = reference.procs.iter().map(|p| p.strategy).collect();
-        Harness::with_strategies(0, &settings)
+    fn init_test(reference: &Oracle) -> Run {
+        Run::new(reference)
     }
 
-    fn apply(mut harness: Harness, _reference: &Oracle, op: Op) -> Harness {
-        if let Err(failure) = harness.run(&op) {
-            panic!("{failure}");
-        }
-        harness
+    fn apply(run: Run, _reference: &Oracle, op: Op) -> Run {
+        run.apply(op)
     }
 
-    fn teardown(harness: Harness, _reference: Oracle) {
-        if std::env::var_os("SHMRC_MODEL_TALLY").is_some() {
-            eprintln!("tally {:?}", harness.tally());
-        }
-        if let Err(failure) = harness.finish() {
-            panic!("{failure}");
-        }
+    fn teardown(run: Run, _reference: Oracle) {
+        run.teardown();
+    }
+}
+
+/// As [`RealProtocol`], with nobody killed: every run ends with P3 while processes live.
+struct PeacefulProtocol;
+
+impl StateMachineTest for PeacefulProtocol {
+    type SystemUnderTest = Run;
+    type Reference = Peaceful;
+
+    fn init_test(reference: &Oracle) -> Run {
+        Run::new(reference)
+    }
+
+    fn apply(run: Run, _reference: &Oracle, op: Op) -> Run {
+        let run = run.apply(op);
+        assert!(!run.anyone_died, "a peaceful run killed a process");
+        run
+    }
+
+    fn teardown(run: Run, _reference: Oracle) {
+        run.teardown();
     }
 }
 
@@ -231,6 +390,12 @@ prop_state_machine! {
     /// P1–P5 hold after every step, and a final kill-all plus sweep leaves nothing.
     #[test]
     fn the_real_protocol_agrees_with_the_oracle_under_random_ops_and_kills(sequential 1..64 => RealProtocol);
+
+    /// The same with nobody killed (kills become sweeps by live processes): at the end,
+    /// every buffer released and every handle dropped, every segment is gone with no
+    /// sweep (P3 while processes live), before the usual kill-all and sweep.
+    #[test]
+    fn with_nobody_killed_the_releases_alone_leave_nothing(sequential 1..64 => PeacefulProtocol);
 }
 
 /// Named scenarios, each reaching one of the hard cases directly (also the fuzzer's

@@ -6,16 +6,31 @@
 //! flag and whether the name exists must agree, and the model must take exactly one
 //! transition more than the real operation passes crash points (the transition from
 //! the call to its first crash point), so the model's steps are the code's steps.
+//!
+//! # The glue explored
+//! The model's own copy of `src/buf/`'s glue (attach's transfer-or-claim, the local
+//! table's attach, the early and late generation checks, the stale attach's give-back,
+//! a cancelled handle's give-back of its use only) is held to the code on generated
+//! scenarios: every sequence of up to [`GLUE_LEN`] operations over a small alphabet
+//! (recycles by the creator, attaches of handles in flight, of a kept copy of a handle
+//! and of a handle in the process that already holds it, shares, cancels, releases,
+//! kills), each operation killed at each of its crash points as above. On top of the
+//! words, after every operation: each live process holds the segment on both sides or
+//! on neither, in the same generation as the model's; the header's generation word is
+//! the model's; a handle of an earlier use is refused with `Error::Stale` and keeps no
+//! slot; and every property the proofs check (P1–P5) holds in the model's state.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::HashMap;
 
 use shmrc::checkers::holders::Slot;
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
-use shmrc::checkers::segment::{HEADER_BYTES, MAGIC};
+use shmrc::checkers::segment::{GENERATION_OFFSET, HEADER_BYTES, MAGIC};
 use shmrc::checkers::sweep::sweep_with;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
-use shmrc_model::protocol::{Config, Handle, Op, Pc, Phase, Pid, State, Target, Transition, Word};
+use shmrc_model::protocol::{
+    Config, Handle, Op, Pc, Phase, Pid, Property, State, Target, Transition, Word,
+};
 
 const UID: u32 = 1000;
 const SLOTS: usize = 3;
@@ -34,6 +49,11 @@ enum Act {
     Cancel(Pid, u8),
     Kill(Pid),
     Sweep(Pid),
+    /// The creator recycles the segment it holds (`ShmBuf::recycle`, a pool's step).
+    Recycle(Pid),
+    /// Attach of the model's kept copy of a handle attached before: its locator (the
+    /// same bytes, without the in-flight reference that went with the first attach).
+    AttachCopy(Pid),
 }
 
 impl Act {
@@ -45,7 +65,9 @@ impl Act {
             | Act::Release(p)
             | Act::Cancel(p, _)
             | Act::Kill(p)
-            | Act::Sweep(p) => p,
+            | Act::Sweep(p)
+            | Act::Recycle(p)
+            | Act::AttachCopy(p) => p,
         }
     }
 }
@@ -59,10 +81,87 @@ struct Run {
     name: Option<String>,
     model: State,
     handles: HashMap<u8, Handle>,
+    /// The locator of each share's buffer, made with the handle (same generation).
+    locators: HashMap<u8, Vec<u8>>,
+    /// The real bytes of the model's kept copy ([`State::copy`]).
+    copy: Option<Vec<u8>>,
+    /// Model transitions taken.
+    transitions: u64,
+    /// The cases this run reached.
+    seen: Seen,
+}
+
+/// What the real code returned.
+#[derive(Debug, Default)]
+struct Real {
+    /// The error it returned (an expected kind: `real` checks).
+    error: Option<Error>,
+    /// A recycle reused the segment (`Ok(true)`).
+    recycled: bool,
+}
+
+/// What happened to one act.
+#[derive(Copy, Clone, Debug, Default)]
+struct Done {
+    /// Both sides ran it (its input existed, its process lived).
+    applied: bool,
+    /// The victim was killed inside it.
+    killed: bool,
+}
+
+/// What the generated scenarios went through (so that a scenario set that stopped
+/// reaching a case fails instead of passing).
+#[derive(Copy, Clone, Default, Debug)]
+struct Seen {
+    /// Handles in flight of an earlier use refused (`Error::Stale`).
+    stale_handles: u64,
+    /// Kept copies of an earlier use refused (`Error::Stale`).
+    stale_copies: u64,
+    /// Attaches in a process that already held the segment (the local table).
+    local_attaches: u64,
+    /// Recycles that reused the segment.
+    recycled: u64,
+    /// Recycles refused: the segment was held.
+    recycle_refused: u64,
+    /// Kept copies attached in their use.
+    copies_attached: u64,
+}
+
+impl Seen {
+    fn add(&mut self, o: Seen) {
+        self.stale_handles += o.stale_handles;
+        self.stale_copies += o.stale_copies;
+        self.local_attaches += o.local_attaches;
+        self.recycled += o.recycled;
+        self.recycle_refused += o.recycle_refused;
+        self.copies_attached += o.copies_attached;
+    }
+
+    /// Fails unless every case was reached.
+    fn assert_all_reached(&self) {
+        let Seen {
+            stale_handles,
+            stale_copies,
+            local_attaches,
+            recycled,
+            recycle_refused,
+            copies_attached,
+        } = *self;
+        for (what, n) in [
+            ("stale handle refused", stale_handles),
+            ("stale copy refused", stale_copies),
+            ("local attach", local_attaches),
+            ("recycle", recycled),
+            ("recycle refused", recycle_refused),
+            ("copy attached", copies_attached),
+        ] {
+            assert!(n > 0, "no {what} in the generated scenarios: {self:?}");
+        }
+    }
 }
 
 impl Run {
-    fn new(procs: usize) -> Run {
+    fn new(procs: usize, recycle: bool) -> Run {
         let kernel = SimKernel::new(1);
         let procs = (0..procs).map(|_| kernel.spawn(UID)).collect();
         let model = State::initial(Config {
@@ -71,7 +170,7 @@ impl Run {
             segments: 1,
             ops: u8::MAX,
             total_ops: u8::MAX,
-            recycle: false,
+            recycle,
             anonymous: false,
             takeovers: true,
         });
@@ -83,6 +182,10 @@ impl Run {
             name: None,
             model,
             handles: HashMap::new(),
+            locators: HashMap::new(),
+            copy: None,
+            transitions: 0,
+            seen: Seen::default(),
         }
     }
 
@@ -95,8 +198,14 @@ impl Run {
     fn model_op(&self, act: Act) -> Option<Op> {
         let holds = |p: Pid| self.bufs.contains_key(&p);
         match act {
-            Act::Create(_) => Some(Op::Create(0)),
-            Act::Share(p, _) => holds(p).then_some(Op::Share(0)),
+            Act::Create(_) => {
+                (self.model.segments[0].phase == Phase::Absent).then_some(Op::Create(0))
+            }
+            // A label names one handle: a second share under it is not run.
+            Act::Share(p, l) => {
+                (holds(p) && !self.handles.contains_key(&l) && !self.bytes.contains_key(&l))
+                    .then_some(Op::Share(0))
+            }
             Act::Release(p) => holds(p).then_some(Op::Release(0)),
             Act::Attach(_, l) => self.handles.get(&l).map(|h| Op::Attach {
                 h: *h,
@@ -109,21 +218,33 @@ impl Run {
                 .first()
                 .is_some_and(|s| s.named)
                 .then_some(Op::Sweep(Target::Segment(0))),
+            Act::Recycle(p) => {
+                (holds(p) && self.model.recycle && self.model.segments[0].creator == p)
+                    .then_some(Op::Recycle(0))
+            }
+            Act::AttachCopy(_) => self.model.copy.map(Op::AttachCopy),
             Act::Kill(_) => None,
         }
     }
 
-    /// Runs `act` on the real code; the result says nothing, the kernel says all.
-    fn real(&mut self, act: Act) {
+    /// Runs `act` on the real code; the kernel says what it did, the result is the
+    /// error it returned (recycle: `Some(Error::Busy)`-like refusals are `Ok(false)`,
+    /// returned here as `recycled`).
+    fn real(&mut self, act: Act) -> Real {
         let os = self.os(act.pid()).clone();
-        let ok_or_expected = |e: Error| {
+        let mut out = Real::default();
+        let mut ok_or_expected = |e: Error| {
             assert!(
                 matches!(
                     e,
-                    Error::Killed | Error::Gone { .. } | Error::HoldersFull { .. }
+                    Error::Killed
+                        | Error::Gone { .. }
+                        | Error::HoldersFull { .. }
+                        | Error::Stale { .. }
                 ),
                 "{act:?}: unexpected error {e}"
             );
+            out.error = Some(e);
         };
         match act {
             Act::Create(p) => {
@@ -147,7 +268,22 @@ impl Run {
             Act::Share(p, l) => match self.bufs[&p].share().and_then(|h| h.into_bytes()) {
                 Ok(bytes) => {
                     self.bytes.insert(l, bytes);
+                    self.locators
+                        .insert(l, self.bufs[&p].locator().expect("a named buffer"));
                 }
+                Err(e) => ok_or_expected(e),
+            },
+            Act::AttachCopy(p) => {
+                let bytes = self.copy.take().expect("attach of a copy never kept");
+                match ShareHandle::from_bytes_with(&os, &bytes).and_then(ShmBuf::attach) {
+                    Ok(buf) => {
+                        self.bufs.insert(p, buf);
+                    }
+                    Err(e) => ok_or_expected(e),
+                }
+            }
+            Act::Recycle(p) => match self.bufs[&p].recycle() {
+                Ok(recycled) => out.recycled = recycled,
                 Err(e) => ok_or_expected(e),
             },
             Act::Attach(p, l) => {
@@ -181,6 +317,7 @@ impl Run {
                 }
             }
         }
+        out
     }
 
     fn model_step(&mut self, t: Transition, act: Act) {
@@ -188,32 +325,53 @@ impl Run {
             .model
             .apply(t)
             .unwrap_or_else(|| panic!("{act:?}: the model cannot take {t:?} in {}", self.model));
+        self.transitions += 1;
+        if self.model.recycle {
+            for prop in Property::ALL {
+                if let Some(why) = self.model.check(prop) {
+                    panic!("{act:?}, {t:?}: {prop} violated: {why}\nin {}", self.model);
+                }
+            }
+        }
     }
 
     /// Runs `act` on both sides; `kill_at`: the real process is killed at that crash
     /// point of this operation (the model crashes after as many steps). Returns whether
     /// the kill happened.
-    fn act(&mut self, act: Act, kill_at: Option<u64>) -> bool {
+    fn act(&mut self, act: Act, kill_at: Option<u64>) -> Done {
         let p = act.pid();
         let pid = self.os(p).pid();
         if !self.model.procs[usize::from(p)].alive {
-            return false;
+            return Done::default();
         }
         if let Act::Kill(_) = act {
             self.real(act);
             self.model_step(Transition::Crash(p), act);
             self.bufs.remove(&p);
-            return false;
+            return Done {
+                applied: true,
+                killed: false,
+            };
         }
         let Some(op) = self.model_op(act) else {
-            return false;
+            return Done::default();
         };
+        // The model keeps a copy of the first handle attached (while it keeps none);
+        // the real side keeps that handle's locator.
+        if let (Op::Attach { .. }, Act::Attach(_, l), true, None) =
+            (op, act, self.model.recycle, self.model.copy)
+        {
+            self.copy = self.locators.get(&l).cloned();
+        }
+        let seg = self.model.segments[0];
+        let held_before = self.model.procs[usize::from(p)].holds[0].is_some();
+        let generation_before = seg.generation;
         if let Some(n) = kill_at {
             self.kernel.kill_at_step(pid, n);
         }
         let pool_before = self.model.handles;
         let before = self.kernel.steps(pid);
-        self.real(act);
+        let outcome = self.real(act);
         let passed = self.kernel.steps(pid) - before;
         let killed = self.kernel.is_killed(pid);
         if kill_at.is_some() && !killed {
@@ -233,8 +391,27 @@ impl Run {
             self.model_step(Transition::Crash(p), act);
             self.bufs.remove(&p);
         } else {
+            // Every transition an early round's (`Step`: a retry round that ends starts
+            // another), but the real operation's last one: where only the last round's
+            // exit ends it (`GiveUp`: a claim `Full` after its 64 rounds, a finalize
+            // deferred), that one.
             while self.model.procs[usize::from(p)].pc != Pc::Idle {
-                self.model_step(Transition::Step(p), act);
+                assert!(
+                    taken <= passed,
+                    "{act:?}: the real operation passed {passed} crash points, the model is still running after {taken} transitions: {}",
+                    self.model
+                );
+                let ends = |t| {
+                    self.model
+                        .apply(t)
+                        .is_some_and(|s| s.procs[usize::from(p)].pc == Pc::Idle)
+                };
+                let t = if taken == passed && !ends(Transition::Step(p)) {
+                    Transition::GiveUp(p)
+                } else {
+                    Transition::Step(p)
+                };
+                self.model_step(t, act);
                 taken += 1;
             }
             assert_eq!(
@@ -263,7 +440,63 @@ impl Run {
         if let Act::Attach(_, l) | Act::Cancel(_, l) = act {
             self.handles.remove(&l);
         }
-        killed
+        if !killed {
+            self.check_outcome(act, op, outcome, seg.named, held_before, generation_before);
+        }
+        Done {
+            applied: true,
+            killed,
+        }
+    }
+
+    /// What a completed act must have returned, given the model's state before it.
+    fn check_outcome(
+        &mut self,
+        act: Act,
+        op: Op,
+        outcome: Real,
+        named: bool,
+        held_before: bool,
+        generation_before: u8,
+    ) {
+        match op {
+            Op::Attach { h, .. } | Op::AttachCopy(h) => {
+                if held_before {
+                    self.seen.local_attaches += 1;
+                }
+                if h.generation != generation_before && (named || held_before) {
+                    // A handle of an earlier use: refused, nothing kept.
+                    assert!(
+                        matches!(outcome.error, Some(Error::Stale { .. })),
+                        "{act:?}: a handle of generation {} attached to a segment in generation {generation_before} gave {:?}, not Stale\nmodel {}",
+                        h.generation,
+                        outcome.error,
+                        self.model
+                    );
+                    if matches!(op, Op::Attach { .. }) {
+                        self.seen.stale_handles += 1;
+                    } else {
+                        self.seen.stale_copies += 1;
+                    }
+                } else if matches!(op, Op::AttachCopy(_)) && outcome.error.is_none() {
+                    self.seen.copies_attached += 1;
+                }
+            }
+            Op::Recycle(_) => {
+                let bumped = self.model.segments[0].generation != generation_before;
+                assert_eq!(
+                    outcome.recycled, bumped,
+                    "{act:?}: the real recycle reused the segment? model {}",
+                    self.model
+                );
+                if bumped {
+                    self.seen.recycled += 1;
+                } else {
+                    self.seen.recycle_refused += 1;
+                }
+            }
+            _ => {}
+        }
     }
 
     fn word_of(&self, raw: u64) -> Word {
@@ -283,8 +516,23 @@ impl Run {
         }
     }
 
-    /// The real header agrees with the model's segment.
+    /// The real header agrees with the model's segment, and each live process holds
+    /// it on both sides or neither, in the model's generation.
     fn assert_agree(&self, after: Act) {
+        for (p, proc) in self.model.procs.iter().enumerate().take(self.procs.len()) {
+            if !proc.alive {
+                continue;
+            }
+            let real = self.bufs.get(&(p as Pid)).map(ShmBuf::generation);
+            let model = proc.holds[0].map(|_| u64::from(proc.generations[0]));
+            assert_eq!(
+                real,
+                model,
+                "after {after:?}: p{p} holds the segment in generation (real, model) {:?}\nmodel {}",
+                (real, model),
+                self.model
+            );
+        }
         let seg = &self.model.segments[0];
         let Some(name) = &self.name else {
             assert_eq!(seg.phase, Phase::Absent, "after {after:?}");
@@ -327,23 +575,44 @@ impl Run {
             "after {after:?}: (slots, finalizer, pending) real vs model {}",
             self.model
         );
+        assert_eq!(
+            word(GENERATION_OFFSET / 8),
+            u64::from(seg.generation),
+            "after {after:?}: generation word real vs model {}",
+            self.model
+        );
     }
 }
 
-/// Runs `script` once per (victim, crash point) pair and returns how many runs killed
-/// a victim.
+/// What a set of runs went through.
+#[derive(Copy, Clone, Default, Debug)]
+struct Explored {
+    /// Runs in which a victim was killed.
+    killed_runs: u64,
+    /// Model transitions taken, each held to the code.
+    steps: u64,
+    /// The cases reached.
+    seen: Seen,
+}
+
+/// Runs `script` once per (victim, crash point) pair (and once with no victim).
 fn every_victim_every_step(procs: usize, script: &[Act]) -> u64 {
-    let mut killed_runs = 0;
+    explore_script(procs, false, script).killed_runs
+}
+
+/// [`every_victim_every_step`], with or without recycling in the model.
+fn explore_script(procs: usize, recycle: bool, script: &[Act]) -> Explored {
+    let mut explored = Explored::default();
     for victim in 0..script.len() {
         if matches!(script[victim], Act::Kill(_)) {
             continue;
         }
         for n in 0.. {
-            let mut run = Run::new(procs);
+            let mut run = Run::new(procs, recycle);
             let mut killed = false;
             for (k, act) in script.iter().enumerate() {
                 let kill_at = (k == victim).then_some(n);
-                killed |= run.act(*act, kill_at);
+                killed |= run.act(*act, kill_at).killed;
                 run.assert_agree(*act);
             }
             // Everyone dies, a fresh process sweeps: both sides end with nothing.
@@ -359,14 +628,57 @@ fn every_victim_every_step(procs: usize, script: &[Act]) -> u64 {
                 "{:?} left",
                 end.kernel.names()
             );
+            explored.steps += end.transitions;
+            explored.seen.add(end.seen);
             if !killed {
                 break;
             }
-            killed_runs += 1;
+            explored.killed_runs += 1;
             assert!(n < 1000, "victim {victim} never completes");
         }
     }
-    killed_runs
+    explored
+}
+
+/// Whether every act of `script` runs on both sides when nothing is killed (a script
+/// with an act whose input is missing is a shorter script's twin, not explored twice).
+fn every_act_applies(procs: usize, script: &[Act]) -> bool {
+    let mut run = Run::new(procs, true);
+    script.iter().all(|act| run.act(*act, None).applied)
+}
+
+/// How long the generated sequences after the prefix are.
+const GLUE_LEN: usize = 3;
+
+/// Every sequence of up to [`GLUE_LEN`] acts of `alphabet` after `prefix` in which
+/// every act applies, each run with every victim at every crash point; returns how
+/// many scenarios (sequences) that was, and what their runs went through.
+fn explore_glue(procs: usize, prefix: &[Act], alphabet: &[Act]) -> (u64, Explored) {
+    let mut scenarios = 0;
+    let mut all = Explored::default();
+    // Depth first; a sequence in which an act does not apply is pruned with all its
+    // extensions.
+    let mut stack: Vec<Vec<Act>> = vec![prefix.to_vec()];
+    while let Some(script) = stack.pop() {
+        if script.len() > prefix.len() {
+            if !every_act_applies(procs, &script) {
+                continue;
+            }
+            let explored = explore_script(procs, true, &script);
+            scenarios += 1;
+            all.killed_runs += explored.killed_runs;
+            all.steps += explored.steps;
+            all.seen.add(explored.seen);
+        }
+        if script.len() < prefix.len() + GLUE_LEN {
+            for act in alphabet {
+                let mut longer = script.clone();
+                longer.push(*act);
+                stack.push(longer);
+            }
+        }
+    }
+    (scenarios, all)
 }
 
 #[test]
@@ -446,4 +758,53 @@ fn a_sweeper_killed_anywhere_is_taken_over_in_the_models_steps() {
         ],
     );
     assert!(runs >= 28, "{runs} killed runs");
+}
+
+/// The acts the glue scenarios are made of: recycles, releases and kills, shares by
+/// the creator and by a receiver, attaches of handles in flight (in p1, which holds the
+/// segment after the prefix: through the local table), a cancel, attaches of the kept
+/// copy of handle 0.
+const GLUE_ALPHABET: [Act; 11] = [
+    Act::Recycle(0),
+    Act::Release(1),
+    Act::Kill(1),
+    Act::Share(0, 1),
+    Act::Share(1, 2),
+    Act::Attach(2, 1),
+    Act::Attach(1, 1),
+    Act::Attach(2, 2),
+    Act::Cancel(2, 2),
+    Act::AttachCopy(2),
+    Act::AttachCopy(1),
+];
+
+/// Issue 31 item 4, the glue explored: a creator recycling its segment while handles of
+/// the old use are in flight or kept as copies; a second attach in a process that
+/// holds it (the local table); handles of an earlier use attached or cancelled. Every
+/// sequence of up to [`GLUE_LEN`] acts of [`GLUE_ALPHABET`] after two prefixes: a
+/// share and attach; and the same, then p1 shares (handle 2) and is killed, so that the
+/// creator's recycle reclaims p1's slot and handle 2's in-flight reference (handle 2 is
+/// then of an earlier use, in flight from a dead sender).
+#[test]
+fn recycles_local_attaches_and_stale_handles_take_the_models_steps() {
+    use Act::*;
+    let prefixes: [&[Act]; 2] = [
+        &[Create(0), Share(0, 0), Attach(1, 0)],
+        &[Create(0), Share(0, 0), Attach(1, 0), Share(1, 2), Kill(1)],
+    ];
+    let (mut scenarios, mut all) = (0, Explored::default());
+    for prefix in prefixes {
+        let (n, explored) = explore_glue(4, prefix, &GLUE_ALPHABET);
+        println!(
+            "after {prefix:?}: {n} scenarios, {} steps, {} runs killed at a crash point, {:?}",
+            explored.steps, explored.killed_runs, explored.seen
+        );
+        scenarios += n;
+        all.steps += explored.steps;
+        all.killed_runs += explored.killed_runs;
+        all.seen.add(explored.seen);
+    }
+    println!("explored {scenarios} glue scenarios, {} steps", all.steps);
+    assert!(scenarios >= 300, "{scenarios} scenarios");
+    all.seen.assert_all_reached();
 }

@@ -30,12 +30,16 @@
 
 mod concurrency;
 
+use std::collections::HashMap;
 use std::io;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use concurrency::{Buf, World, ok_or_killed};
+use concurrency::{Buf, Stalled, World, ok_or_killed};
+use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimOs, SimStream};
+use shmrc::checkers::segment::HEADER_BYTES;
 use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
 use shmrc::{Error, Result, transport};
 use shuttle::rand::{Rng, thread_rng};
@@ -47,6 +51,9 @@ const PROCESSES: usize = 8;
 const RANDOM_ITERATIONS: usize = 20_000;
 /// PCT iterations per scenario unless `SHMRC_SHUTTLE_PCT_ITERATIONS` says.
 const PCT_ITERATIONS: usize = 20_000;
+/// The live scenario runs this fraction of the iterations: each of its iterations
+/// runs every process to its end, about twice a `random_ops` iteration's work.
+const LIVE_SHARE: usize = 40;
 /// PCT's bug depth (preemptions it places).
 const PCT_DEPTH: usize = 3;
 
@@ -69,20 +76,61 @@ struct Process {
     to_next: SimStream,
     from_prev: (SimStream, u32),
     held: Vec<Buf>,
+    /// Whether this process kills others (the random scenario) or nobody dies (the
+    /// live one).
+    kills: bool,
+    /// Handles this process sent (counted before the share).
+    sent: u64,
+    /// The segments it shared, with their slot counts: the only ones where its
+    /// in-flight words can be.
+    shared: Vec<(String, usize)>,
+    /// The in-flight bound's bookkeeping, shared by the iteration's processes.
+    in_flight: Arc<InFlight>,
+}
+
+/// What the in-flight bound is checked against, shared by one iteration's processes:
+/// how many handles of each sender were consumed (attached, or dropped and so given
+/// back; counted by the receiver after it is done).
+#[derive(Default)]
+struct InFlight {
+    consumed: Mutex<HashMap<u32, u64>>,
+}
+
+impl InFlight {
+    fn consumed(&self, sender: u32) -> u64 {
+        lock(&self.consumed).get(&sender).copied().unwrap_or(0)
+    }
+
+    /// A handle of `sender` was taken over or given back.
+    fn consume(&self, sender: u32) {
+        *lock(&self.consumed).entry(sender).or_insert(0) += 1;
+    }
+}
+
+/// Adds `buf`'s segment to `shared` (see [`Process::shared`]) unless it is there.
+fn note_shared(shared: &mut Vec<(String, usize)>, buf: &Buf) {
+    let name = buf.name().expect("a file_system segment");
+    if !shared.iter().any(|(n, _)| n == name) {
+        shared.push((name.to_owned(), buf.fields().layout.capacity));
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A process's operation ended without its process being killed.
 type Step = Result<()>;
 
 impl Process {
-    /// Runs `ops` random operations, checking P1 after each, then releases a random
-    /// part of what it holds; returns the rest (empty if the process was killed).
-    fn run(mut self, ops: usize, stats: &Stats) -> Vec<(SimOs, Buf)> {
+    /// Runs `ops` random operations, checking P1 and the in-flight bound after each;
+    /// `false` if the process was killed.
+    fn operate(&mut self, ops: usize, stats: &Stats) -> bool {
         for _ in 0..ops {
             let result = self.step(stats);
             if let Err(Error::Killed) = result {
                 stats.killed.fetch_add(1, Relaxed);
-                return Vec::new();
+                return false;
             }
             if let Err(e) = result {
                 panic!("process {}: unexpected error {e:?}", self.os.pid());
@@ -91,6 +139,42 @@ impl Process {
                 self.w.check_holder(&self.os, buf);
                 self.w.check_slot_words(buf);
             }
+            self.check_in_flight_bound();
+        }
+        true
+    }
+
+    /// P3's in-flight bound, after each of this process's operations: the slots of the
+    /// segments it shared hold no more of its in-flight words than the handles it sent
+    /// that were not consumed yet. Read in this order (consumed, the slots, sent: only this
+    /// process sends its handles), a handle consumed while the slots are read is still
+    /// counted as in flight, so the bound is never too tight.
+    fn check_in_flight_bound(&self) {
+        let pid = self.os.pid();
+        let consumed = self.in_flight.consumed(pid);
+        let word = holders::in_flight_word(self.os.token());
+        let mut words = 0;
+        for (name, capacity) in &self.shared {
+            for i in 0..*capacity {
+                let Some(bytes) = self.w.kernel.peek(name, HEADER_BYTES + 8 * i, 8) else {
+                    break;
+                };
+                words += u64::from(bytes.try_into().map(u64::from_ne_bytes) == Ok(word));
+            }
+        }
+        let outstanding = self.sent.saturating_sub(consumed);
+        assert!(
+            words <= outstanding || !self.w.alive(pid),
+            "P3 violated (in-flight bound): live process {pid} has {words} in-flight references in the slots, but only {outstanding} of the handles it sent are still in flight: {}",
+            self.w.describe()
+        );
+    }
+
+    /// Runs `ops` random operations (see [`Process::operate`]), then releases a random
+    /// part of what it holds; returns the rest (empty if the process was killed).
+    fn run(mut self, ops: usize, stats: &Stats) -> Vec<(SimOs, Buf)> {
+        if !self.operate(ops, stats) {
+            return Vec::new();
         }
         let mut kept = Vec::new();
         for buf in std::mem::take(&mut self.held) {
@@ -101,6 +185,47 @@ impl Process {
             }
         }
         kept.into_iter().map(|b| (self.os.clone(), b)).collect()
+    }
+
+    /// Nobody dies: runs `ops` random operations, then releases everything it holds;
+    /// returns itself, for its mailbox and stream to be emptied once every process is
+    /// done.
+    fn run_live(mut self, ops: usize, stats: &Stats) -> Process {
+        assert!(
+            self.operate(ops, stats),
+            "a process of the live scenario was killed"
+        );
+        for buf in std::mem::take(&mut self.held) {
+            self.w.release(buf).expect("nobody is killed");
+        }
+        self
+    }
+
+    /// Gives back every handle still addressed to this process (letters and stream
+    /// messages), unattached: each drop vacates its in-flight reference and finalizes.
+    fn drop_mail(&self) {
+        while let Ok(letter) = self.mail.try_recv() {
+            drop(
+                shmrc::ShareHandle::from_bytes_with(&self.os, &letter.bytes).expect("handle bytes"),
+            );
+            self.in_flight.consume(letter.sender);
+        }
+        loop {
+            match transport::recv_with(&self.os, &self.from_prev.0) {
+                Ok(message) => {
+                    let handles = message.handles.len();
+                    drop(message);
+                    for _ in 0..handles {
+                        self.in_flight.consume(self.from_prev.1);
+                    }
+                }
+                Err(Error::Os { source, .. }) if source.kind() == io::ErrorKind::WouldBlock => {
+                    return;
+                }
+                Err(Error::Disconnected) => return,
+                Err(e) => panic!("draining the stream: {e:?}"),
+            }
+        }
     }
 
     fn step(&mut self, stats: &Stats) -> Step {
@@ -114,7 +239,14 @@ impl Process {
             3..=5 if !self.held.is_empty() => {
                 let buf = &self.held[rng.gen_range(0..self.held.len())];
                 let (_, to) = &self.post[rng.gen_range(0..self.post.len())];
-                if let Some(bytes) = w.share(buf)? {
+                note_shared(&mut self.shared, buf);
+                self.sent += 1;
+                let shared = w.share(buf)?;
+                if shared.is_none() {
+                    // Every slot taken: no in-flight reference was made.
+                    self.sent -= 1;
+                }
+                if let Some(bytes) = shared {
                     let sender = os.pid();
                     // A receiver that already stopped drops the letter: its reference
                     // stays with this process until it dies.
@@ -123,13 +255,17 @@ impl Process {
             }
             6..=7 if !self.held.is_empty() => {
                 let buf = &self.held[rng.gen_range(0..self.held.len())];
+                note_shared(&mut self.shared, buf);
+                self.sent += 1;
                 match buf.share() {
                     Ok(handle) => match transport::send_with(os, &self.to_next, b"h", vec![handle])
                     {
+                        // A handle that could not be sent is dropped, and so given back,
+                        // or is left in flight: counted as in flight either way.
                         Ok(()) | Err(Error::Disconnected) => {}
                         Err(e) => return Err(e),
                     },
-                    Err(Error::HoldersFull { .. }) => {}
+                    Err(Error::HoldersFull { .. }) => self.sent -= 1,
                     Err(e) => return Err(e),
                 }
             }
@@ -139,16 +275,26 @@ impl Process {
                         // Given back unattached: the handle's drop returns the
                         // reference (and finalizes if it was the last).
                         drop(shmrc::ShareHandle::from_bytes_with(os, &letter.bytes)?);
-                    } else if let Some(buf) = w.attach(os, &letter.bytes, letter.sender)? {
-                        stats.attached.fetch_add(1, Relaxed);
-                        self.held.push(buf);
+                        // Killed inside the drop, the reference may be left in flight.
+                        if w.alive(os.pid()) {
+                            self.in_flight.consume(letter.sender);
+                        }
+                    } else {
+                        let attached = w.attach(os, &letter.bytes, letter.sender)?;
+                        self.in_flight.consume(letter.sender);
+                        if let Some(buf) = attached {
+                            stats.attached.fetch_add(1, Relaxed);
+                            self.held.push(buf);
+                        }
                     }
                 }
             }
             11..=12 => match transport::recv_with(os, &self.from_prev.0) {
                 Ok(message) => {
                     for handle in message.handles {
-                        if let Some(buf) = w.attach_handle(handle, self.from_prev.1)? {
+                        let attached = w.attach_handle(handle, self.from_prev.1)?;
+                        self.in_flight.consume(self.from_prev.1);
+                        if let Some(buf) = attached {
                             stats.attached.fetch_add(1, Relaxed);
                             self.held.push(buf);
                         }
@@ -166,7 +312,7 @@ impl Process {
                 w.sweep(os)?;
                 stats.swept.fetch_add(1, Relaxed);
             }
-            18 if rng.gen_bool(0.3) => {
+            18 if self.kills && rng.gen_bool(0.3) => {
                 // The victim is running: it dies at a crash point of its own (the next
                 // one, or a later one), never between a crash point and the step after
                 // it (see `SimKernel::kill`).
@@ -193,32 +339,36 @@ struct Stats {
     swept: AtomicU64,
     killed: AtomicU64,
     taken_over: AtomicU64,
+    /// Iterations in which a finalizer killed in its commit pass was followed by one
+    /// killed in its rollback.
+    deeper: AtomicU64,
 }
 
 impl Stats {
     fn print(&self, label: &str, started: Instant) {
         let l = |a: &AtomicU64| a.load(Relaxed);
         eprintln!(
-            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {} stalled finalizers armed to be taken over, {:.1?}",
+            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {} stalled finalizers armed to be taken over, {} finalizers killed in their rollback after another in its commit, {:.1?}",
             l(&self.iterations),
             l(&self.created),
             l(&self.attached),
             l(&self.swept),
             l(&self.killed),
             l(&self.taken_over),
+            l(&self.deeper),
             started.elapsed()
         );
     }
 }
 
-/// Eight processes with random operations and kills (see the module docs).
-fn random_ops(stats: &'static Stats) {
-    stats.iterations.fetch_add(1, Relaxed);
-    let w = World::new(1);
+/// The eight processes of the random scenarios, each with its mailbox, the others'
+/// addresses and its two stream ends of the ring; with `kills`, some doomed from the
+/// start at a random crash point.
+fn processes(w: &World, kills: bool) -> Vec<Process> {
     let mut rng = thread_rng();
     let oses: Vec<SimOs> = (0..PROCESSES).map(|_| w.spawn()).collect();
     for os in &oses {
-        if rng.gen_bool(0.25) {
+        if kills && rng.gen_bool(0.25) {
             w.kernel.kill_at_step(os.pid(), rng.gen_range(0..150));
         }
     }
@@ -233,7 +383,8 @@ fn random_ops(stats: &'static Stats) {
         ends[i].0 = Some(to_next);
         ends[(i + 1) % PROCESSES].1 = Some(at_next);
     }
-    let mut threads = Vec::new();
+    let in_flight = Arc::new(InFlight::default());
+    let mut processes = Vec::new();
     for (i, (mail, (to_next, from_prev))) in mails.into_iter().zip(ends).enumerate() {
         let post = oses
             .iter()
@@ -253,16 +404,65 @@ fn random_ops(stats: &'static Stats) {
                 oses[(i + PROCESSES - 1) % PROCESSES].pid(),
             ),
             held: Vec::new(),
+            kills,
+            sent: 0,
+            shared: Vec::new(),
+            in_flight: in_flight.clone(),
         };
-        let ops = rng.gen_range(24..48);
-        threads.push(shuttle::thread::spawn(move || process.run(ops, stats)));
+        processes.push(process);
     }
-    drop(posts);
+    processes
+}
+
+/// Eight processes with random operations and kills (see the module docs).
+fn random_ops(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(1);
+    let threads: Vec<_> = processes(&w, true)
+        .into_iter()
+        .map(|process| {
+            let ops = thread_rng().gen_range(24..48);
+            shuttle::thread::spawn(move || process.run(ops, stats))
+        })
+        .collect();
     let survivors: Vec<(SimOs, Buf)> = threads
         .into_iter()
         .flat_map(|t| t.join().expect("a process thread panicked"))
         .collect();
     w.finish(survivors);
+}
+
+/// P3 while processes live: the random scenario with nobody killed. Each process runs
+/// its random operations (sweeps among them), then releases everything it holds; once
+/// all are done, every handle still addressed to one is dropped unattached. With no
+/// sweep after that, every segment created must be unlinked: by the releases and the
+/// handles given back alone. The in-flight bound is checked after every operation, as
+/// in the random scenario.
+fn random_ops_live(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(10);
+    let threads: Vec<_> = processes(&w, false)
+        .into_iter()
+        .map(|process| {
+            let ops = thread_rng().gen_range(24..48);
+            shuttle::thread::spawn(move || process.run_live(ops, stats))
+        })
+        .collect();
+    let done: Vec<Process> = threads
+        .into_iter()
+        .map(|t| t.join().expect("a process thread panicked"))
+        .collect();
+    for process in &done {
+        process.drop_mail();
+    }
+    assert_eq!(
+        w.segments(),
+        Vec::<String>::new(),
+        "P3 violated while processes live: nobody died, every process released what it held and every handle in flight was given back, yet names are left with no sweep: {}",
+        w.describe()
+    );
+    drop(done);
+    w.finish(vec![]);
 }
 
 /// No kill: one segment held by every process (created by the first, attached by the
@@ -319,8 +519,9 @@ fn releases_alone(stats: &'static Stats) {
 
 /// Recycling: a pool P recycles its segment (then writes the new use's data) while
 /// three processes attach old handle bytes of it, one of them doomed at a random crash
-/// point: a recycle that reused the segment and a live process holding it through an
-/// old handle are never both (P1).
+/// point; P starts after a random number of scheduling points. A recycle that reused
+/// the segment and a live process holding it through an old handle are never both
+/// (P1).
 fn recycle_vs_old_handles(stats: &'static Stats) {
     stats.iterations.fetch_add(1, Relaxed);
     let w = World::new(6);
@@ -337,6 +538,14 @@ fn recycle_vs_old_handles(stats: &'static Stats) {
             shuttle::thread::spawn(move || (w.attach_old(&b, &bytes), b))
         })
         .collect();
+    // P lets a random number of scheduling points pass first: under the random
+    // scheduler, whose every choice is fair, an attach (many more steps than the
+    // recycle's first ones) otherwise rarely ends before the recycle reaches its slot,
+    // and a recycle over a live holder (planted `recycle_over_live`) went unseen in
+    // 20,000 iterations; PCT's preemptions found it.
+    for _ in 0..thread_rng().gen_range(0..48) {
+        shuttle::thread::yield_now();
+    }
     let reused = ok_or_killed("P's recycle", buf_p.recycle());
     let mut held = vec![];
     for t in threads {
@@ -392,7 +601,8 @@ fn memfd_recycle_vs_consumer(stats: &'static Stats) {
 /// less one times (`World::stalled_setup`); then F resumes, R sweeps once more (taking
 /// F over if F holds the finalizer word) and B attaches the dead creator's handle, at
 /// once. Neither finalizer undoes the other's tombstones (P1, P2), nothing is left
-/// stuck (P5, P3).
+/// stuck (P5, P3), and once the three are done the segment is unlinked with no sweep
+/// after (P3 while processes live).
 fn stalled_finalizer(stats: &'static Stats) {
     stats.iterations.fetch_add(1, Relaxed);
     let w = World::new(8);
@@ -422,7 +632,110 @@ fn stalled_finalizer(stats: &'static Stats) {
     tf.join().unwrap();
     tr.join().unwrap();
     tb.join().unwrap();
+    // P3 while processes live: F, R and B live (C died before the race, its words
+    // reclaimed by the sweeps' finalizes) and are done, and none holds the segment: one
+    // of their finalizes unlinked it, with no sweep after. A finalizer taken over, or
+    // rolled back, that ignores a request to run again leaves it named.
+    assert_eq!(
+        w.segments(),
+        Vec::<String>::new(),
+        "P3 violated while processes live: F, R and B are done and none holds the segment, yet it is named with no sweep to come: {}",
+        w.describe()
+    );
     w.finish(vec![]);
+}
+
+/// Whether a stepped finalize stands in its commit pass (turning slots to its
+/// tombstones, or committing) or in its rollback (turning them back).
+fn committing(f: &Stalled) -> bool {
+    let at = f.position();
+    ["at: TombLoad", "at: TombCas", "at: Commit"]
+        .iter()
+        .any(|phase| at.contains(phase))
+}
+
+fn rolling_back(f: &Stalled) -> bool {
+    f.position().contains("at: Rollback")
+}
+
+/// Two finalizers killed in turn, deeper than the random scenario reaches on purpose:
+/// C creates a segment of 3 slots, sends B a handle and dies. A sweeper F1 finalizes
+/// it (production's finalize stepped by hand) and is killed in its commit pass after a
+/// random number of its steps there (0 to 3 tombstones turned, or all and the commit
+/// not yet done). Then, at once: B attaches C's handle (a dead sender's: its claim
+/// races the tombstones), and a second sweeper F2 takes the dead F1 over; if B's claim
+/// took a slot, F2 meets it and rolls back, and is killed at a random step of its
+/// rollback. Checked: B, alive, keeps what it attached (P1); F2's (or F1's) unlink
+/// happens only with every slot a tombstone, once (P2); at rest and after a fresh
+/// sweep no tombstone is left without a finalizer, B's slot intact (P5); then P3.
+fn commit_then_rollback_killed(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(11);
+    let mut rng = thread_rng();
+    let (c, b) = (w.spawn(), w.spawn());
+    let buf_c = w.create(&c, 3).unwrap();
+    let bytes = w.share(&buf_c).unwrap().unwrap();
+    w.kernel.kill(c.pid());
+    drop(buf_c);
+    let name = w.segments().pop().expect("the segment C created");
+    stats.created.fetch_add(1, Relaxed);
+    // F1: into its commit pass, then `extra` steps more (its 7 steps there: 3 loads, 3
+    // tombstones, the commit CAS), killed before it can unlink.
+    let f1_os = w.spawn();
+    let mut f1 = Stalled::start(&w, f1_os.clone(), &name, 0);
+    while !committing(&f1) {
+        assert!(!f1.step_once(&w), "F1 ended before its commit pass");
+    }
+    for _ in 0..rng.gen_range(0..7) {
+        f1.step_once(&w);
+    }
+    assert!(
+        committing(&f1),
+        "F1 left its commit pass: {}",
+        f1.position()
+    );
+    w.kernel.kill(f1_os.pid());
+    drop(f1);
+    stats.killed.fetch_add(1, Relaxed);
+    let kill_at = rng.gen_range(0..4);
+    let wb = w.clone();
+    let tb = shuttle::thread::spawn(move || {
+        let attached = wb.attach(&b, &bytes, c.pid()).expect("B is not killed");
+        (b, attached)
+    });
+    let wf = w.clone();
+    let f2_os = w.spawn();
+    let tf = shuttle::thread::spawn(move || {
+        let mut f2 = Stalled::start(&wf, f2_os.clone(), &name, 0);
+        let mut rollback_steps = 0;
+        loop {
+            if rolling_back(&f2) {
+                if rollback_steps == kill_at {
+                    wf.kernel.kill(f2_os.pid());
+                    return true;
+                }
+                rollback_steps += 1;
+            }
+            if f2.step_once(&wf) {
+                return false;
+            }
+        }
+    });
+    let killed_in_rollback = tf.join().unwrap();
+    let (b, attached) = tb.join().unwrap();
+    if killed_in_rollback {
+        stats.killed.fetch_add(1, Relaxed);
+        stats.deeper.fetch_add(1, Relaxed);
+    }
+    let survivors = match attached {
+        Some(buf) => {
+            stats.attached.fetch_add(1, Relaxed);
+            w.check_holder(&b, &buf);
+            vec![(b, buf)]
+        }
+        None => vec![],
+    };
+    w.finish(survivors);
 }
 
 /// The scenarios by name, for [`replay_a_failing_schedule`].
@@ -433,8 +746,10 @@ fn scenario(name: &str) -> fn(&'static Stats) {
         "recycle_vs_old_handles" => recycle_vs_old_handles,
         "memfd_recycle_vs_consumer" => memfd_recycle_vs_consumer,
         "stalled_finalizer" => stalled_finalizer,
+        "random_ops_live" => random_ops_live,
+        "commit_then_rollback_killed" => commit_then_rollback_killed,
         other => panic!(
-            "unknown scenario {other:?}: random_ops, releases_alone, recycle_vs_old_handles, memfd_recycle_vs_consumer or stalled_finalizer"
+            "unknown scenario {other:?}: random_ops, random_ops_live, releases_alone, recycle_vs_old_handles, memfd_recycle_vs_consumer, stalled_finalizer or commit_then_rollback_killed"
         ),
     }
 }
@@ -445,15 +760,20 @@ fn check(name: &'static str, scheduler: &str) {
     );
     let stats: &'static Stats = Box::leak(Box::default());
     let body = scenario(name);
+    let share = if name == "random_ops_live" {
+        LIVE_SHARE
+    } else {
+        1
+    };
     let started = Instant::now();
     match scheduler {
         "random" => shuttle::check_random(
             move || body(stats),
-            iterations("SHMRC_SHUTTLE_ITERATIONS", RANDOM_ITERATIONS),
+            iterations("SHMRC_SHUTTLE_ITERATIONS", RANDOM_ITERATIONS) / share,
         ),
         _ => shuttle::check_pct(
             move || body(stats),
-            iterations("SHMRC_SHUTTLE_PCT_ITERATIONS", PCT_ITERATIONS),
+            iterations("SHMRC_SHUTTLE_PCT_ITERATIONS", PCT_ITERATIONS) / share,
             PCT_DEPTH,
         ),
     }
@@ -465,6 +785,10 @@ fn check(name: &'static str, scheduler: &str) {
     assert!(
         stats.taken_over.load(Relaxed) > 0 || name != "stalled_finalizer",
         "no iteration armed a takeover of the stalled finalizer"
+    );
+    assert!(
+        stats.deeper.load(Relaxed) > 0 || name != "commit_then_rollback_killed",
+        "no finalizer was killed in its rollback after one killed in its commit pass"
     );
 }
 
@@ -506,6 +830,26 @@ fn a_stalled_finalizer_taken_over_and_resumed_under_random_schedules() {
 #[test]
 fn a_stalled_finalizer_taken_over_and_resumed_under_pct_schedules() {
     check("stalled_finalizer", "pct");
+}
+
+#[test]
+fn eight_live_processes_with_random_ops_unlink_with_no_sweep_under_random_schedules() {
+    check("random_ops_live", "random");
+}
+
+#[test]
+fn eight_live_processes_with_random_ops_unlink_with_no_sweep_under_pct_schedules() {
+    check("random_ops_live", "pct");
+}
+
+#[test]
+fn a_finalizer_killed_in_its_rollback_after_one_killed_in_its_commit_under_random_schedules() {
+    check("commit_then_rollback_killed", "random");
+}
+
+#[test]
+fn a_finalizer_killed_in_its_rollback_after_one_killed_in_its_commit_under_pct_schedules() {
+    check("commit_then_rollback_killed", "pct");
 }
 
 #[test]

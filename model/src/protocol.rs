@@ -11,8 +11,12 @@
 //! alone is therefore in what the proofs explore. What remains the model's own is the
 //! glue around those steps, taken from `src/segment.rs`, `src/buf.rs` and
 //! `src/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
-//! open and validation, which reference an operation starts from, and the sweep's
-//! per-name decision; `tests/model_steps.rs` holds that glue to the code.
+//! open and validation, which reference an operation starts from, the generation checks
+//! around an attach (`hold`'s early one before anything is taken and its late one after
+//! the slot is, both production's [`holders::generation_is`]; the local table's; a
+//! dropped handle's give-back of its own use only), and the sweep's per-name decision;
+//! `tests/model_steps.rs` holds that glue to the code, recycles, local attaches and
+//! stale handles included.
 //!
 //! # What a state is
 //! Per segment: whether it exists and is published (the creator's header write of
@@ -407,6 +411,12 @@ pub struct State {
     pub copy: Option<Handle>,
     /// A flaw recorded by a transition.
     pub flaw: Option<Flaw>,
+    /// Whether a finalize ended `Deferred` at its last retry round ([`Transition::GiveUp`])
+    /// while every process lived: production's bound on rounds, after which the segment
+    /// is left to a sweep, so P3 while processes live ([`State::check_p3_live`]) no
+    /// longer applies. Cleared at the first crash (it applies only with nobody dead), so
+    /// states that differ by it alone after a crash are one.
+    pub finalize_gave_up: bool,
 }
 
 const NO_SEGMENT: Segment = Segment {
@@ -471,6 +481,7 @@ impl State {
             takeovers: config.takeovers,
             copy: None,
             flaw: None,
+            finalize_gave_up: false,
         }
     }
 
@@ -516,6 +527,12 @@ impl State {
                     let mut gave_up = self.clone();
                     gave_up.exec(p, true);
                     if gave_up != next {
+                        // A finalize that ends here only as its last round ends: it
+                        // gave up (a takeover at the bound goes on to take the word).
+                        let finalizing = matches!(proc.pc, Pc::At(_, Step::Fin(_)));
+                        if finalizing && gave_up.procs[usize::from(p)].pc == Pc::Idle {
+                            gave_up.finalize_gave_up = !gave_up.anyone_dead();
+                        }
                         out.push((Transition::GiveUp(p), gave_up));
                     }
                     out.push((Transition::Step(p), next));
@@ -647,6 +664,12 @@ impl State {
             alive: false,
             ..FRESH
         };
+        self.finalize_gave_up = false;
+    }
+
+    /// Whether a user process died.
+    fn anyone_dead(&self) -> bool {
+        self.procs[..self.procs()].iter().any(|q| !q.alive)
     }
 
     fn start(&mut self, p: Pid, op: Op) {
@@ -679,12 +702,23 @@ impl State {
                     self.copy = Some(h);
                 }
                 if self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some() {
-                    // Already held here: give the handle's reference back, no finalize.
-                    self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
+                    if self.held_in_use_of(p, h) {
+                        // Already held here: give the handle's reference back, no
+                        // finalize.
+                        self.set_pc(p, Pc::At(op, Step::Vacate { finalize: false }));
+                    } else {
+                        // The local table's check: `Stale`, nothing taken; the dropped
+                        // handle gives nothing back (its reference went with its use).
+                        self.end(p);
+                    }
                 } else if !self.seg(h.seg).named {
                     // open_named: Gone. The handle is dropped; its cancel's own open
                     // finds nothing either. (Never for an anonymous segment: the
                     // handle's descriptor keeps the memfd.)
+                    self.end(p);
+                } else if !self.early_generation_check(h) {
+                    // `hold`'s early check: `Stale` before anything is taken; the
+                    // dropped handle gives nothing back (`give_back_in_flight`).
                     self.end(p);
                 } else {
                     // Gone for good: every slot a tombstone under a committed finalizer
@@ -696,7 +730,8 @@ impl State {
             }
             Op::Cancel(h) => {
                 self.take_handle(h);
-                if self.seg(h.seg).named {
+                // `give_back_in_flight`: a handle of an earlier use gives nothing back.
+                if self.seg(h.seg).named && self.same_use(h) {
                     let finalize = self.finalizes();
                     self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
                 } else {
@@ -706,9 +741,10 @@ impl State {
             Op::AttachCopy(h) => {
                 self.copy = None;
                 let held = self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some();
-                if held || !self.seg(h.seg).named {
+                if held || !self.seg(h.seg).named || !self.early_generation_check(h) {
                     // Already held here (production compares the generations in
-                    // process), or open_named: Gone.
+                    // process: a clone, or `Stale`), open_named: Gone, or `hold`'s
+                    // early check: `Stale` before anything is taken.
                     self.end(p);
                 } else {
                     self.set_pc(p, claim_start(op, p));
@@ -962,6 +998,28 @@ impl State {
         }
     }
 
+    /// `hold`'s early check, before an attach takes anything: production's
+    /// [`holders::generation_is`] of the handle's generation.
+    fn early_generation_check(&mut self, h: Handle) -> bool {
+        GENERATION_CHECKS.fetch_add(1, Relaxed);
+        self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    }
+
+    /// `holders::give_back_in_flight`'s test: the segment is still in the use `h` was
+    /// shared in (a plain comparison there, not `generation_is`).
+    fn same_use(&self, h: Handle) -> bool {
+        self.seg(h.seg).generation == h.generation
+    }
+
+    /// `ShmBuf::attach`'s check in the local table: process `p`'s reference and the
+    /// segment are both in `h`'s use.
+    fn held_in_use_of(&mut self, p: Pid, h: Handle) -> bool {
+        let mine = self.procs[usize::from(p)].generations[usize::from(h.seg)];
+        GENERATION_CHECKS.fetch_add(1, Relaxed);
+        mine == h.generation
+            && self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    }
+
     /// An attach (or reattach) now holds slot `slot` of `s`.
     fn hold(&mut self, p: Pid, op: Op, s: u8, slot: u8) {
         if let Op::Attach { doomed: true, .. } = op {
@@ -976,7 +1034,8 @@ impl State {
     /// (an anonymous one: vacates its in-flight word, no finalize).
     fn claim_failed(&mut self, p: Pid, op: Op) {
         match op {
-            Op::Attach { h, .. } if self.seg(h.seg).named => {
+            // The handle's cancel gives back only a reference of the segment's use.
+            Op::Attach { h, .. } if self.seg(h.seg).named && self.same_use(h) => {
                 let finalize = self.finalizes();
                 self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
             }
@@ -1208,8 +1267,11 @@ pub enum Property {
     P1,
     /// At most once, only ours.
     P2,
-    /// No leak: killing everyone and sweeping once leaves nothing (file_system); the
-    /// creator alone left, its recycle reuses the segment (memfd pool).
+    /// No leak: with nobody dead, once every holder released (no handle in flight),
+    /// the segment is unlinked with no sweep, and no live process has in-flight
+    /// references beyond the handles it sent; from any state, killing everyone and
+    /// sweeping once leaves nothing (file_system); the creator alone left, its recycle
+    /// reuses the segment (memfd pool).
     P3,
     /// Clear failure: an attach to a gone segment ends in `Gone`.
     P4,
@@ -1237,7 +1299,7 @@ impl Property {
                 "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never, a memfd (no name) never"
             }
             Property::P3 => {
-                "from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
+                "while every process lives: no slot holds a live process's in-flight word beyond the handles it sent that are still in flight (in the pool or being attached or dropped), and (file_system) once every process is idle, none holds a segment and no handle of it is in flight, the segment is unlinked with no sweep (unless a finalize gave up at its last retry round); from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
             }
             Property::P4 => {
                 "an attach that opens an unlinked or committed segment (every slot a tombstone, the finalizer word committed) never ends holding it"
@@ -1391,7 +1453,9 @@ impl State {
         None
     }
 
-    /// P3 (no leak), by kind:
+    /// P3 (no leak): in every state, the in-flight bound
+    /// ([`State::check_in_flight_bound`]) and P3 while processes live
+    /// ([`State::check_p3_live`]); then, by kind:
     /// - file_system: kill every process, then one sweep (of every name, in order) by a
     ///   fresh process, run alone to its end: every segment ever created must be
     ///   unlinked.
@@ -1406,6 +1470,12 @@ impl State {
     ///   not block it (the recycle reclaims them); any other word left (the creator's
     ///   own word in a slot it does not hold, a live in-flight word) does.
     pub fn check_p3(&self) -> Option<String> {
+        if let Some(why) = self.check_in_flight_bound() {
+            return Some(why);
+        }
+        if let Some(why) = self.check_p3_live() {
+            return Some(why);
+        }
         if self.anonymous {
             return (0..self.segments_n).find_map(|s| self.check_p3_anonymous(s));
         }
@@ -1433,6 +1503,83 @@ impl State {
             if seg.named {
                 return Some(format!(
                     "after every process died and a fresh sweep, s{s} is still named: {}",
+                    self.seg_line(seg)
+                ));
+            }
+        }
+        None
+    }
+
+    /// The in-flight bound, in every state: a live process's in-flight words in the slots
+    /// of a segment are no more than the handles of that segment it sent that are still
+    /// somewhere (in the pool, or carried by a live process's attach or cancel, which
+    /// has not consumed it yet). A word beyond them is a reference no handle will ever
+    /// take over or give back: it keeps the segment while its sender lives.
+    fn check_in_flight_bound(&self) -> Option<String> {
+        let carried = self
+            .procs
+            .iter()
+            .take(self.procs())
+            .filter(|q| q.alive)
+            .filter_map(|q| match q.pc {
+                Pc::At(op, step) => State::carried(op, step),
+                Pc::Idle => None,
+            });
+        let handles: Vec<Handle> = self
+            .handles
+            .iter()
+            .flatten()
+            .copied()
+            .chain(carried)
+            .collect();
+        for p in 0..self.procs_n {
+            if !self.procs[usize::from(p)].alive {
+                continue;
+            }
+            for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+                let words = seg.slots[..self.slots()]
+                    .iter()
+                    .filter(|w| **w == Word::InFlight(p))
+                    .count();
+                let sent = handles
+                    .iter()
+                    .filter(|h| h.sender == p && usize::from(h.seg) == s)
+                    .count();
+                if words > sent {
+                    return Some(format!(
+                        "live p{p} has {words} in-flight word(s) in s{s} but only {sent} handle(s) of it in flight: {}",
+                        self.seg_line(seg)
+                    ));
+                }
+            }
+        }
+        None
+    }
+
+    /// P3 while processes live (file_system): with no process dead and no finalize given
+    /// up at its last retry round, every process idle, a segment that was created, that
+    /// nobody holds and of which no handle is in flight is unlinked: the releases (and
+    /// the handles given back) unlinked it by themselves, with no sweep. A memfd has no
+    /// name to unlink (the kernel frees it); its P3 is the creator's recycle.
+    fn check_p3_live(&self) -> Option<String> {
+        if self.anonymous || self.finalize_gave_up || self.anyone_dead() {
+            return None;
+        }
+        if self.procs[..self.procs()].iter().any(|q| q.pc != Pc::Idle) {
+            return None;
+        }
+        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
+            let held = self.procs[..self.procs()]
+                .iter()
+                .any(|q| q.holds[s].is_some());
+            let in_flight = self
+                .handles
+                .iter()
+                .flatten()
+                .any(|h| usize::from(h.seg) == s);
+            if seg.phase != Phase::Absent && seg.named && !held && !in_flight {
+                return Some(format!(
+                    "nobody died, every process is idle, none holds s{s} and no handle of it is in flight, yet it is still named (only a sweep would unlink it): {}",
                     self.seg_line(seg)
                 ));
             }

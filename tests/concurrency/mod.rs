@@ -693,6 +693,17 @@ impl Stalled {
         }
     }
 
+    /// Runs one more step; `true` once the finalize ended.
+    pub fn step_once(&mut self, w: &World) -> bool {
+        self.step(w)
+    }
+
+    /// Where it stands: production's finalize as `Debug` writes it, its position among
+    /// the fields (`at: TombCas { index: 1, .. }`, `at: RollbackLoad { index: 0 }`, …).
+    pub fn position(&self) -> String {
+        format!("{:?}", self.fin)
+    }
+
     /// Goes on from where it stopped to the end of its finalize.
     pub fn resume(mut self, w: &World) {
         for _ in 0..100_000 {

@@ -356,7 +356,16 @@ fn pid_exists(pid: u32) -> bool {
     let Ok(raw) = i32::try_from(pid) else {
         return false;
     };
-    let answer = nix::sys::signal::kill(nix::unistd::Pid::from_raw(raw), None);
+    exists_per_kill(nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(raw),
+        None,
+    ))
+}
+
+/// What `kill(pid, 0)`'s answer says of the process: only `ESRCH` is "no such
+/// process". `EPERM` is a live process of another user (a root service holding this
+/// user's segment); any other error is doubt, and doubt keeps a holder.
+fn exists_per_kill(answer: nix::Result<()>) -> bool {
     if cfg!(shmrc_plant = "eperm_is_no_process") {
         // Planted: another user's live process (EPERM) taken for no process.
         return !matches!(answer, Err(Errno::ESRCH | Errno::EPERM));
@@ -407,6 +416,25 @@ mod tests {
             .as_bytes(),
         );
         line
+    }
+
+    #[test]
+    fn only_esrch_from_kill_says_no_process() {
+        // Every answer `kill(pid, 0)` can give (and a few it should not): a live
+        // process of another user (EPERM), doubt (the rest) and success all keep a
+        // holder; only ESRCH lets it go. tests/liveness_other_user.rs meets EPERM for
+        // real, as an unprivileged user.
+        assert!(exists_per_kill(Ok(())));
+        assert!(!exists_per_kill(Err(Errno::ESRCH)));
+        for doubt in [
+            Errno::EPERM,
+            Errno::EINVAL,
+            Errno::EINTR,
+            Errno::EAGAIN,
+            Errno::ENOMEM,
+        ] {
+            assert!(exists_per_kill(Err(doubt)), "{doubt} read as no process");
+        }
     }
 
     #[test]
