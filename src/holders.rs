@@ -461,7 +461,7 @@ fn tomb_of(os: &impl StepOs, me: Token, word: u64) -> Option<TombOf> {
 
 /// Runs a resumable protocol operation to its end, passing a crash point before each
 /// of its steps (the simulated kernel may kill the process there).
-fn run_steps<O: Os, T>(os: &O, mut step: impl FnMut() -> Poll<T>) -> Result<T> {
+pub(crate) fn run_steps<O: Os, T>(os: &O, mut step: impl FnMut() -> Poll<T>) -> Result<T> {
     loop {
         os.crash_point()?;
         if let Poll::Ready(done) = step() {

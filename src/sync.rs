@@ -82,6 +82,11 @@ macro_rules! std_atomic_integer {
             pub fn fetch_add(&self, value: $value, order: std::sync::atomic::Ordering) -> $value {
                 self.0.fetch_add(value, order)
             }
+            /// The address of the value (for a futex on it: `os/posix/futex.rs`).
+            #[inline]
+            pub fn as_ptr(&self) -> *mut $value {
+                self.0.as_ptr()
+            }
         }
     };
 }

@@ -235,6 +235,22 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     /// on. The real kernel never fails here.
     fn crash_point(&self) -> Result<()>;
 
+    /// Sleeps while `word` holds `seen`, until [`Os::wake_word`] on the same word (in
+    /// any process that maps it) or until `timeout` ran out: a futex on the real kernel,
+    /// compared on the word's low 32 bits. `false` only when the timeout ran out. It may
+    /// return early (the word had changed already, a signal, a spurious wake-up), so
+    /// callers load the word again and decide. The default (the simulated kernel) yields
+    /// once and returns `true`.
+    fn wait_word(&self, word: &AtomicU64, seen: u64, timeout: std::time::Duration) -> bool {
+        let _ = (word, seen, timeout);
+        crate::sync::spin();
+        true
+    }
+    /// Wakes every waiter of `word` ([`Os::wait_word`]). The default does nothing.
+    fn wake_word(&self, word: &AtomicU64) {
+        let _ = word;
+    }
+
     /// Called before this process creates (`segment: None`) or attaches (the segment's
     /// name) a file_system segment of the namespace whose prefix is `namespace`, before
     /// it takes any slot there. A hook for wrappers (the production OS,
@@ -362,6 +378,12 @@ impl<L: Layer> Os for L {
     }
     fn crash_point(&self) -> Result<()> {
         self.inner().crash_point()
+    }
+    fn wait_word(&self, word: &AtomicU64, seen: u64, timeout: std::time::Duration) -> bool {
+        self.inner().wait_word(word, seen, timeout)
+    }
+    fn wake_word(&self, word: &AtomicU64) {
+        self.inner().wake_word(word)
     }
     fn before_named_use(&self, namespace: &str, segment: Option<&str>) -> Result<()> {
         self.on_named_use(namespace, segment)

@@ -24,6 +24,8 @@
 //!   taking that shift off, so that tokens compare across time namespaces;
 //! - `pidfd`: process descriptors (`unsafe`), and the table of those kept on processes
 //!   found alive, so that liveness asked again is one `poll`;
+//! - `futex`: sleeping on a shared word until another process changes it and wakes
+//!   it (`unsafe`);
 //! - `fork_guard`: this process's pid without a `getpid` per question, from a page the
 //!   kernel wipes in a forked child (`unsafe`).
 //!
@@ -38,10 +40,12 @@ use std::os::unix::net::UnixStream;
 use crate::error::Result;
 use crate::local::ProcessLocal;
 use crate::os::{FileInfo, Listed, Os};
+use crate::sync::AtomicU64;
 use crate::token::Token;
 
 mod capacity;
 mod fork_guard;
+mod futex;
 mod limits;
 mod map;
 mod pidfd;
@@ -222,6 +226,14 @@ impl Os for PosixOs {
     #[inline]
     fn crash_point(&self) -> Result<()> {
         Ok(())
+    }
+
+    fn wait_word(&self, word: &AtomicU64, seen: u64, timeout: std::time::Duration) -> bool {
+        futex::wait(word, seen, timeout)
+    }
+
+    fn wake_word(&self, word: &AtomicU64) {
+        futex::wake_all(word)
     }
 
     /// Refuses a process whose token others could not judge ([`Os::check_time_namespace`])

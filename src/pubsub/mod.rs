@@ -1,0 +1,172 @@
+//! Publish/subscribe (issue 33, item 1): one publisher, any number of subscriber
+//! processes that join and leave (SIGKILL included), found by a service name in the
+//! user's namespace. A sample is written once into a segment of the publisher's pool
+//! and shared zero-copy with every subscriber; it is back in the pool once every
+//! subscriber has released it, left, or died, with no call by anyone. This module owns
+//! the protocol; [`queue`] holds its steps. (The user API over it, the service
+//! segment's creation and the futex wake-ups are not built yet: see "Status" below.)
+//!
+//! # The service segment
+//! A file_system segment named in the namespace after the service (one per service
+//! name), written by the publisher that creates it:
+//! - a header: magic, layout version, the configuration (entry count `E`, ring capacity
+//!   `C`, sample count `N`, the slow-subscriber [`queue::Policy`]), the publisher's token,
+//!   and the **wake word** (a `u64` the publisher bumps after every publish that
+//!   delivered; a blocking receiver `futex`-waits on its low 32 bits);
+//! - the **sample table**: the names of the `N` sample segments of the publisher's pool
+//!   (each a recyclable segment with `1 + E` holder slots and a generation word: the
+//!   existing holder protocol of `docs/PROTOCOL.md`, unchanged);
+//! - `E` **subscriber entries**, each a state word, a `head` and a `tail` word, and a ring
+//!   of `C` sample descriptors.
+//!
+//! A descriptor names a sample (its index in the sample table, 24 bits) and the
+//! generation it was published in (40 bits): [`queue::Descriptor`].
+//!
+//! # Entry states
+//! - `FREE` (0): nobody; a joiner may take it;
+//! - a subscriber's token: joined; the publisher delivers to it while the token lives;
+//! - `LEFT | token` ([`queue::LEFT`]): the subscriber left; the publisher drains it;
+//! - a dead subscriber's token, or any other word (a hostile writer's): the publisher
+//!   drains it like a left one (P5).
+//!
+//! Only the publisher turns an entry back to `FREE`, and only after it drained it, so a
+//! joiner always finds an empty ring whose references are all given back.
+//!
+//! # Holder slots of a sample: one column per entry
+//! Slot 0 of every sample is the pool's own (the publisher's held slot). Slot `1 + e`
+//! ([`queue::subscriber_slot`]) is entry `e`'s, and nobody else's: the publisher puts
+//! the in-flight reference of a delivery to entry `e` there, the subscriber of entry `e`
+//! takes it over there (its held reference), and releases it from there. A sample is
+//! published once per generation, so within a generation slot `1 + e` carries at most
+//! one reference, and the descriptor need not name the slot.
+//!
+//! The in-flight reference is the existing `IN_FLIGHT | publisher` word: it is alive
+//! exactly while the publisher lives (`docs/PROTOCOL.md`). A held one is the
+//! subscriber's token, alive while the subscriber lives. So:
+//! - a dead **publisher**'s undelivered references are dead, and the existing
+//!   finalize/sweep reclaims them (the manager's sweep after the publisher's death);
+//!   a subscriber keeps what it took;
+//! - a dead **subscriber**'s taken samples are held by a dead token, which the pool's
+//!   next recycle of that sample reclaims (no call: the publisher's next loan);
+//! - a dead or departed subscriber's *queued* samples are in-flight references of the
+//!   live publisher: nobody else may vacate them (they look live), so the publisher
+//!   drains the entry's column (below), at its next publish.
+//!
+//! # Steps
+//! - **Join** ([`queue::Join`]): scan the entries, CAS the first `FREE` state word to my
+//!   token. None free: `Full` (the entry count is chosen at creation).
+//! - **Publish** ([`queue::Publish`], the publisher, holding sample `k` in generation `g`
+//!   after its pool recycled it, so every slot but its own is `FREE`): under the
+//!   backpressure policy, first a check pass: a live entry whose ring is full refuses the
+//!   whole publish (nothing delivered; a ring's room only grows while the publisher does
+//!   not push, so the check stays true). Then for each entry `e`, in order:
+//!   1. load its state. `FREE`: next entry. Not a live subscriber: **drain** it (below).
+//!   2. load `head` (`tail` is the publisher's own word). A full ring under
+//!      drop-oldest: load the oldest descriptor, CAS `head` one on (lost to the
+//!      subscriber's own pop: load again), then give its reference back (CAS slot
+//!      `1 + e` of that sample, `IN_FLIGHT | me → FREE`, if it is still in the
+//!      descriptor's generation), and load `head` again.
+//!   3. CAS slot `1 + e` of sample `k` `FREE → IN_FLIGHT | me` (the reference first: a
+//!      descriptor never names a sample without one);
+//!   4. store the descriptor at `ring[tail % C]`;
+//!   5. store `tail + 1` (the descriptor is now the subscriber's to pop).
+//!
+//!   Then bump the wake word (and, over the real OS, `FUTEX_WAKE` its waiters).
+//! - **Drain** (part of a publish; a publish of no sample, [`queue::Publish::reclaim`],
+//!   runs only these): for every sample, CAS slot `1 + e` `IN_FLIGHT | me → FREE` (a
+//!   held reference there is left alone: a departed subscriber may still hold a sample;
+//!   a dead one's is reclaimed by the recycle); then store `head = tail`; then CAS the
+//!   state word from what was read back to `FREE`.
+//! - **Take** ([`queue::Take`], the subscriber of entry `e`): load `head`, then `tail`;
+//!   equal: empty (`tail` more than `C` ahead: the publisher's drop-oldest moved `head`
+//!   on meanwhile; load again, and the same `head` twice is `Corrupt`). Load `ring[head % C]`, CAS `head` one on (lost: to the publisher's
+//!   drop-oldest; start again). The descriptor popped is now this subscriber's alone
+//!   (the publisher gives back only what *it* popped): take the reference over with the
+//!   existing transfer step, CAS slot `1 + e` `IN_FLIGHT | publisher → my token`.
+//!   Then check the sample's generation against the descriptor's (after the transfer,
+//!   as an attach checks it after its claim): a mismatch (only a forged descriptor
+//!   makes one) turns the slot back into the publisher's in-flight word (a true
+//!   descriptor of this column names that reference) and says `Stale`; a failed transfer says `Lost` (the publisher died and a sweep
+//!   reclaimed its reference, or the word was forged). Only a successful take reads the
+//!   sample's data.
+//! - **Release**: the existing `vacate` of slot `1 + e` (held word → `FREE`); if the
+//!   publisher is dead, then the existing `finalize` (nobody recycles the sample).
+//! - **Leave**: CAS the state word from my token to `LEFT | my token`. A subscriber does
+//!   nothing with the queue after it; the samples it still holds it releases as above.
+//!
+//! # Slow subscribers
+//! A ring holds at most `C` descriptors. The policy is the service's, chosen at creation:
+//! - **drop-oldest**: a publish to a full ring pops its oldest descriptor and gives its
+//!   reference back (the sample returns to the pool once its other subscribers are
+//!   done); the publish always succeeds. The subscriber sees a gap, never a stale sample.
+//! - **backpressure**: a publish that finds a live subscriber's ring full delivers to
+//!   nobody and says which entry was full; the caller retries (or waits on its own
+//!   clock). A dead subscriber's full ring is drained, never waited for.
+//!
+//! # How fast a dead subscriber's samples come back
+//! - taken (held by its dead token): at the pool's next recycle of the sample, which
+//!   the publisher's next loan makes (one liveness check per slot);
+//! - queued (in-flight references of the publisher): at the publisher's next publish
+//!   (or [`queue::Publish::reclaim`]), which drains the entry: `N` CASes, then the
+//!   sample's next recycle as above. A publisher that publishes every few milliseconds
+//!   has them back within one period; no call by anyone else, no manager.
+//! - popped but not yet taken over (killed between its pop and its transfer): the
+//!   reference is still the publisher's in-flight word in the dead entry's column, so
+//!   the drain gives it back like a queued one.
+//!
+//! # Properties (DESIGN.md's P1–P5, for the queue)
+//! - **P1** While a subscriber lives and holds a sample (a successful take, not yet
+//!   released), that sample's slot `1 + e` holds its token and the sample is not
+//!   recycled (its generation does not change): a recycle rolls back at a live holder.
+//!   No descriptor delivered to a live subscriber is lost: each is popped by it and
+//!   taken (never `Lost` or `Stale` while the publisher lives), popped by the
+//!   publisher under drop-oldest (counted as dropped), or still queued.
+//! - **P2** The drain, the give-back and the take CAS only slot `1 + e` of the
+//!   service's own samples from the exact word they expect; nothing outside the
+//!   namespace is named (the service and sample segments are namespace segments).
+//! - **P3** Once a subscriber died or left and the publisher ran its next publish (or
+//!   reclaim), no reference of that entry remains but the held ones of a departed,
+//!   still-living subscriber: every sample it had queued is recyclable, every sample it
+//!   held is recyclable once it is dead, and the entry is `FREE` again. A dead
+//!   publisher's references are dead words the existing sweep reclaims.
+//! - **P4** A subscriber that finds a descriptor naming no sample, a generation other
+//!   than the sample's, or a ring whose words break `head <= tail <= head + C` gets
+//!   `Stale` / `Lost` / `Corrupt`, never another use's data.
+//! - **P5** Every state word decodes; a word no step writes counts as a dead
+//!   subscriber's and is drained. A live entry whose ring words break the bounds gets
+//!   no delivery (the publish counts it) and its subscriber `Corrupt`; the drain resets
+//!   them once it leaves or dies.
+//!   Counters: `head` and `tail` grow by one per descriptor (2^64 publishes).
+//!
+//! Checked by `tests/pubsub_interleavings.rs` (every interleaving of a publisher and
+//! two subscribers over these very steps, with a subscriber, or the publisher while a
+//! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs` and
+//! `tests/shuttle_pubsub.rs` (`docs/VERIFICATION.md` says what each checks).
+//!
+//! # Status, and what the next step must settle
+//! Built: the steps above ([`queue`]) and their checks. Not built yet:
+//! - the service segment: its creation (one per service name, `O_EXCL`; a dead
+//!   publisher's is taken over), its validation (magic, version, sizes against
+//!   `fstat`, the publisher's uid: P4), and its place in the sweeps: `sweep.rs` judges
+//!   every name of a namespace as a holder segment, so the service segment needs a name
+//!   the sweep recognises (and unlinks once its publisher is dead and every entry is
+//!   free or dead), or it would be judged corrupt;
+//! - the sample table: a subscriber opens the publisher's sample segments by name,
+//!   but an attach today needs a handle's share key (`handle.rs`): the table must carry
+//!   what an attach checks (or the service segment, mode 0600, vouch for it);
+//! - the user API: `Publisher::new(service, options)` over a [`ShmPool`](crate::ShmPool)
+//!   whose segments have `1 + E` slots (the pool's recycle is the loan), `loan::<T>(n)`
+//!   → `Loan<T>`, `publish()`, `Subscriber::join(service)`, `recv_timeout()` →
+//!   `Sample<T>` held in the entry's slot;
+//! - the benchmark of the time until a SIGKILLed subscriber's samples are back (issue
+//!   33 item 6; `tests/pubsub_processes.rs` checks it happens, over the queue's words in
+//!   a real mapping, and prints the time).
+//!
+//! Built besides the steps: the wake-ups. [`queue::take_within`] reads the wake word,
+//! takes, and if the ring was empty sleeps on the word ([`Os::wait_word`](crate::os::Os::wait_word):
+//! a shared futex on the real kernel) until the publisher's [`queue::publish`], which
+//! wakes the word's waiters after a publish that delivered
+//! ([`Os::wake_word`](crate::os::Os::wake_word)). No wake-up is lost: the word is read
+//! before the take, and bumped after the push.
+
+pub mod queue;
