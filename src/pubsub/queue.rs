@@ -503,10 +503,10 @@ impl Publish {
             }
             PublishAt::GiveBack { entry, word } => {
                 let d = Descriptor::decode(word);
-                if let Some(h) = q.samples.get(d.sample as usize)
-                    && d.matches(h)
-                    && holders::transfer_step(h, subscriber_slot(entry), mine, FREE)
-                {
+                let given_back = q.samples.get(d.sample as usize).is_some_and(|h| {
+                    d.matches(h) && holders::transfer_step(h, subscriber_slot(entry), mine, FREE)
+                });
+                if given_back {
                     self.done.dropped += 1;
                 }
                 PublishAt::Room(entry)
