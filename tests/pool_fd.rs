@@ -10,13 +10,12 @@
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::fd::OwnedFd;
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use shmrc::{CreateOptions, Error, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy, transport};
 use shmrc_testkit::data::hex;
-use shmrc_testkit::process::{Talker, test_role};
+use shmrc_testkit::process::SocketPeer;
 
 /// How long a consumer may take to answer, and to exit once told to.
 const CONSUMER_LIMIT: Duration = Duration::from_secs(30);
@@ -32,61 +31,39 @@ fn fd_pool() -> ShmPool {
 }
 
 /// A consumer process and the producer's end of its socket.
-struct Consumer {
-    talker: Talker,
-    socket: UnixStream,
-    _path: SocketPath,
-}
-
-/// The path of a test socket, removed when the test is done with it (or panics).
-struct SocketPath(PathBuf);
-
-impl Drop for SocketPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+struct Consumer(SocketPeer);
 
 impl Consumer {
     /// Starts one, connected to a socket of its own (`test` names it).
     fn start(test: &str) -> Consumer {
-        let path =
-            std::env::temp_dir().join(format!("shmrc-pool-fd-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).expect("bind the test socket");
-        let path = SocketPath(path);
-        let mut talker = Talker::start(
-            test_role("consumer_role").env(CONSUMER_SOCKET, &path.0),
+        let name = format!("shmrc-pool-fd-{test}");
+        Consumer(SocketPeer::start(
+            "consumer_role",
+            CONSUMER_SOCKET,
+            &name,
             CONSUMER_LIMIT,
-        );
-        let socket = talker.accept(&listener);
-        talker.expect("connected");
-        Consumer {
-            talker,
-            socket,
-            _path: path,
-        }
+        ))
     }
 
     /// Tells it `command` and returns its answer.
     fn ask(&mut self, command: &str) -> String {
-        self.talker.ask(command)
+        self.0.talker.ask(command)
     }
 
     /// Sends `buf`'s handle and waits until the consumer holds it; returns what it read.
     fn hold(&mut self, buf: &ShmBuf) -> String {
-        transport::send(&self.socket, b"", vec![buf.share().unwrap()]).unwrap();
+        transport::send(&self.0.socket, b"", vec![buf.share().unwrap()]).unwrap();
         self.ask("recv")
     }
 
     /// SIGKILLs it (by its pid) and reaps it.
     fn kill(self) {
-        self.talker.kill();
+        self.0.talker.kill();
     }
 
     /// Lets it exit (it drops everything it holds) and reaps it within the limit.
     fn finish(self) {
-        self.talker.finish();
+        self.0.talker.finish();
     }
 }
 

@@ -7,14 +7,13 @@
 //! other tests run on threads beside it), run under a time limit and killed by its pid.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
-use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::PathBuf;
+use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use bytemuck::{Pod, Zeroable};
 use shmrc::{CreateOptions, Error, PoolLimits, Sample, ShareHandle, ShmPool, Strategy, transport};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{Talker, test_role};
+use shmrc_testkit::process::SocketPeer;
 
 /// How long a receiver may take to answer, and to exit once told to.
 const RECEIVER_LIMIT: Duration = Duration::from_secs(30);
@@ -55,46 +54,24 @@ fn pool(strategy: Strategy, t: &TestNamespace) -> ShmPool {
 }
 
 /// A receiver process and the producer's end of its socket.
-struct Receiver {
-    talker: Talker,
-    socket: UnixStream,
-    _path: SocketPath,
-}
-
-/// The path of a test socket, removed when the test is done with it (or panics).
-struct SocketPath(PathBuf);
-
-impl Drop for SocketPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+struct Receiver(SocketPeer);
 
 impl Receiver {
     /// Starts one, connected to a socket of its own (`test` names it).
     fn start(test: &str) -> Receiver {
-        let path =
-            std::env::temp_dir().join(format!("shmrc-pool-loans-{test}-{}", std::process::id()));
-        let _ = std::fs::remove_file(&path);
-        let listener = UnixListener::bind(&path).expect("bind the test socket");
-        let path = SocketPath(path);
-        let mut talker = Talker::start(
-            test_role("receiver_role").env(RECEIVER_SOCKET, &path.0),
+        let name = format!("shmrc-pool-loans-{test}");
+        Receiver(SocketPeer::start(
+            "receiver_role",
+            RECEIVER_SOCKET,
+            &name,
             RECEIVER_LIMIT,
-        );
-        let socket = talker.accept(&listener);
-        talker.expect("connected");
-        Receiver {
-            talker,
-            socket,
-            _path: path,
-        }
+        ))
     }
 
     /// Sends `sample`'s handle; returns what the receiver read once it holds it.
     fn hold(&mut self, sample: &Sample<Reading>) -> String {
-        transport::send(&self.socket, b"", vec![sample.share().unwrap()]).unwrap();
-        self.talker.ask("recv")
+        transport::send(&self.0.socket, b"", vec![sample.share().unwrap()]).unwrap();
+        self.0.talker.ask("recv")
     }
 }
 
@@ -171,7 +148,7 @@ fn a_loan_is_read_as_the_same_slice_in_another_process_and_comes_back_when_all_l
         let other = pool.loan::<Reading>(10_000).unwrap();
         assert_eq!(other.generation(), 0, "{strategy}");
         drop(other);
-        receiver.talker.ask("release");
+        receiver.0.talker.ask("release");
         let stats = pool.stats();
         assert_eq!((stats.lent, stats.idle), (0, 2), "{strategy}: {stats:?}");
         // Both back: the one handed out longest ago (the receiver's) is reused first.
@@ -182,7 +159,7 @@ fn a_loan_is_read_as_the_same_slice_in_another_process_and_comes_back_when_all_l
         // The receiver reads the new use, not the old one.
         let expected = format!("recv 1 {}", digest(&again));
         assert_eq!(receiver.hold(&again), expected, "{strategy}");
-        receiver.talker.finish();
+        receiver.0.talker.finish();
         drop((again, pool));
         assert!(t.names().is_empty(), "{strategy}: left {:?}", t.names());
     }
@@ -198,7 +175,7 @@ fn a_sample_a_killed_receiver_held_goes_back_to_the_pool_in_a_new_generation() {
         let expected = format!("recv 0 {}", digest(&sample));
         assert_eq!(receiver.hold(&sample), expected, "{strategy}");
         drop(sample);
-        receiver.talker.kill(); // SIGKILL by its pid, reaped: its slot is a dead one's
+        receiver.0.talker.kill(); // SIGKILL by its pid, reaped: its slot is a dead one's
         assert_eq!(
             pool.stats().lent,
             1,

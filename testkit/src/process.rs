@@ -119,6 +119,46 @@ pub fn test_role(role: &str) -> Command {
     command
 }
 
+/// The path of a test socket, removed when the test is done with it (or panics).
+pub struct SocketPath(pub PathBuf);
+
+impl Drop for SocketPath {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+/// A helper process playing the test `role` ([`test_role`]), spoken to line by line
+/// ([`Talker`]) and connected to this test over a Unix socket of its own: the socket's
+/// path (under the temporary directory, named `name` and this pid) is in the role's
+/// environment as `socket_env`; the role connects and says `connected`.
+pub struct SocketPeer {
+    /// Its commands and answers.
+    pub talker: Talker,
+    /// This test's end of its socket.
+    pub socket: UnixStream,
+    /// The socket's path, removed on drop.
+    pub path: SocketPath,
+}
+
+impl SocketPeer {
+    /// Starts it; every wait is bounded by `limit`.
+    pub fn start(role: &str, socket_env: &str, name: &str, limit: Duration) -> SocketPeer {
+        let path = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).expect("bind the test socket");
+        let path = SocketPath(path);
+        let mut talker = Talker::start(test_role(role).env(socket_env, &path.0), limit);
+        let socket = talker.accept(&listener);
+        talker.expect("connected");
+        SocketPeer {
+            talker,
+            socket,
+            path,
+        }
+    }
+}
+
 /// A child spoken to line by line: commands on its stdin, answers on its stdout (read
 /// by a thread of its own, so a waiting test never blocks on a pipe), every wait
 /// bounded by `limit`. Dropped before it was [finished](Talker::finish), it is killed
