@@ -187,7 +187,9 @@ impl VictimProcess {
             .arg("bench-victim")
             .env("SHMRC_RUNTIME_DIR", runtime)
             .env("SHMRC_MANAGER", "auto")
-            .env("SHMRC_MANAGER_PROGRAM", &program)
+            // The victim's own image serves its manager (shmrc's re-execution of the
+            // program it is linked into): `shmrc-bench` has no `manager` command.
+            .env_remove("SHMRC_MANAGER_PROGRAM")
             .env("SHMRC_MANAGER_GRACE_MS", grace_ms.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
