@@ -1,0 +1,128 @@
+//! The harness's error paths: a subscriber process that dies (at once, or in the middle
+//! of a run) and bad arguments each end the run with an error naming the cause, never a
+//! hang or a number; and a quick run reports every contender and leaves nothing behind.
+
+use std::path::Path;
+use std::process::Command;
+
+use shmrc_iceoryx2_compare::Error;
+use shmrc_iceoryx2_compare::peer::{Peer, READY};
+use shmrc_iceoryx2_compare::rounds::RoundTrip;
+use shmrc_iceoryx2_compare::shmrc_pool::PoolHandOff;
+
+const PROGRAM: &str = env!("CARGO_BIN_EXE_shmrc-iceoryx2-compare");
+
+fn program() -> &'static Path {
+    Path::new(PROGRAM)
+}
+
+#[test]
+fn a_peer_that_exits_at_once_is_reported_with_its_exit_status() {
+    let mut peer = Peer::spawn(program(), &["no-such-role".into()]).unwrap();
+    match peer.expect(READY) {
+        Err(Error::Peer(why)) => {
+            assert!(why.contains("closed its control socket"), "{why}");
+            assert!(why.contains("exit status: 1"), "{why}");
+        }
+        other => panic!("expected a peer error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_subscriber_killed_in_the_middle_of_a_run_fails_the_round() {
+    let mut contender = PoolHandOff::start(program(), 4096, 1).unwrap();
+    contender.round(0, 1).unwrap();
+    for pid in contender.subscriber_pids() {
+        // The subscriber this test started, by its pid.
+        let pid = libc::pid_t::try_from(pid).unwrap();
+        assert_eq!(sigkill(pid), 0);
+    }
+    let mut failed = None;
+    for seq in 1..4 {
+        if let Err(e) = contender.round(seq, 1) {
+            failed = Some(e);
+            break;
+        }
+    }
+    match failed {
+        Some(Error::Peer(_) | Error::Shmrc(_)) => {}
+        other => panic!("expected the round to fail on the dead subscriber, got {other:?}"),
+    }
+}
+
+/// SIGKILL by pid through `kill(1)` (the package denies `unsafe`).
+fn sigkill(pid: libc::pid_t) -> i32 {
+    let status = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    status.code().unwrap_or(-1)
+}
+
+fn run_with(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(PROGRAM).args(args).output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn bad_arguments_are_refused_with_the_cause() {
+    for (args, cause) in [
+        (&["run", "--sizes", "4"][..], "at least 9 bytes"),
+        (&["run", "--subscribers", "0"][..], "positive numbers"),
+        (&["run", "--rounds"][..], "needs a value"),
+        (
+            &["run", "--only", "everything"][..],
+            "expected round-trip or recovery",
+        ),
+        (&["run", "--fast"][..], "unknown option"),
+        (&["child", "nope"][..], "child role"),
+        (
+            &["child", "iceoryx2", "sideways", "tag"][..],
+            "expected blocking or polling",
+        ),
+        (&[][..], "usage"),
+    ] {
+        let (ok, stdout, stderr) = run_with(args);
+        assert!(!ok, "{args:?} succeeded");
+        assert!(stdout.is_empty(), "{args:?} printed rows: {stdout}");
+        assert!(stderr.contains(cause), "{args:?}: {stderr}");
+    }
+}
+
+#[test]
+fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
+    let (ok, stdout, stderr) = run_with(&[
+        "run",
+        "--rounds",
+        "50",
+        "--sizes",
+        "4096",
+        "--subscribers",
+        "2",
+        "--recovery-trials",
+        "1",
+    ]);
+    assert!(ok, "{stderr}");
+    for contender in [
+        "\"contender\":\"floor\",\"receive\":\"blocking\"",
+        "\"contender\":\"shmrc-pool\",\"receive\":\"blocking\"",
+        "\"contender\":\"iceoryx2\",\"receive\":\"blocking\"",
+        "\"contender\":\"iceoryx2\",\"receive\":\"polling\"",
+        "\"kind\":\"recovery\",\"contender\":\"shmrc-pool\"",
+        "\"kind\":\"recovery\",\"contender\":\"iceoryx2\",\"cleanup\":\"none\"",
+        "\"kind\":\"recovery\",\"contender\":\"iceoryx2\",\"cleanup\":\"try_cleanup_dead_nodes\"",
+    ] {
+        assert!(stdout.contains(contender), "no {contender} in\n{stdout}");
+    }
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("shmrc_compare_"))
+        .collect();
+    assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+}
