@@ -412,6 +412,36 @@ fn every_refusal_names_its_cause() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+#[test]
+fn a_dropped_publishers_samples_go_with_their_last_holder() {
+    let t = TestNamespace::new("ps-drop");
+    let publisher = Publisher::create("gone", options(&t)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "gone").unwrap();
+    for i in 0..2 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        assert_eq!(
+            publisher.publish(loan).unwrap().sent().unwrap().delivered,
+            1
+        );
+    }
+    let held = subscriber.try_recv::<u64>().unwrap().unwrap();
+    drop(publisher);
+    // The queued one was given back when the publisher left: nothing more to take.
+    assert!(subscriber.try_recv::<u64>().unwrap().is_none());
+    assert!(!subscriber.publisher_alive());
+    assert_eq!(held[0], 0, "a held sample stays readable");
+    assert_eq!(
+        t.names().len(),
+        1,
+        "only the held sample is left: {:?}",
+        t.names()
+    );
+    drop(held);
+    drop(subscriber);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 /// Writes `bytes` as service `service` of `t` with `mode`, returns its path.
 fn plant(t: &TestNamespace, service: &str, bytes: &[u8], mode: u32) -> String {
     let path = format!(

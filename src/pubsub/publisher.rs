@@ -13,7 +13,7 @@ use super::queue::{self, Descriptor, Policy, Published, Queue, subscriber_slot};
 use super::service::{self, Config, Created, Service};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
-use crate::holders::Holders;
+use crate::holders::{self, FREE, Holders, in_flight_word};
 use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
@@ -329,11 +329,30 @@ impl Publisher {
 }
 
 impl Drop for Publisher {
+    /// The publisher leaves: its service's name goes (a tombstone in the publisher
+    /// word first, so subscribers see it gone), then every reference it still has in
+    /// flight to any subscriber is given back (a subscriber's take of one is `Lost`
+    /// from then on: each is a CAS on the slot against the take's, one wins), then
+    /// the pool gives its own references back. A sample a subscriber holds is then
+    /// unlinked by its last holder's release (a [`Received`](super::Received) drop
+    /// finalizes once the publisher is gone), or by a sweep if that holder dies.
     fn drop(&mut self) {
-        // Nobody publishes any more: the name goes (a subscriber's mapping stays; its
-        // held samples are finalized by their last holder, as the publisher is dead
-        // for them only once it exits, or by a sweep).
         let _ = service::take_over(&self.os, &self.service);
+        let me = self.os.current();
+        if me != self.service.publisher {
+            // A forked child's copy: the references are its parent's.
+            return;
+        }
+        let table = self.lock();
+        let mine = in_flight_word(me);
+        for (map, slots) in &table.rows {
+            if let Some(header) = Header::of(&**map, *slots) {
+                let h = header.holders();
+                for e in 0..self.service.config.entries {
+                    holders::transfer_step(&h, subscriber_slot(e), mine, FREE);
+                }
+            }
+        }
     }
 }
 

@@ -68,7 +68,7 @@ pub struct Subscriber {
     os: DefaultOs,
     namespace: Namespace,
     uid: u32,
-    service: Service<DefaultOs>,
+    service: Arc<Service<DefaultOs>>,
     entry: usize,
     segments: Mutex<Segments>,
     /// Slot words for a row that could not be opened: always free, so a take fails.
@@ -91,7 +91,7 @@ impl Subscriber {
         let os = DefaultOs::default();
         let uid = os.uid();
         let name = service::service_name(namespace, uid, service)?;
-        let service = service::open(&os, &name)?;
+        let service = Arc::new(service::open(&os, &name)?);
         if !os.is_alive(service.publisher) {
             return Err(Error::Gone { segment: name });
         }
@@ -279,6 +279,7 @@ impl Subscriber {
     fn received<T: Pod>(&self, d: Descriptor, segment: Arc<SampleSegment>) -> Result<Received<T>> {
         let received = Received {
             os: self.os,
+            service: Arc::clone(&self.service),
             segment,
             slot: subscriber_slot(self.entry),
             holder: self.os.current(),
@@ -330,6 +331,8 @@ impl fmt::Debug for Subscriber {
 /// reference that the publisher's next loan reclaims.
 pub struct Received<T: Pod> {
     os: DefaultOs,
+    /// The service, to tell whether its publisher is gone.
+    service: Arc<Service<DefaultOs>>,
     segment: Arc<SampleSegment>,
     slot: usize,
     holder: Token,
@@ -425,7 +428,8 @@ impl<T: Pod> Drop for Received<T> {
         // A failure (only the simulated kernel's kill) leaves a dead holder's slot that
         // the pool's next recycle reclaims.
         if let Ok(true) = holders::vacate(&self.os, &h, self.slot, held_word(self.holder)) {
-            if !self.os.is_alive(self.publisher) {
+            let gone = self.service.publisher_word() != self.publisher.word();
+            if gone || !self.os.is_alive(self.publisher) {
                 // Nobody recycles the sample any more: the last holder unlinks it.
                 let _ = holders::finalize(
                     &self.os,
