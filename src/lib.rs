@@ -196,10 +196,7 @@ mod namespace;
 mod os;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod pool;
-#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-// Until the user API over it lands, only the checkers use the queue's steps.
-#[cfg_attr(not(feature = "checkers"), allow(dead_code))]
-mod pubsub;
+pub mod pubsub;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod segment;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
@@ -323,7 +320,7 @@ pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use segment::{Fields, Layout};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
-pub use sweep::{Action, SegmentReport, SweepReport};
+pub use sweep::{Action, SegmentReport, ServiceReport, SweepReport};
 pub use token::Token;
 
 #[cfg(all(feature = "serde", not(any(shmrc_loom, shmrc_shuttle))))]

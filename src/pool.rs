@@ -362,6 +362,20 @@ impl<O: Os> ShmPool<O> {
         self.trim_locked(&mut state, Instant::now())
     }
 
+    /// Gives back the segment of `buf` (this process's last use of it besides the
+    /// pool's own) now, whatever the limits say: for a user of the pool that must keep
+    /// its segments within a count of its own (publish/subscribe's sample table).
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
+    pub(crate) fn give_back_segment(&self, buf: ShmBuf<O>) -> Result<()> {
+        let key = buf.key();
+        drop(buf);
+        let mut state = self.lock();
+        match state.entries.iter().position(|e| e.buf.key() == key) {
+            Some(index) => Self::give_back(&mut state, vec![index]).map(|_| ()),
+            None => Ok(()),
+        }
+    }
+
     /// What the pool did and keeps.
     pub fn stats(&self) -> PoolStats {
         let state = self.lock();

@@ -139,6 +139,19 @@ pub struct SweepReport {
     pub unlinked: u32,
     /// Whether this was a dry run (nothing changed).
     pub dry_run: bool,
+    /// The publish/subscribe service segments seen (a user's sweep only), in name
+    /// order: unlinked once their publisher died and no subscriber lives.
+    pub services: Vec<ServiceReport>,
+}
+
+/// One publish/subscribe service segment as a sweep saw it (`pubsub/service.rs`
+/// judges it): [`Action::Kept`], [`Action::Unlinked`] or [`Action::Skipped`].
+#[derive(Debug)]
+pub struct ServiceReport {
+    /// Its name in `/dev/shm`.
+    pub name: String,
+    /// What was done (or, in a dry run, would be).
+    pub action: Action,
 }
 
 /// Lists the segments of `ns` and what a sweep would do, changing nothing.
@@ -250,8 +263,9 @@ fn sweep_pass<O: Os>(
     // passes over all of them.
     let start = ns.name_start(uid);
     let created_by_dead = CreatedBy::new(creators_first);
+    let is_service = |name: &str| crate::pubsub::service::is_service_name(ns, uid, name);
     let listed = os.shm_list_owned(&start, &mut |name| match only {
-        None => ns.parse(name, uid).is_ok(),
+        None => ns.parse(name, uid).is_ok() || is_service(name),
         Some(attached) => {
             let tail = name.strip_prefix(start.as_str()).unwrap_or_default();
             let theirs = attached.contains(name) || created_by_dead.may_have_made(tail);
@@ -264,6 +278,10 @@ fn sweep_pass<O: Os>(
     let mut ours = Vec::new();
     for Listed { name, owner } in listed {
         let Ok(parts) = ns.parse(&name, uid) else {
+            if owner == uid && is_service(&name) {
+                let action = crate::pubsub::service::sweep(os, &name, dry_run);
+                report.services.push(ServiceReport { name, action });
+            }
             continue;
         };
         if owner == uid {
@@ -279,6 +297,7 @@ fn sweep_pass<O: Os>(
                 .push(SegmentReport::skipped(name, parts, why));
         }
     }
+    report.services.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(sweep_names(os, ns, ours, dry_run, creators_first, report))
 }
 

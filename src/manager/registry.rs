@@ -603,7 +603,7 @@ mod tests {
             segments: Vec::new(),
             reclaimed: 2,
             unlinked: 1,
-            dry_run: false,
+            ..SweepReport::default()
         }));
         r.swept(&Err(crate::Error::Killed));
         assert_eq!(

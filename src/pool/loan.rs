@@ -143,6 +143,16 @@ impl<T: Pod> Loan<T> {
     pub fn generation(&self) -> u64 {
         self.buf.generation()
     }
+
+    /// The pooled buffer (publish/subscribe reads its key and slots, never its data).
+    pub(crate) fn buf(&self) -> &ShmBuf {
+        &self.buf
+    }
+
+    /// The pooled buffer, the loan given up (to give its segment back to the pool).
+    pub(crate) fn into_buf(self) -> ShmBuf {
+        self.buf
+    }
 }
 
 impl<T: Pod> Deref for Loan<T> {

@@ -169,4 +169,26 @@
 //! ([`Os::wake_word`](crate::os::Os::wake_word)). No wake-up is lost: the word is read
 //! before the take, and bumped after the push.
 
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+mod publisher;
+#[cfg(feature = "checkers")]
 pub mod queue;
+// The subscriber drives `Take` step by step (it opens a sample segment the first time
+// a descriptor names one); `take` and `take_within`, which run a take over a fixed
+// sample table, serve the checkers only.
+#[cfg(not(feature = "checkers"))]
+#[allow(unreachable_pub, dead_code)]
+pub(crate) mod queue;
+#[cfg(feature = "checkers")]
+pub mod service;
+#[cfg(not(feature = "checkers"))]
+#[allow(unreachable_pub)]
+pub(crate) mod service;
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+mod subscriber;
+
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use publisher::{Delivery, Publisher, PublisherOptions, Sent};
+pub use queue::Policy as SlowSubscriber;
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use subscriber::{Received, Subscriber};

@@ -1,0 +1,366 @@
+//! The publisher of a service: [`Publisher::create`] makes the service segment and
+//! a [`ShmPool`] of sample segments with `1 + E` holder slots; [`Publisher::loan`]
+//! lends a sample to write, [`Publisher::publish`] delivers it to every joined
+//! subscriber through the queue's steps ([`super::queue::publish`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use bytemuck::Pod;
+
+use super::queue::{self, Descriptor, Policy, Published, Queue, subscriber_slot};
+use super::service::{self, Config, Created, Service};
+use crate::buf::CreateOptions;
+use crate::error::{Error, Result};
+use crate::holders::{self, FREE, Holders, in_flight_word};
+use crate::local::SegmentKey;
+use crate::manager::DefaultOs;
+use crate::namespace::Namespace;
+use crate::os::Os;
+use crate::pool::{Loan, PoolLimits, PoolStats, ShmPool};
+use crate::segment::Header;
+use crate::strategy::Strategy;
+
+/// How a service is made: its subscriber entries, ring capacity, sample count, slow
+/// subscriber policy and namespace (chosen by the publisher that creates it).
+///
+/// ```
+/// use shmrc::pubsub::{PublisherOptions, SlowSubscriber};
+/// let options = PublisherOptions::new().subscribers(4).queue(8).slow(SlowSubscriber::Backpressure);
+/// assert_eq!((options.subscribers, options.queue, options.samples), (4, 8, 64));
+/// ```
+#[derive(Clone, PartialEq, Eq, Debug)]
+pub struct PublisherOptions {
+    /// The most subscribers joined at once (`E`; default 8, at most 1024).
+    pub subscribers: usize,
+    /// Samples queued per subscriber (`C`; default 16).
+    pub queue: usize,
+    /// The most sample segments the publisher's pool keeps (`N`, the sample table's
+    /// rows; default 64): loaned, queued, held or idle, of every length.
+    pub samples: usize,
+    /// What a full queue does (default [`Policy::DropOldest`]).
+    pub slow: Policy,
+    /// The namespace of the service and its samples (default `shmrc`).
+    pub namespace: Namespace,
+}
+
+impl Default for PublisherOptions {
+    fn default() -> PublisherOptions {
+        PublisherOptions {
+            subscribers: 8,
+            queue: 16,
+            samples: 64,
+            slow: Policy::DropOldest,
+            namespace: Namespace::default(),
+        }
+    }
+}
+
+impl PublisherOptions {
+    /// The defaults.
+    pub fn new() -> PublisherOptions {
+        PublisherOptions::default()
+    }
+
+    /// Sets [`PublisherOptions::subscribers`].
+    pub fn subscribers(mut self, subscribers: usize) -> PublisherOptions {
+        self.subscribers = subscribers;
+        self
+    }
+
+    /// Sets [`PublisherOptions::queue`].
+    pub fn queue(mut self, queue: usize) -> PublisherOptions {
+        self.queue = queue;
+        self
+    }
+
+    /// Sets [`PublisherOptions::samples`].
+    pub fn samples(mut self, samples: usize) -> PublisherOptions {
+        self.samples = samples;
+        self
+    }
+
+    /// Sets [`PublisherOptions::slow`].
+    pub fn slow(mut self, slow: Policy) -> PublisherOptions {
+        self.slow = slow;
+        self
+    }
+
+    /// Sets [`PublisherOptions::namespace`].
+    pub fn namespace(mut self, namespace: Namespace) -> PublisherOptions {
+        self.namespace = namespace;
+        self
+    }
+}
+
+/// What a publish did.
+#[derive(Copy, Clone, PartialEq, Eq, Debug, Default)]
+pub struct Sent {
+    /// Subscribers the sample was queued for.
+    pub delivered: u32,
+    /// Older samples dropped from full queues (drop-oldest).
+    pub dropped: u32,
+    /// Entries of departed or dead subscribers freed on the way.
+    pub freed: u32,
+}
+
+impl Sent {
+    fn of(p: Published) -> Sent {
+        Sent {
+            delivered: p.delivered,
+            dropped: p.dropped,
+            freed: p.drained,
+        }
+    }
+}
+
+/// How [`Publisher::publish`] ended.
+#[derive(Debug)]
+#[must_use]
+pub enum Delivery<T: Pod> {
+    /// Queued for every joined subscriber (under drop-oldest, after dropping older
+    /// samples from full queues).
+    Sent(Sent),
+    /// Backpressure: subscriber entry `entry`'s queue is full, nothing was delivered;
+    /// the loan comes back to be published again later.
+    Full {
+        /// The sample, unpublished.
+        loan: Loan<T>,
+        /// The entry whose queue was full.
+        entry: usize,
+    },
+}
+
+impl<T: Pod> Delivery<T> {
+    /// What was sent, `None` if the publish was refused.
+    pub fn sent(&self) -> Option<Sent> {
+        match self {
+            Delivery::Sent(sent) => Some(*sent),
+            Delivery::Full { .. } => None,
+        }
+    }
+}
+
+type Map = <DefaultOs as Os>::Map;
+
+/// The publisher's own record of its sample table: row by segment.
+struct Table {
+    row_of: HashMap<SegmentKey, usize>,
+    /// Each row's mapping and holder-slot count, to view its slots in a publish.
+    rows: Vec<(Arc<Map>, usize)>,
+}
+
+/// The one publisher of a service (see the module docs of `shmrc::pubsub`).
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::Namespace;
+/// use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
+///
+/// let ns = Namespace::new("shmrc-doc-pubsub")?;
+/// let publisher = Publisher::create("frames", PublisherOptions::new().namespace(ns.clone()))?;
+/// let subscriber = Subscriber::join_in(&ns, "frames")?;
+/// let mut loan = publisher.loan::<u32>(1024)?;
+/// loan.iter_mut().enumerate().for_each(|(i, x)| *x = i as u32);
+/// let sent = publisher.publish(loan)?.sent().expect("drop-oldest never refuses");
+/// assert_eq!(sent.delivered, 1);
+/// let sample = subscriber.try_recv::<u32>()?.expect("queued");
+/// assert_eq!(sample[1000], 1000);
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+pub struct Publisher {
+    os: DefaultOs,
+    service: Service<DefaultOs>,
+    pool: ShmPool,
+    table: Mutex<Table>,
+}
+
+impl Publisher {
+    /// Creates service `service` in the options' namespace, with this process as its
+    /// publisher. A service whose publisher lives is refused
+    /// ([`Error::InvalidArgument`] naming it and its pid); a dead publisher's is
+    /// taken over (its subscribers must join again). Refused too: a service name of
+    /// other than 1 to 64 ASCII letters, digits, `-`, `_`, and sizes out of bounds.
+    pub fn create(service: &str, options: PublisherOptions) -> Result<Publisher> {
+        let os = DefaultOs::default();
+        let name = service::service_name(&options.namespace, os.uid(), service)?;
+        let config = Config {
+            entries: options.subscribers,
+            capacity: options.queue,
+            rows: options.samples,
+            policy: options.slow,
+        };
+        config.check()?;
+        let buf_options = CreateOptions::new()
+            .strategy(Strategy::FileSystem)
+            .namespace(options.namespace.clone())
+            .capacity(subscriber_slot(config.entries));
+        // The table names each segment the pool ever makes: it must keep them all.
+        let limits = PoolLimits {
+            max_idle_buffers: usize::MAX,
+            max_idle_bytes: usize::MAX,
+            idle_timeout: Duration::MAX,
+        };
+        let pool = ShmPool::new(buf_options, limits)?;
+        let service = match service::create(&os, &name, config)? {
+            Created::New(service) => service,
+            Created::Live { publisher } => {
+                return Err(Error::InvalidArgument(format!(
+                    "service {service:?} of namespace {} already has a live publisher (pid {})",
+                    options.namespace,
+                    publisher.pid()
+                )));
+            }
+        };
+        Ok(Publisher {
+            os,
+            service,
+            pool,
+            table: Mutex::new(Table {
+                row_of: HashMap::new(),
+                rows: Vec::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Table> {
+        // A panic while holding the lock leaves the table consistent (pushes only).
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// A sample of `len` items of `T` to write (see [`ShmPool::loan`]): a segment of
+    /// the pool that nobody holds any more, or a new one. Refused when the sample
+    /// table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
+    /// held or of another length): [`Error::InvalidArgument`] naming the count.
+    pub fn loan<T: Pod>(&self, len: usize) -> Result<Loan<T>> {
+        let loan = self.pool.loan::<T>(len)?;
+        let mut table = self.lock();
+        let key = loan.buf().key();
+        if table.row_of.contains_key(&key) {
+            return Ok(loan);
+        }
+        let row = table.rows.len();
+        if row >= self.service.config.rows {
+            drop(table);
+            let why = format!(
+                "service {}: all {} samples are loaned, queued, held by subscribers or of \
+                 another length (raise PublisherOptions::samples)",
+                self.service.name, self.service.config.rows
+            );
+            self.pool.give_back_segment(loan.into_buf())?;
+            return Err(Error::InvalidArgument(why));
+        }
+        self.service
+            .add_row(row, key.nonce, loan.buf().fields().share_key);
+        table.rows.push(loan.buf().slot_watch());
+        table.row_of.insert(key, row);
+        Ok(loan)
+    }
+
+    /// Publishes `loan` to every joined subscriber (zero-copy: each gets a reference
+    /// to the same segment), under the service's slow-subscriber policy, then wakes
+    /// the blocked receivers. Departed and dead subscribers' entries are freed on the
+    /// way (their queued samples given back). A loan of another publisher's pool is
+    /// [`Error::InvalidArgument`].
+    pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
+        let table = self.lock();
+        let Some(&row) = table.row_of.get(&loan.buf().key()) else {
+            return Err(Error::InvalidArgument(format!(
+                "a loan that is not of service {}'s publisher",
+                self.service.name
+            )));
+        };
+        let descriptor = Descriptor::new(row, loan.generation()).ok_or_else(|| {
+            Error::InvalidArgument(format!("sample row {row} beyond the descriptor's range"))
+        })?;
+        let published = self.run(&table, Some(descriptor))?;
+        drop(table);
+        match published.full {
+            Some(entry) => Ok(Delivery::Full { loan, entry }),
+            // The loan (this process's use) goes; the references queued keep the
+            // segment out of the pool until every subscriber let go.
+            None => Ok(Delivery::Sent(Sent::of(published))),
+        }
+    }
+
+    /// Frees the entries of departed and dead subscribers and gives their queued
+    /// samples back to the pool, with no sample published (a publish does the same on
+    /// its way): for a publisher that publishes rarely.
+    pub fn reclaim(&self) -> Result<Sent> {
+        let table = self.lock();
+        self.run(&table, None).map(Sent::of)
+    }
+
+    fn run(&self, table: &Table, sample: Option<Descriptor>) -> Result<Published> {
+        let capacity = subscriber_slot(self.service.config.entries);
+        let holders: Vec<Holders<'_>> = table
+            .rows
+            .iter()
+            .map(|(map, slots)| {
+                Header::of(&**map, *slots)
+                    .filter(|_| *slots == capacity)
+                    .map(|h| h.holders())
+                    .ok_or_else(|| Error::Corrupted {
+                        segment: self.service.name.clone(),
+                        what: "a sample segment's slots lie outside its mapping".into(),
+                    })
+            })
+            .collect::<Result<_>>()?;
+        let entries = self.service.entries();
+        let q = Queue::new(&entries, &holders, self.service.wake());
+        queue::publish(&self.os, &q, sample, self.service.config.policy)
+    }
+
+    /// What the sample pool did and keeps (see [`ShmPool::stats`]).
+    pub fn pool_stats(&self) -> PoolStats {
+        self.pool.stats()
+    }
+
+    /// The service's `/dev/shm` name.
+    pub fn service_name(&self) -> &str {
+        &self.service.name
+    }
+
+    /// The service's shape: subscriber entries, queue capacity, samples, policy.
+    pub fn policy(&self) -> Policy {
+        self.service.config.policy
+    }
+}
+
+impl Drop for Publisher {
+    /// The publisher leaves: its service's name goes (a tombstone in the publisher
+    /// word first, so subscribers see it gone), then every reference it still has in
+    /// flight to any subscriber is given back (a subscriber's take of one is `Lost`
+    /// from then on: each is a CAS on the slot against the take's, one wins), then
+    /// the pool gives its own references back. A sample a subscriber holds is then
+    /// unlinked by its last holder's release (a [`Received`](super::Received) drop
+    /// finalizes once the publisher is gone), or by a sweep if that holder dies.
+    fn drop(&mut self) {
+        let _ = service::take_over(&self.os, &self.service);
+        let me = self.os.current();
+        if me != self.service.publisher {
+            // A forked child's copy: the references are its parent's.
+            return;
+        }
+        let table = self.lock();
+        let mine = in_flight_word(me);
+        for (map, slots) in &table.rows {
+            if let Some(header) = Header::of(&**map, *slots) {
+                let h = header.holders();
+                for e in 0..self.service.config.entries {
+                    holders::transfer_step(&h, subscriber_slot(e), mine, FREE);
+                }
+            }
+        }
+    }
+}
+
+impl std::fmt::Debug for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Publisher")
+            .field("service", &self.service.name)
+            .field("config", &self.service.config)
+            .finish()
+    }
+}

@@ -1,0 +1,511 @@
+//! The service segment of publish/subscribe: its name, layout, creation (one per
+//! service name, `O_EXCL`; a dead publisher's taken over), validation on join (P4) and
+//! its sweep. The queue's words live here; [`super::queue`] owns their steps.
+//!
+//! ```text
+//! word  0  magic "SHMRCSVC"           published last, with Release
+//! word  1  layout version
+//! word  2  entries E
+//! word  3  ring capacity C
+//! word  4  sample table rows N
+//! word  5  policy (0 drop-oldest, 1 backpressure)
+//! word  6  publisher token (a take-over or sweep CASes it to a tombstone first)
+//! word  7  publisher uid
+//! word  8  publisher pid namespace
+//! word  9  total length in bytes (checked against fstat)
+//! word 10  wake word
+//! word 11  sample table rows in use (written by the publisher only, Release)
+//! words 12..16 reserved (0)
+//! words 16..16+3N  the sample table: per row the segment's nonce (2 words), share key
+//! then E entries, each 8-word aligned: state, head, tail, ring of C descriptors
+//! ```
+//!
+//! A sample segment's name is the pool's ordinary segment name, made of the
+//! namespace, the publisher's uid, pid namespace and token (all in the header) and the
+//! row's nonce; the share key is what an attach checks (`handle.rs`), so a subscriber
+//! holds exactly what a handle's receiver would: a row names only a segment of the
+//! namespace (P2), and one whose header does not carry the row's key, the publisher as
+//! creator and `1 + E` holder slots is refused.
+//!
+//! The file is created mode 0600 by the publisher; a joiner refuses one whose owner,
+//! header uid or mode differ (another user's plant), and a header whose sizes do not
+//! add up to `fstat`'s length (so no word it reads lies outside the mapping: no
+//! SIGBUS).
+
+use crate::error::{Error, Result};
+use crate::holders::{TOMB_BY, tomb_word};
+use crate::namespace::Namespace;
+use crate::os::{Mapping, Os};
+use crate::sweep::Action;
+use crate::sync::{AtomicU64, Ordering};
+use crate::token::Token;
+
+use super::queue::{Entry, MAX_SAMPLES, Policy};
+
+/// `b"SHMRCSVC"` read as a big-endian word.
+pub const SERVICE_MAGIC: u64 = u64::from_be_bytes(*b"SHMRCSVC");
+/// The layout version this build writes and reads.
+pub const SERVICE_VERSION: u64 = 1;
+/// Words before the sample table.
+pub const SERVICE_HEADER_WORDS: usize = 16;
+/// Words per sample table row.
+pub const ROW_WORDS: usize = 3;
+/// The most subscriber entries a service may have (a sample segment has `1 + E`
+/// holder slots, at most [`crate::segment::MAX_CAPACITY`]).
+pub const MAX_ENTRIES: usize = 1024;
+/// The most descriptors a ring may hold.
+pub const MAX_RING: usize = 1 << 16;
+/// The most rows a sample table may have (far below the descriptor's 24 bits).
+pub const MAX_TABLE: usize = 1 << 16;
+/// The longest service name.
+pub const MAX_SERVICE_NAME: usize = 64;
+/// The word in the name between the namespace's start and the service's name.
+const SERVICE_INFIX: &str = "service.";
+
+const W_MAGIC: usize = 0;
+const W_VERSION: usize = 1;
+const W_ENTRIES: usize = 2;
+const W_CAPACITY: usize = 3;
+const W_ROWS: usize = 4;
+const W_POLICY: usize = 5;
+const W_PUBLISHER: usize = 6;
+const W_UID: usize = 7;
+const W_PIDNS: usize = 8;
+const W_TOTAL: usize = 9;
+const W_WAKE: usize = 10;
+const W_ROWS_USED: usize = 11;
+
+/// A service's shape, chosen by its publisher at creation.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct Config {
+    /// Subscriber entries `E`.
+    pub entries: usize,
+    /// Ring capacity `C`.
+    pub capacity: usize,
+    /// Sample table rows `N`.
+    pub rows: usize,
+    /// What a full ring does.
+    pub policy: Policy,
+}
+
+impl Config {
+    /// Words of one entry: state, head, tail and the ring, rounded up to a cache line.
+    fn entry_words(&self) -> usize {
+        (3 + self.capacity).div_ceil(8) * 8
+    }
+
+    fn entries_start(&self) -> usize {
+        (SERVICE_HEADER_WORDS + ROW_WORDS * self.rows).div_ceil(8) * 8
+    }
+
+    /// Words of the whole segment.
+    pub fn total_words(&self) -> usize {
+        self.entries_start() + self.entries * self.entry_words()
+    }
+
+    /// Refuses a shape out of bounds, naming which bound.
+    pub fn check(&self) -> Result<()> {
+        let why = if self.entries == 0 || self.entries > MAX_ENTRIES {
+            format!("{} subscriber entries (1 to {MAX_ENTRIES})", self.entries)
+        } else if self.capacity == 0 || self.capacity > MAX_RING {
+            format!("a ring of {} samples (1 to {MAX_RING})", self.capacity)
+        } else if self.rows == 0 || self.rows > MAX_TABLE.min(MAX_SAMPLES) {
+            format!("{} samples (1 to {MAX_TABLE})", self.rows)
+        } else {
+            return Ok(());
+        };
+        Err(Error::InvalidArgument(format!(
+            "a publish/subscribe service of {why}"
+        )))
+    }
+}
+
+/// The `/dev/shm` name of service `service` of namespace `ns` for user `uid`; a service
+/// name of other than 1 to 64 ASCII letters, digits, `-` and `_` is
+/// [`Error::InvalidArgument`] naming the rule.
+pub fn service_name(ns: &Namespace, uid: u32, service: &str) -> Result<String> {
+    let why = if service.is_empty() || service.len() > MAX_SERVICE_NAME {
+        Some("it must be 1 to 64 bytes long")
+    } else if !service
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    {
+        Some("only ASCII letters, digits, '-' and '_' are allowed")
+    } else {
+        None
+    };
+    match why {
+        Some(why) => Err(Error::InvalidArgument(format!(
+            "invalid service name {service:?}: {why}"
+        ))),
+        None => Ok(format!("{}{SERVICE_INFIX}{service}", ns.name_start(uid))),
+    }
+}
+
+/// Whether `name` (as `/dev/shm` lists it) is a service segment's name of `ns` for
+/// user `uid` (what a sweep recognises instead of judging it a damaged segment).
+pub fn is_service_name(ns: &Namespace, uid: u32, name: &str) -> bool {
+    name.strip_prefix(&ns.name_start(uid))
+        .and_then(|rest| rest.strip_prefix(SERVICE_INFIX))
+        .is_some_and(|service| service_name(ns, uid, service).is_ok())
+}
+
+/// A mapped, validated (or just created) service segment.
+pub struct Service<O: Os> {
+    /// Its name.
+    pub name: String,
+    /// The mapping of the whole file.
+    pub map: O::Map,
+    /// Its shape.
+    pub config: Config,
+    /// The publisher that created it.
+    pub publisher: Token,
+}
+
+impl<O: Os> Service<O> {
+    fn words(&self) -> &[AtomicU64] {
+        self.map
+            .words(self.config.total_words())
+            .expect("the mapping was checked to hold every word")
+    }
+
+    /// The wake word.
+    pub fn wake(&self) -> &AtomicU64 {
+        &self.words()[W_WAKE]
+    }
+
+    /// The views of the `E` entries.
+    pub fn entries(&self) -> Vec<Entry<'_>> {
+        let words = self.words();
+        let (start, stride) = (self.config.entries_start(), self.config.entry_words());
+        (0..self.config.entries)
+            .map(|e| {
+                let w = &words[start + e * stride..start + e * stride + 3 + self.config.capacity];
+                Entry::new(&w[0], &w[1], &w[2], &w[3..])
+            })
+            .collect()
+    }
+
+    /// Entry `entry`'s head and tail words (a receiver's look for an empty ring, with
+    /// no step taken).
+    pub fn head_tail(&self, entry: usize) -> (&AtomicU64, &AtomicU64) {
+        let words = self.words();
+        let at = self.config.entries_start() + entry * self.config.entry_words();
+        (&words[at + 1], &words[at + 2])
+    }
+
+    /// Entry `entry`'s state word.
+    pub fn state(&self, entry: usize) -> &AtomicU64 {
+        let at = self.config.entries_start() + entry * self.config.entry_words();
+        &self.words()[at]
+    }
+
+    /// Rows of the sample table in use.
+    pub fn rows_used(&self) -> usize {
+        // Acquire: pairs with `add_row`'s Release, so the rows below it are written.
+        let used = self.words()[W_ROWS_USED].load(Ordering::Acquire);
+        usize::try_from(used).map_or(self.config.rows, |u| u.min(self.config.rows))
+    }
+
+    /// Row `row`: the sample segment's nonce and share key.
+    pub fn row(&self, row: usize) -> (u128, u64) {
+        let at = SERVICE_HEADER_WORDS + row * ROW_WORDS;
+        let words = self.words();
+        // Relaxed: ordered after `rows_used`'s Acquire.
+        let load = |w: usize| words[at + w].load(Ordering::Relaxed);
+        (u128::from(load(0)) | (u128::from(load(1)) << 64), load(2))
+    }
+
+    /// Writes row `row` (the next unused one) and publishes it (the publisher only).
+    pub fn add_row(&self, row: usize, nonce: u128, share_key: u64) {
+        let at = SERVICE_HEADER_WORDS + row * ROW_WORDS;
+        let words = self.words();
+        // Relaxed: published by the Release store of the count below.
+        words[at].store(nonce as u64, Ordering::Relaxed);
+        words[at + 1].store((nonce >> 64) as u64, Ordering::Relaxed);
+        words[at + 2].store(share_key, Ordering::Relaxed);
+        // Release: the row's words before the count that makes them visible.
+        words[W_ROWS_USED].store(row as u64 + 1, Ordering::Release);
+    }
+
+    /// The publisher word as it is now (its token, or a tombstone once taken over).
+    pub fn publisher_word(&self) -> u64 {
+        // SeqCst: one order with the take-over's CAS.
+        self.words()[W_PUBLISHER].load(Ordering::SeqCst)
+    }
+}
+
+/// What [`create`] found under the service's name.
+pub enum Created<O: Os> {
+    /// The service, new, published by this process.
+    New(Service<O>),
+    /// A live publisher's service: refused.
+    Live {
+        /// Its publisher.
+        publisher: Token,
+    },
+}
+
+/// Creates the service segment `name` with `config` for this process, taking over a
+/// dead publisher's (its tombstone CASed in, then unlinked) on the way.
+pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
+    config.check()?;
+    // A name freed by a take-over may be taken by another creator first: a few rounds.
+    for _ in 0..8 {
+        match os.shm_create(name) {
+            Ok(file) => return initialize(os, name, &file, config).map(Created::New),
+            Err(e) if already_exists(&e) => {}
+            Err(e) => return Err(e),
+        }
+        let service = match open(os, name) {
+            Ok(service) => service,
+            Err(Error::Gone { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if os.is_alive(service.publisher) {
+            return Ok(Created::Live {
+                publisher: service.publisher,
+            });
+        }
+        take_over(os, &service)?;
+    }
+    Err(Error::InvalidArgument(format!(
+        "service {name}: its name was taken over and created again by others 8 times in a row"
+    )))
+}
+
+fn already_exists(e: &Error) -> bool {
+    matches!(e, Error::Os { source, .. } if source.kind() == std::io::ErrorKind::AlreadyExists)
+}
+
+/// Unlinks the service `service` of a dead publisher if this process is the one that
+/// turns its publisher word into a tombstone (so that a name another creator made
+/// meanwhile is never unlinked); `false` if another one did.
+pub fn take_over<O: Os>(os: &O, service: &Service<O>) -> Result<bool> {
+    let word = &service.words()[W_PUBLISHER];
+    // SeqCst: one winner per file; only the winner unlinks its name.
+    let won = word
+        .compare_exchange(
+            service.publisher.word(),
+            tomb_word(os.current()),
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        )
+        .is_ok();
+    if won {
+        match os.shm_unlink(&service.name) {
+            Ok(()) => {}
+            Err(e) if e.is_gone() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(won)
+}
+
+fn initialize<O: Os>(os: &O, name: &str, file: &O::File, config: Config) -> Result<Service<O>> {
+    let total = config.total_words() * 8;
+    let mapped = os
+        .allocate(file, total as u64)
+        .and_then(|()| os.map_stated(file, total, total as u64));
+    let map = match mapped {
+        Ok(map) => map,
+        Err(e) => {
+            // Best effort: the name is ours, fresh and unpublished.
+            let _ = os.shm_unlink(name);
+            return Err(e);
+        }
+    };
+    let me = os.current();
+    let words = map
+        .words(config.total_words())
+        .ok_or_else(|| corrupted(name, "the new mapping is shorter than its layout"))?;
+    let values = [
+        (W_VERSION, SERVICE_VERSION),
+        (W_ENTRIES, config.entries as u64),
+        (W_CAPACITY, config.capacity as u64),
+        (W_ROWS, config.rows as u64),
+        (W_POLICY, policy_word(config.policy)),
+        (W_PUBLISHER, me.word()),
+        (W_UID, u64::from(os.uid())),
+        (W_PIDNS, os.pid_namespace()),
+        (W_TOTAL, total as u64),
+    ];
+    for (w, value) in values {
+        // Relaxed: published by the magic's Release below.
+        words[w].store(value, Ordering::Relaxed);
+    }
+    // Release: every word above before the magic a joiner reads with Acquire.
+    words[W_MAGIC].store(SERVICE_MAGIC, Ordering::Release);
+    Ok(Service {
+        name: name.to_owned(),
+        map,
+        config,
+        publisher: me,
+    })
+}
+
+fn policy_word(policy: Policy) -> u64 {
+    match policy {
+        Policy::DropOldest => 0,
+        Policy::Backpressure => 1,
+    }
+}
+
+fn corrupted(segment: &str, what: impl Into<String>) -> Error {
+    Error::Corrupted {
+        segment: segment.to_owned(),
+        what: what.into(),
+    }
+}
+
+/// Opens and validates the service segment `name` (P4): owner, mode 0600, length
+/// against its layout, magic, version, bounds, header uid and pid namespace. A
+/// malformed or foreign one is an [`Error`] naming the cause.
+pub fn open<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
+    let file = os.shm_open(name)?;
+    let info = os.stat(&file)?;
+    let me = os.uid();
+    if info.uid != me {
+        return Err(Error::OtherUser {
+            segment: name.to_owned(),
+            owner: info.uid,
+            me,
+        });
+    }
+    if info.mode != 0o600 {
+        return Err(corrupted(
+            name,
+            format!(
+                "mode {:o}, not 0600: not made by a publisher (shared with others?)",
+                info.mode
+            ),
+        ));
+    }
+    if info.len < (SERVICE_HEADER_WORDS * 8) as u64 {
+        return if info.len == 0 {
+            Err(Error::HalfCreated {
+                segment: name.to_owned(),
+            })
+        } else {
+            Err(Error::Truncated {
+                segment: name.to_owned(),
+                need: (SERVICE_HEADER_WORDS * 8) as u64,
+                have: info.len,
+            })
+        };
+    }
+    let len = usize::try_from(info.len)
+        .ok()
+        .filter(|&len| len <= (1 << 40))
+        .ok_or_else(|| corrupted(name, format!("file length {} beyond any layout", info.len)))?;
+    let map = os.map_stated(&file, len, info.len)?;
+    let header = map
+        .words(SERVICE_HEADER_WORDS)
+        .ok_or_else(|| corrupted(name, "the mapping is shorter than the header"))?;
+    // Acquire: pairs with initialize's Release.
+    match header[W_MAGIC].load(Ordering::Acquire) {
+        SERVICE_MAGIC => {}
+        0 => {
+            return Err(Error::HalfCreated {
+                segment: name.to_owned(),
+            });
+        }
+        found => {
+            return Err(Error::BadMagic {
+                segment: name.to_owned(),
+                found,
+            });
+        }
+    }
+    // Relaxed: after the magic's Acquire.
+    let load = |w: usize| header[w].load(Ordering::Relaxed);
+    let version = load(W_VERSION);
+    if version != SERVICE_VERSION {
+        return Err(Error::WrongVersion {
+            segment: name.to_owned(),
+            found: version,
+            supported: SERVICE_VERSION,
+        });
+    }
+    let size = |w: usize| usize::try_from(load(w)).unwrap_or(usize::MAX);
+    let policy = match load(W_POLICY) {
+        0 => Policy::DropOldest,
+        1 => Policy::Backpressure,
+        other => return Err(corrupted(name, format!("policy word {other}"))),
+    };
+    let config = Config {
+        entries: size(W_ENTRIES),
+        capacity: size(W_CAPACITY),
+        rows: size(W_ROWS),
+        policy,
+    };
+    config
+        .check()
+        .map_err(|e| corrupted(name, format!("its shape is out of bounds: {e}")))?;
+    let total = config.total_words() * 8;
+    if load(W_TOTAL) != total as u64 || info.len != total as u64 || map.len() < total {
+        return Err(Error::Truncated {
+            segment: name.to_owned(),
+            need: total as u64,
+            have: info.len,
+        });
+    }
+    let uid = load(W_UID);
+    if uid != u64::from(me) {
+        return Err(Error::OtherUser {
+            segment: name.to_owned(),
+            owner: u32::try_from(uid).unwrap_or(u32::MAX),
+            me,
+        });
+    }
+    if load(W_PIDNS) != os.pid_namespace() {
+        return Err(Error::OtherPidNamespace {
+            segment: name.to_owned(),
+            theirs: load(W_PIDNS),
+            ours: os.pid_namespace(),
+        });
+    }
+    let word = header[W_PUBLISHER].load(Ordering::SeqCst);
+    let publisher = match Token::from_word(word) {
+        Some(token) if word & TOMB_BY == 0 => token,
+        _ => {
+            return Err(Error::Gone {
+                segment: name.to_owned(),
+            });
+        }
+    };
+    Ok(Service {
+        name: name.to_owned(),
+        map,
+        config,
+        publisher,
+    })
+}
+
+/// The sweep of service segment `name`: unlinked once its publisher is dead and every
+/// entry is free, left, or a dead subscriber's; kept while either lives; skipped (the
+/// error says why) when it cannot be trusted. `dry_run` changes nothing.
+pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Action {
+    let service = match open::<O>(os, name) {
+        Ok(service) => service,
+        // A take-over or another sweep got there first.
+        Err(Error::Gone { .. }) => return Action::Vanished,
+        Err(e) => return Action::Skipped(e),
+    };
+    let live_subscriber = (0..service.config.entries).any(|e| {
+        // SeqCst: one order over state words.
+        let word = service.state(e).load(Ordering::SeqCst);
+        matches!(super::queue::EntryState::decode(word), super::queue::EntryState::Joined(t) if os.is_alive(t))
+    });
+    if os.is_alive(service.publisher) || live_subscriber {
+        return Action::Kept;
+    }
+    if dry_run {
+        return Action::Unlinked;
+    }
+    match take_over(os, &service) {
+        Ok(true) => Action::Unlinked,
+        Ok(false) => Action::Vanished,
+        Err(e) => Action::Skipped(e),
+    }
+}

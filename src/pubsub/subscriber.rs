@@ -1,0 +1,454 @@
+//! A subscriber of a service: [`Subscriber::join`] takes a free entry of the service
+//! segment, [`Subscriber::try_recv`] pops the oldest queued sample and takes its
+//! reference over in the entry's holder slot ([`super::queue::Take`], driven here so
+//! that a sample segment is opened the first time a descriptor names it), and a
+//! [`Received`] sample, read as `&[T]`, gives the slot back when dropped.
+//!
+//! # Safety
+//! One `unsafe` block turns a received sample's data region into `&[T]`: sound for as
+//! long as nobody writes the segment while the sample lives, which the protocol
+//! guarantees for every process that follows it. The subscriber holds slot `1 + e` of
+//! the segment (a successful take), so the publisher's pool cannot recycle it (a
+//! recycle rolls back at a live holder), and the generation read after the take says
+//! the data is the publish's. The limits are [`Sample`](crate::Sample)'s: a process of
+//! the same user can still map the segment writable behind shmrc's back; read from a
+//! peer you do not trust with [`Received::read_items`].
+#![allow(unsafe_code)]
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::task::Poll;
+use std::time::{Duration, Instant};
+
+use bytemuck::Pod;
+
+use super::queue::{self, Descriptor, Queue, Take, TakeAt, Taken, subscriber_slot};
+use super::service::{self, Service};
+use crate::buf::view;
+use crate::error::{Error, Result};
+use crate::holders::{self, FREE, Holders, held_word};
+use crate::manager::DefaultOs;
+use crate::namespace::Namespace;
+use crate::os::{Mapping, Os};
+use crate::segment::{self, Fields, Header};
+use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::token::Token;
+
+type Map = <DefaultOs as Os>::Map;
+
+/// A sample segment of the service, opened and checked against its table row.
+struct SampleSegment {
+    name: String,
+    map: Map,
+    fields: Fields,
+}
+
+impl SampleSegment {
+    fn holders(&self) -> Holders<'_> {
+        Header::of(&self.map, self.fields.layout.capacity)
+            .expect("the layout was validated against the mapping")
+            .holders()
+    }
+}
+
+/// What the subscriber knows of the sample table: each row's segment once opened.
+/// A row that could not be opened (its segment gone, or a forged row) stays `None`:
+/// a descriptor naming it ends `Lost`.
+#[derive(Default)]
+struct Segments {
+    rows: Vec<Option<Arc<SampleSegment>>>,
+}
+
+/// A joined subscriber of a service (see the module docs of `shmrc::pubsub`). It
+/// leaves the service when dropped; the samples it received stay readable until they
+/// are dropped.
+pub struct Subscriber {
+    os: DefaultOs,
+    namespace: Namespace,
+    uid: u32,
+    service: Arc<Service<DefaultOs>>,
+    entry: usize,
+    segments: Mutex<Segments>,
+    /// Slot words for a row that could not be opened: always free, so a take fails.
+    nobody: Vec<AtomicU64>,
+    unused: [AtomicU64; 3],
+}
+
+impl Subscriber {
+    /// Joins service `service` of the default namespace.
+    pub fn join(service: &str) -> Result<Subscriber> {
+        Subscriber::join_in(&Namespace::default(), service)
+    }
+
+    /// Joins service `service` of namespace `namespace`: opens and validates its
+    /// segment (another user's, a malformed one: an [`Error`] naming the cause), then
+    /// takes a free subscriber entry. Refused: no such service ([`Error::Gone`]), its
+    /// publisher dead ([`Error::Gone`]), every entry taken ([`Error::HoldersFull`];
+    /// the publisher frees departed subscribers' entries at its next publish).
+    pub fn join_in(namespace: &Namespace, service: &str) -> Result<Subscriber> {
+        let os = DefaultOs::default();
+        let uid = os.uid();
+        let name = service::service_name(namespace, uid, service)?;
+        let service = Arc::new(service::open(&os, &name)?);
+        if !os.is_alive(service.publisher) {
+            return Err(Error::Gone { segment: name });
+        }
+        let entries = service.entries();
+        let q = Queue::new(&entries, &[], service.wake());
+        let Some(entry) = queue::join(&os, &q)? else {
+            return Err(Error::HoldersFull {
+                segment: name,
+                capacity: u32::try_from(service.config.entries).unwrap_or(u32::MAX),
+            });
+        };
+        drop(entries);
+        let nobody = (0..subscriber_slot(service.config.entries))
+            .map(|_| AtomicU64::new(FREE))
+            .collect();
+        Ok(Subscriber {
+            os,
+            namespace: namespace.clone(),
+            uid,
+            service,
+            entry,
+            segments: Mutex::new(Segments::default()),
+            nobody,
+            unused: [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)],
+        })
+    }
+
+    /// The oldest queued sample, seen as `[T]`, or `None` if none is queued. An empty
+    /// queue costs two loads of shared words and no system call. A sample whose
+    /// length is not a whole number of `T` is [`Error::BadView`] (and released); a
+    /// queue whose words a hostile writer broke is [`Error::Corrupted`].
+    pub fn try_recv<T: Pod>(&self) -> Result<Option<Received<T>>> {
+        let (head, tail) = self.service.head_tail(self.entry);
+        // SeqCst: as the take's own loads (an empty look is a take that ends at once).
+        if head.load(SeqCst) == tail.load(SeqCst) {
+            return Ok(None);
+        }
+        loop {
+            match self.take()? {
+                (Taken::Sample(d), Some(segment)) => return self.received(d, segment).map(Some),
+                (Taken::Empty, _) => return Ok(None),
+                (Taken::Corrupt, _) => {
+                    return Err(Error::Corrupted {
+                        segment: self.service.name.clone(),
+                        what: format!(
+                            "the words of subscriber entry {} break its ring's bounds",
+                            self.entry
+                        ),
+                    });
+                }
+                // Lost (the publisher died and a sweep reclaimed the reference) or
+                // stale (a forged descriptor): nothing held; the next one.
+                _ => {}
+            }
+        }
+    }
+
+    /// The oldest queued sample, waiting for one (a futex wait on the service's wake
+    /// word) for `timeout` at most: [`Error::Timeout`] then.
+    pub fn recv_timeout<T: Pod>(&self, timeout: Duration) -> Result<Received<T>> {
+        let deadline = Instant::now() + timeout;
+        let wake = self.service.wake();
+        loop {
+            // Read before the take: a publish the take missed has changed it by the
+            // time the wait compares it (`queue::take_within`'s order).
+            let seen = wake.load(SeqCst);
+            if let Some(sample) = self.try_recv()? {
+                return Ok(sample);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(Error::Timeout { after: timeout });
+            }
+            self.os.wait_word(wake, seen, left);
+        }
+    }
+
+    /// The oldest queued sample, waiting as long as the publisher lives: its death
+    /// with nothing queued is [`Error::Gone`] naming the service (checked every
+    /// 100 ms of waiting).
+    pub fn recv<T: Pod>(&self) -> Result<Received<T>> {
+        loop {
+            match self.recv_timeout(Duration::from_millis(100)) {
+                Err(Error::Timeout { .. }) if self.publisher_alive() => {}
+                Err(Error::Timeout { .. }) => {
+                    return Err(Error::Gone {
+                        segment: self.service.name.clone(),
+                    });
+                }
+                other => return other,
+            }
+        }
+    }
+
+    /// Whether the service's publisher is alive (a dropped publisher counts as dead).
+    pub fn publisher_alive(&self) -> bool {
+        self.service.publisher_word() == self.service.publisher.word()
+            && self.os.is_alive(self.service.publisher)
+    }
+
+    /// The subscriber entry this subscriber holds.
+    pub fn entry(&self) -> usize {
+        self.entry
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Segments> {
+        // A panic while holding the lock leaves the rows consistent (each set once).
+        self.segments.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One take, run step by step; once it popped a descriptor, the row it names is
+    /// opened if it was not, so that the transfer sees the sample's slots.
+    fn take(&self) -> Result<(Taken, Option<Arc<SampleSegment>>)> {
+        let mut segments = self.lock();
+        let entries = self.service.entries();
+        let mut take = Take::new(self.entry, self.service.publisher);
+        let mut named = None;
+        let mut holders = self.holders(&segments);
+        loop {
+            if let (TakeAt::Transfer { word }, None) = (take.at(), named) {
+                let row = Descriptor::decode(word).sample as usize;
+                named = Some(row);
+                self.open_rows(&mut segments, row);
+                holders = self.holders(&segments);
+            }
+            let q = Queue::new(&entries, &holders, self.service.wake());
+            self.os.crash_point()?;
+            if let Poll::Ready(taken) = take.step(&self.os, &q) {
+                let segment = named.and_then(|row| segments.rows.get(row).cloned().flatten());
+                return Ok((taken, segment));
+            }
+        }
+    }
+
+    /// Views of the opened rows' holder slots (a placeholder with no slot taken for a
+    /// row that could not be opened).
+    fn holders<'a>(&'a self, segments: &'a Segments) -> Vec<Holders<'a>> {
+        let nobody = Holders::new(&self.nobody, &self.unused[0], &self.unused[1])
+            .with_generation(&self.unused[2]);
+        segments
+            .rows
+            .iter()
+            .map(|s| s.as_ref().map_or(nobody, |s| s.holders()))
+            .collect()
+    }
+
+    /// Opens the rows of the table up to `row` not yet opened.
+    fn open_rows(&self, segments: &mut Segments, row: usize) {
+        let used = self.service.rows_used();
+        while segments.rows.len() < used.min(row + 1) {
+            let index = segments.rows.len();
+            segments.rows.push(self.open_row(index).ok().map(Arc::new));
+        }
+    }
+
+    /// Opens row `row`'s segment: a segment of the namespace, made by the publisher,
+    /// with the row's share key and `1 + E` slots (what a handle's attach checks).
+    fn open_row(&self, row: usize) -> Result<SampleSegment> {
+        let (nonce, share_key) = self.service.row(row);
+        let publisher = self.service.publisher;
+        let name = self
+            .namespace
+            .segment_name(self.uid, self.os.pid_namespace(), publisher, nonce);
+        let opened = segment::open_named(&self.os, &self.namespace, &name, self.uid)?;
+        let fields = opened.fields;
+        let slots = subscriber_slot(self.service.config.entries);
+        if fields.creator != publisher
+            || fields.share_key != share_key
+            || fields.layout.capacity != slots
+        {
+            return Err(Error::Corrupted {
+                segment: name,
+                what:
+                    "not the sample the service's table names (creator, share key or slots differ)"
+                        .into(),
+            });
+        }
+        Ok(SampleSegment {
+            name,
+            map: opened.map,
+            fields,
+        })
+    }
+
+    fn received<T: Pod>(&self, d: Descriptor, segment: Arc<SampleSegment>) -> Result<Received<T>> {
+        let received = Received {
+            os: self.os,
+            service: Arc::clone(&self.service),
+            segment,
+            slot: subscriber_slot(self.entry),
+            holder: self.os.current(),
+            publisher: self.service.publisher,
+            generation: d.generation,
+            item: PhantomData,
+        };
+        let bytes = received.segment.fields.layout.data_len;
+        if size_of::<T>() == 0
+            || bytes % size_of::<T>() != 0
+            || align_of::<T>() > segment::DATA_ALIGN
+        {
+            // Dropping `received` gives the sample back.
+            return Err(Error::BadView {
+                type_name: std::any::type_name::<T>(),
+                offset: 0,
+                len: bytes,
+                size: bytes,
+                why: "the sample's length is not a whole number of the type's items (or the type cannot view a buffer)",
+            });
+        }
+        Ok(received)
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        let entries = self.service.entries();
+        let q = Queue::new(&entries, &[], self.service.wake());
+        // A failure (only the simulated kernel's kill) leaves an entry the publisher
+        // drains once this process is dead.
+        let _ = queue::leave(&self.os, &q, self.entry);
+    }
+}
+
+impl fmt::Debug for Subscriber {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Subscriber")
+            .field("service", &self.service.name)
+            .field("entry", &self.entry)
+            .finish()
+    }
+}
+
+/// A sample received by a [`Subscriber`], read as `&[T]` (`Deref`) with no `unsafe`:
+/// the same segment the publisher wrote and every other subscriber reads. Dropping
+/// it gives the subscriber's reference back (and, if the publisher died, unlinks the
+/// segment once nobody holds it); a subscriber killed while holding it leaves a dead
+/// reference that the publisher's next loan reclaims.
+pub struct Received<T: Pod> {
+    os: DefaultOs,
+    /// The service, to tell whether its publisher is gone.
+    service: Arc<Service<DefaultOs>>,
+    segment: Arc<SampleSegment>,
+    slot: usize,
+    holder: Token,
+    publisher: Token,
+    generation: u64,
+    item: PhantomData<T>,
+}
+
+impl<T: Pod> Received<T> {
+    /// Which use of its segment this sample is (modulo 2^40).
+    pub fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    /// The sample segment's name (the same in every subscriber: zero-copy).
+    pub fn segment_name(&self) -> &str {
+        &self.segment.name
+    }
+
+    /// Copies items `first..first + out.len()` into `out`, safe even while a process
+    /// writes the segment against the protocol (see the module's `# Safety`). A range
+    /// past the end is [`Error::BadView`] and copies nothing.
+    pub fn read_items(&self, first: usize, out: &mut [T]) -> Result<()> {
+        let layout = self.segment.fields.layout;
+        let size = size_of::<T>();
+        let offset = first.checked_mul(size);
+        let len = std::mem::size_of_val(out);
+        match offset {
+            Some(offset)
+                if offset
+                    .checked_add(len)
+                    .is_some_and(|end| end <= layout.data_len) =>
+            {
+                if self
+                    .segment
+                    .map
+                    .read(layout.data_offset + offset, bytemuck::cast_slice_mut(out))
+                {
+                    Ok(())
+                } else {
+                    Err(Error::BadView {
+                        type_name: std::any::type_name::<T>(),
+                        offset,
+                        len,
+                        size: layout.data_len,
+                        why: "the range lies outside the mapping",
+                    })
+                }
+            }
+            _ => Err(Error::BadView {
+                type_name: std::any::type_name::<T>(),
+                offset: offset.unwrap_or(usize::MAX),
+                len,
+                size: layout.data_len,
+                why: "the range runs past the sample's end",
+            }),
+        }
+    }
+}
+
+impl<T: Pod> Deref for Received<T> {
+    type Target = [T];
+
+    fn deref(&self) -> &[T] {
+        let layout = self.segment.fields.layout;
+        let region = self
+            .segment
+            .map
+            .region(layout.data_offset, layout.data_len)
+            .expect("the validated layout lies inside the mapping");
+        // SAFETY: see the module's `# Safety`: this subscriber holds the segment's slot
+        // `1 + e` in the generation it took, so no process that follows the protocol
+        // writes the data while this sample (and the slice, borrowed from it) lives.
+        let bytes = unsafe { region.as_slice() };
+        view::cast_all(bytes)
+            .expect("the sample's length and type were checked when it was received")
+    }
+}
+
+impl<T: Pod> AsRef<[T]> for Received<T> {
+    fn as_ref(&self) -> &[T] {
+        self
+    }
+}
+
+impl<T: Pod> Drop for Received<T> {
+    fn drop(&mut self) {
+        if self.os.current() != self.holder {
+            // A forked child's copy: the parent holds the reference.
+            return;
+        }
+        let h = self.segment.holders();
+        // A failure (only the simulated kernel's kill) leaves a dead holder's slot that
+        // the pool's next recycle reclaims.
+        if let Ok(true) = holders::vacate(&self.os, &h, self.slot, held_word(self.holder)) {
+            let gone = self.service.publisher_word() != self.publisher.word();
+            if gone || !self.os.is_alive(self.publisher) {
+                // Nobody recycles the sample any more: the last holder unlinks it.
+                let _ = holders::finalize(
+                    &self.os,
+                    &h,
+                    &self.segment.name,
+                    holders::Reclaim::UntilLive,
+                );
+            }
+        }
+    }
+}
+
+impl<T: Pod> fmt::Debug for Received<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Received")
+            .field("type", &std::any::type_name::<T>())
+            .field("segment", &self.segment.name)
+            .field("generation", &self.generation)
+            .field("len", &self.len())
+            .finish()
+    }
+}

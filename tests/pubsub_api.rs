@@ -1,0 +1,584 @@
+//! Publish/subscribe through its user API (`shmrc::pubsub`), between real processes:
+//! one publisher and three subscribers share the same segments zero-copy; a subscriber
+//! SIGKILLed holding two samples with one queued gives all three back with no call by
+//! anyone but the publisher's own reclaim and loans; drop-oldest leaves a gap and
+//! backpressure refuses; a second publisher of a live service is refused and a dead
+//! one's service is taken over; a sweep keeps a live service and removes a dead one; a
+//! service file that is malformed or another user's is an error naming the cause, and
+//! another user cannot join. Each test has its own namespace, bounds every wait, kills
+//! only the children it started (by pid), and leaves nothing in `/dev/shm`.
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+
+use std::io::{BufRead, ErrorKind, Write};
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use shmrc::pubsub::{Delivery, Publisher, PublisherOptions, SlowSubscriber, Subscriber};
+use shmrc::{Action, Error, Namespace};
+use shmrc_testkit::names::{TestNamespace, current_uid};
+use shmrc_testkit::process::{Talker, copy_of_this_test, output_within, test_role, text_of};
+use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
+
+const LIMIT: Duration = Duration::from_secs(10);
+const ROLE: &str = "SHMRC_TEST_PUBSUB_ROLE";
+const PREFIX: &str = "SHMRC_TEST_PUBSUB_PREFIX";
+const SERVICE: &str = "SHMRC_TEST_PUBSUB_SERVICE";
+const COUNT: &str = "SHMRC_TEST_PUBSUB_COUNT";
+/// Items of a test sample.
+const ITEMS: usize = 512;
+
+fn options(t: &TestNamespace) -> PublisherOptions {
+    PublisherOptions::new().namespace(t.ns.clone())
+}
+
+/// Sample `i`: items `i * 1000 + k`.
+fn fill(loan: &mut [u64], i: u64) {
+    for (k, x) in loan.iter_mut().enumerate() {
+        *x = i * 1000 + k as u64;
+    }
+}
+
+fn start(role: &str, t: &TestNamespace, service: &str, count: usize) -> Talker {
+    Talker::start(
+        test_role("child")
+            .env(ROLE, role)
+            .env(PREFIX, t.ns.prefix())
+            .env(SERVICE, service)
+            .env(COUNT, count.to_string())
+            .env("SHMRC_MANAGER", "off"),
+        LIMIT,
+    )
+}
+
+/// The children's side (runs only when `SHMRC_TEST_PUBSUB_ROLE` says which role).
+/// - `subscriber`: joins, receives `COUNT` samples and says what each holds, then
+///   waits for a line on stdin, drops them and leaves;
+/// - `holder`: joins, receives `COUNT` samples and holds them until it is killed;
+/// - `publisher`: creates the service and waits to be killed;
+/// - `intruder` (another user): must not reach the owner's service.
+#[test]
+fn child() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let ns = Namespace::new(std::env::var(PREFIX).unwrap()).unwrap();
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let service = std::env::var(SERVICE).unwrap();
+    let count: usize = std::env::var(COUNT).unwrap().parse().unwrap();
+    match role.as_str() {
+        "subscriber" | "holder" => {
+            let subscriber = Subscriber::join_in(&ns, &service).expect("join");
+            println!("joined {}", subscriber.entry());
+            let mut held = Vec::new();
+            for _ in 0..count {
+                let sample = subscriber.recv_timeout::<u64>(LIMIT).expect("a sample");
+                let sum: u64 = sample.iter().sum();
+                println!("got {} {} {sum}", sample.segment_name(), sample[0]);
+                held.push(sample);
+            }
+            println!("holding {}", held.len());
+            if role == "holder" {
+                std::thread::sleep(LIMIT * 3);
+            }
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).unwrap();
+            drop(held);
+            drop(subscriber);
+            println!("released");
+        }
+        "publisher" => {
+            let publisher =
+                Publisher::create(&service, PublisherOptions::new().namespace(ns)).expect("create");
+            let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+            fill(&mut loan, 7);
+            let _ = publisher.publish(loan).unwrap();
+            println!("created");
+            std::thread::sleep(LIMIT * 3);
+        }
+        "intruder" => {
+            let owner: u32 = std::env::var("SHMRC_TEST_OWNER").unwrap().parse().unwrap();
+            let path = format!("/dev/shm/{}.{owner}.service.{service}", ns.prefix());
+            for write in [false, true] {
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(write)
+                    .open(&path)
+                {
+                    Err(e) if e.kind() == ErrorKind::PermissionDenied => {}
+                    other => panic!("intruder opened {path} (write {write}): {other:?}"),
+                }
+            }
+            // Its own namespace has no such service: nothing to join.
+            match Subscriber::join_in(&ns, &service) {
+                Err(Error::Gone { .. }) => {}
+                other => panic!("intruder joined: {other:?}"),
+            }
+            // Plant a file under a name of the owner's namespace: it must be refused
+            // as another user's, never trusted.
+            let planted = format!("/dev/shm/{}.{owner}.service.planted", ns.prefix());
+            let mut file = std::fs::File::create(&planted).unwrap();
+            file.write_all(b"SHMRCSVC not really").unwrap();
+            std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
+            println!("intruder: refused");
+        }
+        other => panic!("unknown role {other}"),
+    }
+}
+
+#[test]
+fn one_publisher_and_three_subscribers_share_the_same_samples() {
+    let t = TestNamespace::new("ps-three");
+    let publisher = Publisher::create("three", options(&t)).unwrap();
+    let mut children: Vec<Talker> = (0..3)
+        .map(|_| start("subscriber", &t, "three", 3))
+        .collect();
+    for c in &children {
+        c.expect("joined");
+    }
+    let mut segments = Vec::new();
+    for i in 0..3 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        let sent = publisher.publish(loan).unwrap().sent().unwrap();
+        assert_eq!((sent.delivered, sent.dropped), (3, 0));
+    }
+    let expected: Vec<u64> = (0..3u64)
+        .map(|i| (0..ITEMS as u64).map(|k| i * 1000 + k).sum())
+        .collect();
+    for c in &children {
+        let mut seen = Vec::new();
+        for i in 0..3 {
+            let line = c.expect("got ");
+            let parts: Vec<&str> = line.split(' ').collect();
+            assert_eq!(parts[2], (i * 1000).to_string(), "{line}");
+            assert_eq!(parts[3], expected[i as usize].to_string(), "{line}");
+            seen.push(parts[1].to_owned());
+        }
+        c.expect("holding 3");
+        segments.push(seen);
+    }
+    // Zero-copy: every subscriber read the very same three segments.
+    assert!(segments.iter().all(|s| *s == segments[0]), "{segments:?}");
+    let stats = publisher.pool_stats();
+    assert_eq!((stats.created, stats.lent), (3, 3));
+    for c in &mut children {
+        c.tell("release");
+    }
+    for c in children {
+        c.expect("released");
+        c.finish();
+    }
+    let stats = publisher.pool_stats();
+    assert_eq!((stats.idle, stats.lent), (3, 0), "every subscriber let go");
+    // Their entries are freed by the next publish (or reclaim).
+    assert_eq!(publisher.reclaim().unwrap().freed, 3);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_subscriber_killed_holding_samples_gives_them_all_back_with_no_call() {
+    let t = TestNamespace::new("ps-kill");
+    let publisher = Publisher::create("kill", options(&t).samples(3)).unwrap();
+    let holder = start("holder", &t, "kill", 2);
+    holder.expect("joined");
+    for i in 0..3 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        assert_eq!(
+            publisher.publish(loan).unwrap().sent().unwrap().delivered,
+            1
+        );
+    }
+    holder.expect("holding 2");
+    assert_eq!(publisher.pool_stats().lent, 3, "2 held, 1 queued");
+    let killed = Instant::now();
+    holder.kill();
+    // The publisher's own next steps, nobody else's: a reclaim pass (as any publish
+    // makes) frees the dead entry and its queued sample; its loans recycle the two the
+    // dead subscriber held (the pool has no room for a fourth segment: `samples(3)`).
+    let freed = publisher.reclaim().unwrap().freed;
+    let loans: Vec<_> = (0..3)
+        .map(|_| publisher.loan::<u64>(ITEMS).unwrap())
+        .collect();
+    let back = killed.elapsed();
+    println!("a SIGKILLed subscriber's 2 held + 1 queued samples were back in {back:?}");
+    assert_eq!(freed, 1);
+    assert!(loans.iter().all(|l| l.generation() == 1));
+    assert_eq!(publisher.pool_stats().created, 3);
+    assert!(back < LIMIT);
+    drop(loans);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn drop_oldest_leaves_a_gap_and_backpressure_refuses() {
+    let t = TestNamespace::new("ps-slow");
+    let publisher = Publisher::create("oldest", options(&t).queue(2)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "oldest").unwrap();
+    let mut dropped = 0;
+    for i in 0..4 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        let sent = publisher.publish(loan).unwrap().sent().unwrap();
+        assert_eq!(sent.delivered, 1);
+        dropped += sent.dropped;
+    }
+    assert_eq!(dropped, 2);
+    let firsts: Vec<u64> = std::iter::from_fn(|| subscriber.try_recv::<u64>().unwrap())
+        .map(|s| s[0])
+        .collect();
+    assert_eq!(firsts, [2000, 3000], "the two oldest were dropped: a gap");
+    drop(subscriber);
+    drop(publisher);
+
+    let publisher = Publisher::create(
+        "pressure",
+        options(&t).queue(2).slow(SlowSubscriber::Backpressure),
+    )
+    .unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "pressure").unwrap();
+    for i in 0..2 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        assert!(publisher.publish(loan).unwrap().sent().is_some());
+    }
+    let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+    fill(&mut loan, 2);
+    let loan = match publisher.publish(loan).unwrap() {
+        Delivery::Full { loan, entry } => {
+            assert_eq!(entry, subscriber.entry());
+            loan
+        }
+        Delivery::Sent(sent) => panic!("a full queue accepted a sample: {sent:?}"),
+    };
+    assert_eq!(subscriber.try_recv::<u64>().unwrap().unwrap()[0], 0);
+    assert_eq!(
+        publisher.publish(loan).unwrap().sent().unwrap().delivered,
+        1
+    );
+    let rest: Vec<u64> = std::iter::from_fn(|| subscriber.try_recv::<u64>().unwrap())
+        .map(|s| s[0])
+        .collect();
+    assert_eq!(rest, [1000, 2000], "nothing lost under backpressure");
+    drop(subscriber);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_second_publisher_of_a_live_service_is_refused() {
+    let t = TestNamespace::new("ps-second");
+    let publisher = Publisher::create("one", options(&t)).unwrap();
+    match Publisher::create("one", options(&t)) {
+        Err(Error::InvalidArgument(why)) => {
+            assert!(why.contains("already has a live publisher"), "{why}");
+            assert!(why.contains(&std::process::id().to_string()), "{why}");
+        }
+        other => panic!("a second publisher: {other:?}"),
+    }
+    drop(publisher);
+    // Dropped, the service is free for the next publisher.
+    drop(Publisher::create("one", options(&t)).unwrap());
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_dead_publishers_service_is_taken_over_and_swept() {
+    let t = TestNamespace::new("ps-dead");
+    let dead = start("publisher", &t, "dead", 0);
+    dead.expect("created");
+    dead.kill();
+    let live = Publisher::create("live", options(&t)).unwrap();
+    match Subscriber::join_in(&t.ns, "dead") {
+        Err(Error::Gone { segment }) => assert!(segment.ends_with("service.dead"), "{segment}"),
+        other => panic!("joined a dead publisher's service: {other:?}"),
+    }
+    let report = shmrc::sweep(&t.ns).unwrap();
+    let mut actions: Vec<(String, String)> = report
+        .services
+        .iter()
+        .map(|s| {
+            (
+                s.name.rsplit('.').next().unwrap().to_owned(),
+                format!("{:?}", s.action),
+            )
+        })
+        .collect();
+    actions.sort();
+    assert_eq!(
+        actions,
+        [
+            ("dead".into(), "Unlinked".into()),
+            ("live".into(), "Kept".into())
+        ]
+    );
+    // The dead publisher's sample (held by nobody live) went too; only `live`'s
+    // service is left.
+    assert_eq!(t.names().len(), 1, "{:?}", t.names());
+
+    // Taken over without a sweep: a dead publisher's service is replaced by a new one.
+    let dead = start("publisher", &t, "again", 0);
+    dead.expect("created");
+    dead.kill();
+    let taken = Publisher::create("again", options(&t)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "again").unwrap();
+    let mut loan = taken.loan::<u64>(ITEMS).unwrap();
+    fill(&mut loan, 9);
+    assert_eq!(taken.publish(loan).unwrap().sent().unwrap().delivered, 1);
+    assert_eq!(subscriber.try_recv::<u64>().unwrap().unwrap()[0], 9000);
+    drop((subscriber, taken, live));
+    shmrc::sweep(&t.ns).unwrap(); // the killed publisher's own sample
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn every_refusal_names_its_cause() {
+    let t = TestNamespace::new("ps-refuse");
+    for bad in ["", "a.b", "x/y", &"n".repeat(65)] {
+        assert!(
+            matches!(Publisher::create(bad, options(&t)), Err(Error::InvalidArgument(why)) if why.contains("service name")),
+            "{bad:?}"
+        );
+    }
+    for o in [
+        options(&t).subscribers(0),
+        options(&t).queue(0),
+        options(&t).samples(0),
+        options(&t).subscribers(5000),
+    ] {
+        assert!(matches!(
+            Publisher::create("shape", o),
+            Err(Error::InvalidArgument(_))
+        ));
+    }
+    assert!(matches!(
+        Subscriber::join_in(&t.ns, "nobody"),
+        Err(Error::Gone { .. })
+    ));
+
+    let publisher = Publisher::create("full", options(&t).subscribers(1).samples(1)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "full").unwrap();
+    assert!(matches!(
+        Subscriber::join_in(&t.ns, "full"),
+        Err(Error::HoldersFull { capacity: 1, .. })
+    ));
+    assert!(matches!(
+        subscriber.recv_timeout::<u64>(Duration::from_millis(20)),
+        Err(Error::Timeout { .. })
+    ));
+    let loan = publisher.loan::<u8>(24).unwrap();
+    // The table's one row is taken by a loaned segment: a second length has no row.
+    match publisher.loan::<u8>(48) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("all 1 samples"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let stats = publisher.pool_stats();
+    assert_eq!(
+        (stats.created, stats.given_back),
+        (2, 1),
+        "the refused segment was given back"
+    );
+    assert_eq!(
+        publisher.publish(loan).unwrap().sent().unwrap().delivered,
+        1
+    );
+    // 24 bytes are not whole u64s... they are; 24 bytes are not whole [u8; 5]s.
+    assert!(matches!(
+        subscriber.try_recv::<[u8; 5]>(),
+        Err(Error::BadView { .. })
+    ));
+    assert_eq!(
+        publisher.pool_stats().idle,
+        1,
+        "the refused sample was released"
+    );
+    // A loan of another publisher's pool.
+    let other = Publisher::create("other", options(&t)).unwrap();
+    let foreign = other.loan::<u8>(8).unwrap();
+    assert!(matches!(
+        publisher.publish(foreign),
+        Err(Error::InvalidArgument(_))
+    ));
+    drop(other);
+    drop(publisher);
+    // The publisher is gone: a blocking receive says so instead of waiting forever.
+    assert!(matches!(subscriber.recv::<u64>(), Err(Error::Gone { .. })));
+    drop(subscriber);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_dropped_publishers_samples_go_with_their_last_holder() {
+    let t = TestNamespace::new("ps-drop");
+    let publisher = Publisher::create("gone", options(&t)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "gone").unwrap();
+    for i in 0..2 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        assert_eq!(
+            publisher.publish(loan).unwrap().sent().unwrap().delivered,
+            1
+        );
+    }
+    let held = subscriber.try_recv::<u64>().unwrap().unwrap();
+    drop(publisher);
+    // The queued one was given back when the publisher left: nothing more to take.
+    assert!(subscriber.try_recv::<u64>().unwrap().is_none());
+    assert!(!subscriber.publisher_alive());
+    assert_eq!(held[0], 0, "a held sample stays readable");
+    assert_eq!(
+        t.names().len(),
+        1,
+        "only the held sample is left: {:?}",
+        t.names()
+    );
+    drop(held);
+    drop(subscriber);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// Writes `bytes` as service `service` of `t` with `mode`, returns its path.
+fn plant(t: &TestNamespace, service: &str, bytes: &[u8], mode: u32) -> String {
+    let path = format!(
+        "/dev/shm/{}{}",
+        t.ns.name_start(current_uid()),
+        format_args!("service.{service}")
+    );
+    std::fs::write(&path, bytes).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+/// A header of `words` words: the real layout's first words, then zeros.
+fn header(words: &[u64], total: usize) -> Vec<u8> {
+    let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+    bytes.resize(total, 0);
+    bytes
+}
+
+#[test]
+fn a_malformed_service_segment_is_an_error_naming_the_cause() {
+    let t = TestNamespace::new("ps-bad");
+    let magic = u64::from_be_bytes(*b"SHMRCSVC");
+    let uid = u64::from(current_uid());
+    let pidns = std::fs::metadata("/proc/self/ns/pid")
+        .map(|m| std::os::unix::fs::MetadataExt::ino(&m))
+        .unwrap();
+    // A real publisher's shape, to copy: its words say what a valid file holds.
+    let publisher =
+        Publisher::create("real", options(&t).subscribers(1).queue(1).samples(1)).unwrap();
+    let real = std::fs::read(format!("/dev/shm/{}", publisher.service_name())).unwrap();
+    let total = real.len();
+    let word = |i: usize| u64::from_le_bytes(real[i * 8..i * 8 + 8].try_into().unwrap());
+    assert_eq!((word(0), word(7), word(8)), (magic, uid, pidns));
+    let valid: Vec<u64> = (0..12).map(word).collect();
+    let with = |i: usize, v: u64| {
+        let mut w = valid.clone();
+        w[i] = v;
+        header(&w, total)
+    };
+    let cases: Vec<(&str, Vec<u8>, u32, &str)> = vec![
+        ("empty", Vec::new(), 0o600, "HalfCreated"),
+        ("short", vec![1; 40], 0o600, "Truncated"),
+        ("magic", with(0, 0x1234), 0o600, "BadMagic"),
+        ("unpublished", with(0, 0), 0o600, "HalfCreated"),
+        ("version", with(1, 99), 0o600, "WrongVersion"),
+        ("entries", with(2, 0), 0o600, "Corrupted"),
+        ("policy", with(5, 7), 0o600, "Corrupted"),
+        ("length", with(9, 1 << 20), 0o600, "Truncated"),
+        ("longer", header(&valid, total + 8), 0o600, "Truncated"),
+        ("uid", with(7, uid + 1), 0o600, "OtherUser"),
+        ("pidns", with(8, pidns + 1), 0o600, "OtherPidNamespace"),
+        ("tomb", with(6, word(6) | (1 << 62)), 0o600, "Gone"),
+        ("mode", header(&valid, total), 0o644, "Corrupted"),
+    ];
+    for (service, bytes, mode, expected) in cases {
+        let path = plant(&t, service, &bytes, mode);
+        let joined = Subscriber::join_in(&t.ns, service);
+        let said = format!("{joined:?}");
+        assert!(said.contains(expected), "{service}: {said}");
+        assert!(
+            said.contains(&format!("service.{service}")),
+            "{service}: the error names the service: {said}"
+        );
+        // The sweep judges it the same way and leaves it in place.
+        std::fs::remove_file(&path).unwrap();
+    }
+    // Unchanged, the copy is valid (the checks above are not refusing everything),
+    // save that its publisher is this process and it is not the real one's file.
+    plant(&t, "copy", &header(&valid, total), 0o600);
+    let copy = Subscriber::join_in(&t.ns, "copy").unwrap();
+    drop(copy);
+    std::fs::remove_file(format!(
+        "/dev/shm/{}service.copy",
+        t.ns.name_start(current_uid())
+    ))
+    .unwrap();
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn another_user_cannot_join_or_plant_a_service() {
+    const TEST: &str = "another_user_cannot_join_or_plant_a_service";
+    let required = std::env::var("SHMRC_REQUIRE_OTHER_USER").is_ok_and(|v| v == "1");
+    let t = TestNamespace::new("ps-other");
+    let user = match ThrowawayUser::create("pso") {
+        Ok(user) => user,
+        Err(why) => {
+            assert!(!required, "{TEST}: SHMRC_REQUIRE_OTHER_USER=1 but {why}");
+            return cannot_attack(TEST, &why);
+        }
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let probe = copy_of_this_test(dir.path());
+    let publisher = Publisher::create("owned", options(&t)).unwrap();
+    let mut command = Command::new(&probe);
+    command
+        .args(["--exact", "child", "--nocapture", "--test-threads=1"])
+        .env(ROLE, "intruder")
+        .env(PREFIX, t.ns.prefix())
+        .env(SERVICE, "owned")
+        .env(COUNT, "0")
+        .env("SHMRC_TEST_OWNER", current_uid().to_string())
+        .env("SHMRC_MANAGER", "off")
+        .current_dir("/")
+        .uid(user.uid)
+        .gid(user.gid);
+    let out = output_within(&mut command, LIMIT);
+    let said = text_of(&out);
+    assert!(
+        out.status.success() && said.contains("intruder: refused"),
+        "{said}"
+    );
+    // What it planted under the owner's name is refused as another user's, by a
+    // publisher and a subscriber alike, and the sweep leaves it alone.
+    let planted = format!("/dev/shm/{}service.planted", t.ns.name_start(current_uid()));
+    assert!(Path::new(&planted).exists());
+    for refused in [
+        Publisher::create("planted", options(&t)).map(drop),
+        Subscriber::join_in(&t.ns, "planted").map(drop),
+    ] {
+        match refused {
+            Err(Error::OtherUser { owner, .. }) => assert_eq!(owner, user.uid),
+            other => panic!("another user's service was trusted: {other:?}"),
+        }
+    }
+    let report = shmrc::sweep(&t.ns).unwrap();
+    assert!(
+        report
+            .services
+            .iter()
+            .all(|s| matches!(s.action, Action::Kept)),
+        "{report:?}"
+    );
+    std::fs::remove_file(&planted).unwrap();
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
