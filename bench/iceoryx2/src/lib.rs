@@ -4,7 +4,7 @@
 //! - the Unix-socket wake-up floor ([`floor`]): one byte each way, no memory shared;
 //! - shmrc's pooled hand-off ([`shmrc_pool`]): a `ShmPool` loan made a `Sample`, its
 //!   handle sent over `shmrc::transport`, attached on the other side;
-//! - shmrc's publish/subscribe ([`shmrc_pubsub`]), where the library has it;
+//! - shmrc's publish/subscribe ([`shmrc_pubsub`]), woken by futex or polling;
 //! - iceoryx2's publish/subscribe ([`iox`]), woken by its event service or spinning.
 //!
 //! and the recovery case: a subscriber SIGKILLed while it holds samples, and the time

@@ -123,9 +123,6 @@ fn row(
 }
 
 fn run(program: &Path, o: &Options) -> Result<()> {
-    if let Some(why) = shmrc_pubsub::missing_because() {
-        report::missing("shmrc-pubsub", why);
-    }
     if o.round_trip {
         for &size in &o.sizes {
             for &n in &o.subscribers {
@@ -135,6 +132,11 @@ fn run(program: &Path, o: &Options) -> Result<()> {
                 let mut p = shmrc_pool::PoolHandOff::start(program, size, n)?;
                 row("shmrc-pool", Receive::Blocking, size, n, o.plan, &mut p)?;
                 p.stop()?;
+                for receive in [Receive::Blocking, Receive::Polling] {
+                    let mut s = shmrc_pubsub::PubSub::start(program, receive, size, n)?;
+                    row("shmrc-pubsub", receive, size, n, o.plan, &mut s)?;
+                    s.stop()?;
+                }
                 for receive in [Receive::Blocking, Receive::Polling] {
                     let mut i = iox::IoxPublisher::start(program, receive, size, n)?;
                     row("iceoryx2", receive, size, n, o.plan, &mut i)?;
@@ -150,6 +152,17 @@ fn run(program: &Path, o: &Options) -> Result<()> {
             .map(|_| shmrc_pool::recovery_trial(program, size, held, o.recovery_deadline))
             .collect::<Result<_>>()?;
         report::recovery("shmrc-pool", "none", size, held, o.recovery_deadline, &pool);
+        let pubsub: Vec<_> = (0..trials)
+            .map(|_| shmrc_pubsub::recovery_trial(program, size, held, o.recovery_deadline))
+            .collect::<Result<_>>()?;
+        report::recovery(
+            "shmrc-pubsub",
+            "none",
+            size,
+            held,
+            o.recovery_deadline,
+            &pubsub,
+        );
         // Each trial without a cleanup call waits out the whole deadline if it never
         // recovers: three of them say as much as more would.
         let without: Vec<_> = (0..trials.min(3))
@@ -193,6 +206,8 @@ fn child(args: &[String]) -> Result<()> {
         "floor" => floor::serve(),
         "shmrc-pool" => shmrc_pool::serve(),
         "shmrc-pool-hold" => shmrc_pool::serve_holding(count(1)?),
+        "shmrc-pubsub" => shmrc_pubsub::serve(Receive::parse(arg(1)?)?, arg(2)?, arg(3)?),
+        "shmrc-pubsub-hold" => shmrc_pubsub::serve_holding(arg(1)?, count(2)?),
         "iceoryx2" => iox::serve(Receive::parse(arg(1)?)?, arg(2)?),
         "iceoryx2-hold" => iox::serve_holding(arg(1)?, count(2)?),
         other => Err(Error::BadArgument(format!("child role {other:?}"))),
@@ -205,7 +220,8 @@ fn main() -> ExitCode {
         Some("run") => std::env::current_exe()
             .map_err(Error::from)
             .and_then(|program| parse(&args[1..]).and_then(|o| run(&program, &o)))
-            .and_then(|()| iox::remove_domain()),
+            .and_then(|()| iox::remove_domain())
+            .and_then(|()| shmrc_pubsub::remove_namespace()),
         Some("child") => child(&args[1..]),
         _ => Err(Error::BadArgument(USAGE.into())),
     };

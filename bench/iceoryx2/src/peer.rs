@@ -38,6 +38,11 @@ impl Peer {
         let child = Command::new(program)
             .arg("child")
             .env(crate::iox::DOMAIN_ENV, crate::iox::domain())
+            .env(
+                crate::shmrc_pubsub::NAMESPACE_ENV,
+                std::env::var(crate::shmrc_pubsub::NAMESPACE_ENV)
+                    .unwrap_or_else(|_| format!("shmrc-compare-{}", std::process::id())),
+            )
             .args(args)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())

@@ -50,11 +50,3 @@ pub fn recovery(
         number(percentile_us(&recovered, 99.0)),
     );
 }
-
-/// A contender this build cannot run, and why (no numbers).
-pub fn missing(contender: &str, why: &str) {
-    println!(
-        "{{\"kind\":\"missing\",\"contender\":\"{contender}\",\"why\":\"{}\"}}",
-        why.replace('"', "'")
-    );
-}

@@ -90,6 +90,9 @@ pub fn measure(contender: &mut dyn RoundTrip, plan: Plan) -> Result<Measured> {
         times.push(start.elapsed());
         seq += 1;
     }
+    // One untimed batch first: the pools grow to a batch's worth of samples.
+    contender.round(seq, THROUGHPUT_BATCH)?;
+    seq += THROUGHPUT_BATCH as u64;
     let start = Instant::now();
     for _ in 0..plan.batches {
         contender.round(seq, THROUGHPUT_BATCH)?;

@@ -7,8 +7,9 @@ use std::process::Command;
 
 use shmrc_iceoryx2_compare::Error;
 use shmrc_iceoryx2_compare::peer::{Peer, READY};
-use shmrc_iceoryx2_compare::rounds::RoundTrip;
+use shmrc_iceoryx2_compare::rounds::{Receive, RoundTrip};
 use shmrc_iceoryx2_compare::shmrc_pool::PoolHandOff;
+use shmrc_iceoryx2_compare::shmrc_pubsub::PubSub;
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_shmrc-iceoryx2-compare");
 
@@ -28,13 +29,11 @@ fn a_peer_that_exits_at_once_is_reported_with_its_exit_status() {
     }
 }
 
-#[test]
-fn a_subscriber_killed_in_the_middle_of_a_run_fails_the_round() {
-    let mut contender = PoolHandOff::start(program(), 4096, 1).unwrap();
+/// Kills every subscriber of `contender` (by the pids it started), then expects one
+/// of the next rounds to fail on them.
+fn killed_subscribers_fail_a_round(contender: &mut dyn RoundTrip, pids: Vec<u32>) {
     contender.round(0, 1).unwrap();
-    for pid in contender.subscriber_pids() {
-        // The subscriber this test started, by its pid.
-        let pid = libc::pid_t::try_from(pid).unwrap();
+    for pid in pids {
         assert_eq!(sigkill(pid), 0);
     }
     let mut failed = None;
@@ -50,8 +49,28 @@ fn a_subscriber_killed_in_the_middle_of_a_run_fails_the_round() {
     }
 }
 
+#[test]
+fn a_pool_subscriber_killed_in_the_middle_of_a_run_fails_the_round() {
+    let mut contender = PoolHandOff::start(program(), 4096, 1).unwrap();
+    let pids = contender.subscriber_pids();
+    killed_subscribers_fail_a_round(&mut contender, pids);
+}
+
+#[test]
+fn a_pubsub_subscriber_killed_in_the_middle_of_a_run_fails_the_round() {
+    let mut contender = PubSub::start(program(), Receive::Blocking, 4096, 2).unwrap();
+    let pids = contender.subscriber_pids();
+    killed_subscribers_fail_a_round(&mut contender, pids);
+    drop(contender);
+    // The dead subscribers' ack services and whatever they held: swept.
+    shmrc_iceoryx2_compare::shmrc_pubsub::remove_namespace().unwrap();
+    let ns = shmrc_iceoryx2_compare::shmrc_pubsub::namespace().unwrap();
+    let left = shmrc::inspect(&ns).unwrap();
+    assert!(left.segments.is_empty(), "left: {left:?}");
+}
+
 /// SIGKILL by pid through `kill(1)` (the package denies `unsafe`).
-fn sigkill(pid: libc::pid_t) -> i32 {
+fn sigkill(pid: u32) -> i32 {
     let status = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()
@@ -110,6 +129,9 @@ fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
     for contender in [
         "\"contender\":\"floor\",\"receive\":\"blocking\"",
         "\"contender\":\"shmrc-pool\",\"receive\":\"blocking\"",
+        "\"contender\":\"shmrc-pubsub\",\"receive\":\"blocking\"",
+        "\"contender\":\"shmrc-pubsub\",\"receive\":\"polling\"",
+        "\"kind\":\"recovery\",\"contender\":\"shmrc-pubsub\"",
         "\"contender\":\"iceoryx2\",\"receive\":\"blocking\"",
         "\"contender\":\"iceoryx2\",\"receive\":\"polling\"",
         "\"kind\":\"recovery\",\"contender\":\"shmrc-pool\"",
@@ -122,7 +144,7 @@ fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("shmrc_compare_"))
+        .filter(|name| name.starts_with("shmrc_compare_") || name.contains("shmrc-compare-"))
         .collect();
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
 }
