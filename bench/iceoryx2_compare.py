@@ -50,46 +50,104 @@ def run(quick, extra):
     }
 
 
+def verdict(ours, theirs):
+    """Goal: ours <= 2x theirs (costs in µs); a cost at or below zero is no cost."""
+    if ours is None or theirs is None:
+        return "—"
+    if ours <= 0:
+        return "met (no cost above the floor)"
+    if theirs <= 0:
+        return "missed (iceoryx2 has no cost above the floor)"
+    ratio = ours / theirs
+    return f"{'met' if ratio <= 2 else 'missed'} ({ratio:.1f}×)"
+
+
 def table(doc):
     rows = doc["rows"]
     rt = {(r["contender"], r["receive"], r["size"], r["subscribers"]): r for r in rows if r["kind"] == "round_trip"}
     shapes = sorted({(s, n) for (_, _, s, n) in rt})
+    rounds = next(iter(rt.values()))["rounds"] if rt else 0
+    passes = next(iter(rt.values())).get("passes", 1) if rt else 0
     lines = [
         f"Measured {doc['date']}, commit {doc['commit']}, {doc['cpus']} CPUs, load average "
-        f"{doc['load_before'][0]} before and {doc['load_after'][0]} after "
-        f"({'quick' if doc['quick'] else 'full'} run, {next(iter(rt.values()))['rounds'] if rt else 0} rounds a row).",
+        f"{doc['load_before'][0]} before the run and {doc['load_after'][0]} after "
+        f"({'quick' if doc['quick'] else 'full'} run, {rounds} timed rounds a row in {passes} "
+        f"pass{'es' if passes > 1 else ''} over every configuration).",
         "",
-        "| size | subs | floor p50 / p99 | shmrc pool p50 / p99 | iceoryx2 event p50 / p99 | iceoryx2 spin p50 / p99 "
-        "| shmrc above floor | iceoryx2 above floor | ratio (goal ≤ 2×) | samples/s: floor · shmrc pool · iceoryx2 event · spin |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "Round trip, µs, p50 / p99:",
+        "",
+        "| size | subs | floor (socket) | shmrc pub/sub, futex | shmrc pub/sub, polling | shmrc pool + transport "
+        "| iceoryx2, event | iceoryx2, polling |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+
+    def get(c, recv, size, n):
+        return rt.get((c, recv, size, n))
+
+    def pp(r):
+        return f"{r['p50_us']:.1f} / {r['p99_us']:.1f}" if r else "—"
+
+    contenders = (
+        ("floor", "blocking"),
+        ("shmrc-pubsub", "blocking"),
+        ("shmrc-pubsub", "polling"),
+        ("shmrc-pool", "blocking"),
+        ("iceoryx2", "blocking"),
+        ("iceoryx2", "polling"),
+    )
+    for size, n in shapes:
+        cells = " | ".join(pp(get(c, recv, size, n)) for c, recv in contenders)
+        lines.append(f"| {size_name(size)} | {n} | {cells} |")
+    lines += [
+        "",
+        "Goals (p50): own cost above the wake-up floor ≤ 2× iceoryx2's; polling receive ≤ 2× iceoryx2's:",
+        "",
+        "| size | subs | above floor: shmrc pub/sub · shmrc pool · iceoryx2 | pub/sub vs iceoryx2 | pool vs iceoryx2 "
+        "| polling: shmrc · iceoryx2 | polling goal |",
+        "|---|---|---|---|---|---|---|",
     ]
     for size, n in shapes:
-        def get(c, recv):
-            return rt.get((c, recv, size, n))
-
-        floor, pool, ev, spin = get("floor", "blocking"), get("shmrc-pool", "blocking"), get("iceoryx2", "blocking"), get("iceoryx2", "polling")
-
-        def pp(r):
-            return f"{r['p50_us']:.1f} / {r['p99_us']:.1f}" if r else "—"
-
-        above_pool = pool["p50_us"] - floor["p50_us"] if pool and floor else None
-        above_iox = ev["p50_us"] - floor["p50_us"] if ev and floor else None
-        if above_pool is not None and above_iox is not None:
-            ratio = f"{above_pool / above_iox:.1f}×" if above_iox > 0 else "iceoryx2 at or below the floor"
-        else:
-            ratio = "—"
-        thr = " · ".join(f"{r['samples_per_s']:.0f}" if r else "—" for r in (floor, pool, ev, spin))
+        floor = get("floor", "blocking", size, n)
+        above = {}
+        for c in ("shmrc-pubsub", "shmrc-pool", "iceoryx2"):
+            r = get(c, "blocking", size, n)
+            above[c] = r["p50_us"] - floor["p50_us"] if r and floor else None
+        fmt = " · ".join(f"{above[c]:.1f}" if above[c] is not None else "—" for c in above)
+        sp, ip = get("shmrc-pubsub", "polling", size, n), get("iceoryx2", "polling", size, n)
+        poll = f"{sp['p50_us']:.1f} · {ip['p50_us']:.1f}" if sp and ip else "—"
+        poll_goal = verdict(sp["p50_us"], ip["p50_us"]) if sp and ip else "—"
         lines.append(
-            f"| {size_name(size)} | {n} | {pp(floor)} | {pp(pool)} | {pp(ev)} | {pp(spin)} "
-            f"| {above_pool:.1f} | {above_iox:.1f} | {ratio} | {thr} |"
-            if above_pool is not None and above_iox is not None
-            else f"| {size_name(size)} | {n} | {pp(floor)} | {pp(pool)} | {pp(ev)} | {pp(spin)} | — | — | {ratio} | {thr} |"
+            f"| {size_name(size)} | {n} | {fmt} | {verdict(above['shmrc-pubsub'], above['iceoryx2'])} "
+            f"| {verdict(above['shmrc-pool'], above['iceoryx2'])} | {poll} | {poll_goal} |"
         )
-    lines += ["", "| recovery (4 KiB, 4 samples held, subscriber SIGKILLed) | cleanup call | recovered | p50 / p99 µs |", "|---|---|---|---|"]
+    lines += [
+        "",
+        "Throughput, samples a second reaching every subscriber (rounds of 8 in flight):",
+        "",
+        "| size | subs | " + " | ".join(f"{c} {recv}" for c, recv in contenders) + " |",
+        "|---|---|" + "---|" * len(contenders),
+    ]
+    for size, n in shapes:
+        cells = " | ".join(
+            f"{r['samples_per_s']:.0f}" if (r := get(c, recv, size, n)) else "—" for c, recv in contenders
+        )
+        lines.append(f"| {size_name(size)} | {n} | {cells} |")
+    lines += [
+        "",
+        "| recovery: a subscriber SIGKILLed holding 4 samples of 4 KiB | cleanup call | recovered | µs from the kill, p50 / p99 |",
+        "|---|---|---|---|",
+    ]
     for r in rows:
         if r["kind"] == "recovery":
-            when = f"{r['p50_us']:.0f} / {r['p99_us']:.0f}" if r["p50_us"] is not None else f"never within {r['deadline_ms']} ms"
-            lines.append(f"| {r['contender']} | {r['cleanup']} | {r['recovered']} of {r['trials']} (deadline {r['deadline_ms']} ms) | {when} |")
+            when = (
+                f"{r['p50_us']:.0f} / {r['p99_us']:.0f}"
+                if r["p50_us"] is not None
+                else f"never within {r['deadline_ms']} ms"
+            )
+            lines.append(
+                f"| {r['contender']} | {r['cleanup']} | {r['recovered']} of {r['trials']} "
+                f"(deadline {r['deadline_ms']} ms) | {when} |"
+            )
     return "\n".join(lines)
 
 
@@ -107,7 +165,7 @@ def plot(doc, path):
     sizes = sorted({r["size"] for r in rt})
     fig, axes = plt.subplots(1, len(subs), figsize=(7 * len(subs), 5), squeeze=False)
     styles = {
-        ("floor", "blocking"): ("k--", "Unix-socket floor"),
+        ("floor", "blocking"): ("--", "Unix-socket floor"),
         ("shmrc-pool", "blocking"): ("-D", "shmrc pool + transport"),
         ("shmrc-pubsub", "blocking"): ("-o", "shmrc pub/sub, blocking"),
         ("shmrc-pubsub", "polling"): (":o", "shmrc pub/sub, polling"),

@@ -6,14 +6,16 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use shmrc_iceoryx2_compare::rounds::{Plan, Receive, RoundTrip, check_size, measure};
+use shmrc_iceoryx2_compare::rounds::{Plan, Receive, Timings, check_size, measure};
 use shmrc_iceoryx2_compare::{Error, Result, floor, iox, report, shmrc_pool, shmrc_pubsub};
 
-const USAGE: &str = "usage: shmrc-iceoryx2-compare run [--quick] [--rounds N] [--sizes BYTES,...] \
+const USAGE: &str = "usage: shmrc-iceoryx2-compare run [--quick] [--rounds N] [--passes N] [--sizes BYTES,...] \
 [--subscribers N,...] [--recovery-trials N] [--only round-trip|recovery]";
 
 struct Options {
+    /// One pass's rounds.
     plan: Plan,
+    passes: usize,
     sizes: Vec<usize>,
     subscribers: Vec<usize>,
     recovery_trials: usize,
@@ -38,10 +40,11 @@ fn list(flag: &str, value: &str) -> Result<Vec<usize>> {
 fn parse(args: &[String]) -> Result<Options> {
     let mut o = Options {
         plan: Plan {
-            warmup: 200,
-            rounds: 2000,
-            batches: 250,
+            warmup: 50,
+            rounds: 400,
+            batches: 50,
         },
+        passes: 5,
         sizes: vec![4 << 10, 1 << 20, 64 << 20],
         subscribers: vec![1, 4],
         recovery_trials: 20,
@@ -62,6 +65,7 @@ fn parse(args: &[String]) -> Result<Options> {
                     rounds: 300,
                     batches: 25,
                 };
+                o.passes = 1;
                 o.recovery_trials = 3;
                 o.recovery_deadline = Duration::from_millis(200);
             }
@@ -70,6 +74,7 @@ fn parse(args: &[String]) -> Result<Options> {
                 o.plan.warmup = (o.plan.rounds / 10).max(1);
                 o.plan.batches = (o.plan.rounds / 8).max(1);
             }
+            "--passes" => o.passes = list(flag, value()?)?[0],
             "--sizes" => o.sizes = list(flag, value()?)?,
             "--subscribers" => o.subscribers = list(flag, value()?)?,
             "--recovery-trials" => o.recovery_trials = list(flag, value()?)?[0],
@@ -95,54 +100,76 @@ fn parse(args: &[String]) -> Result<Options> {
     Ok(o)
 }
 
-fn row(
-    contender: &str,
-    receive: Receive,
-    size: usize,
-    subscribers: usize,
-    plan: Plan,
-    c: &mut dyn RoundTrip,
-) -> Result<()> {
-    let measured = measure(c, plan)?;
-    report::round_trip(
-        contender,
-        receive.name(),
-        size,
-        subscribers,
-        plan.rounds,
-        &measured,
-    );
-    eprintln!(
-        "{contender:>14} {:>8} {size:>9} B x{subscribers}: p50 {:>9.1} µs  p99 {:>9.1} µs  {:>9.0} samples/s",
-        receive.name(),
-        measured.p50_us,
-        measured.p99_us,
-        measured.samples_per_s
-    );
-    Ok(())
+/// One contender's timings of one configuration, and where they go in the report.
+type Key = (&'static str, Receive, usize, usize);
+
+/// Starts the contender of `key`, times one pass of `plan` on it, stops it.
+fn pass(program: &Path, key: Key, plan: Plan, into: &mut Timings) -> Result<()> {
+    let (contender, receive, size, n) = key;
+    match contender {
+        "floor" => {
+            let mut c = floor::Floor::start(program, n)?;
+            measure(&mut c, plan, into)?;
+            c.stop()
+        }
+        "shmrc-pool" => {
+            let mut c = shmrc_pool::PoolHandOff::start(program, size, n)?;
+            measure(&mut c, plan, into)?;
+            c.stop()
+        }
+        "shmrc-pubsub" => {
+            let mut c = shmrc_pubsub::PubSub::start(program, receive, size, n)?;
+            measure(&mut c, plan, into)?;
+            c.stop()
+        }
+        _ => {
+            let mut c = iox::IoxPublisher::start(program, receive, size, n)?;
+            measure(&mut c, plan, into)?;
+            c.stop()
+        }
+    }
 }
 
 fn run(program: &Path, o: &Options) -> Result<()> {
     if o.round_trip {
+        let mut keys: Vec<Key> = Vec::new();
         for &size in &o.sizes {
             for &n in &o.subscribers {
-                let mut f = floor::Floor::start(program, n)?;
-                row("floor", Receive::Blocking, size, n, o.plan, &mut f)?;
-                f.stop()?;
-                let mut p = shmrc_pool::PoolHandOff::start(program, size, n)?;
-                row("shmrc-pool", Receive::Blocking, size, n, o.plan, &mut p)?;
-                p.stop()?;
+                keys.push(("floor", Receive::Blocking, size, n));
+                keys.push(("shmrc-pool", Receive::Blocking, size, n));
                 for receive in [Receive::Blocking, Receive::Polling] {
-                    let mut s = shmrc_pubsub::PubSub::start(program, receive, size, n)?;
-                    row("shmrc-pubsub", receive, size, n, o.plan, &mut s)?;
-                    s.stop()?;
-                }
-                for receive in [Receive::Blocking, Receive::Polling] {
-                    let mut i = iox::IoxPublisher::start(program, receive, size, n)?;
-                    row("iceoryx2", receive, size, n, o.plan, &mut i)?;
-                    i.stop()?;
+                    keys.push(("shmrc-pubsub", receive, size, n));
+                    keys.push(("iceoryx2", receive, size, n));
                 }
             }
+        }
+        let mut timings = vec![Timings::default(); keys.len()];
+        // Every configuration once a pass: a load that drifts during the run falls on
+        // every contender alike.
+        for done in 0..o.passes {
+            eprintln!("pass {} of {}", done + 1, o.passes);
+            for (&key, into) in keys.iter().zip(&mut timings) {
+                pass(program, key, o.plan, into)?;
+            }
+        }
+        for ((contender, receive, size, n), t) in keys.into_iter().zip(&timings) {
+            let m = t.summary()?;
+            report::round_trip(
+                contender,
+                receive.name(),
+                size,
+                n,
+                t.latencies.len(),
+                o.passes,
+                &m,
+            );
+            eprintln!(
+                "{contender:>14} {:>8} {size:>9} B x{n}: p50 {:>9.1} µs  p99 {:>9.1} µs  {:>9.0} samples/s",
+                receive.name(),
+                m.p50_us,
+                m.p99_us,
+                m.samples_per_s
+            );
         }
     }
     if o.recovery {

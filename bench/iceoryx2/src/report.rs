@@ -20,10 +20,11 @@ pub fn round_trip(
     size: usize,
     subscribers: usize,
     rounds: usize,
+    passes: usize,
     m: &Measured,
 ) {
     println!(
-        "{{\"kind\":\"round_trip\",\"contender\":\"{contender}\",\"receive\":\"{receive}\",\"size\":{size},\"subscribers\":{subscribers},\"rounds\":{rounds},\"p50_us\":{},\"p99_us\":{},\"samples_per_s\":{}}}",
+        "{{\"kind\":\"round_trip\",\"contender\":\"{contender}\",\"receive\":\"{receive}\",\"size\":{size},\"subscribers\":{subscribers},\"rounds\":{rounds},\"passes\":{passes},\"p50_us\":{},\"p99_us\":{},\"samples_per_s\":{}}}",
         number(Some(m.p50_us)),
         number(Some(m.p99_us)),
         number(Some(m.samples_per_s)),

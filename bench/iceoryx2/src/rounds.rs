@@ -65,46 +65,70 @@ pub trait RoundTrip {
     fn round(&mut self, first: u64, batch: usize) -> Result<()>;
 }
 
-/// What a contender measured.
+/// What a contender measured, summed over the passes of a run.
+#[derive(Clone, Debug, Default)]
+pub struct Timings {
+    /// Each timed one-sample round.
+    pub latencies: Vec<Duration>,
+    /// Samples of the timed throughput rounds.
+    pub samples: usize,
+    /// Time the throughput rounds took.
+    pub elapsed: Duration,
+}
+
+/// A row of the report.
 #[derive(Copy, Clone, Debug)]
 pub struct Measured {
     /// Round-trip latency, median, µs.
     pub p50_us: f64,
     /// Round-trip latency, 99th percentile, µs.
     pub p99_us: f64,
-    /// Samples a second that reached every subscriber (batches of [`THROUGHPUT_BATCH`]).
+    /// Samples a second that reached every subscriber (rounds of [`THROUGHPUT_BATCH`]).
     pub samples_per_s: f64,
 }
 
-/// Runs `plan` on `contender`.
-pub fn measure(contender: &mut dyn RoundTrip, plan: Plan) -> Result<Measured> {
+impl Timings {
+    /// The percentiles and the throughput; an error if nothing was timed.
+    pub fn summary(&self) -> Result<Measured> {
+        let no_rounds = || Error::BadArgument("no timed rounds".into());
+        Ok(Measured {
+            p50_us: percentile_us(&self.latencies, 50.0).ok_or_else(no_rounds)?,
+            p99_us: percentile_us(&self.latencies, 99.0).ok_or_else(no_rounds)?,
+            samples_per_s: self.samples as f64
+                / self.elapsed.max(Duration::from_nanos(1)).as_secs_f64(),
+        })
+    }
+}
+
+/// Untimed throughput rounds before the timed ones: a pool that grows on demand (shmrc's)
+/// reaches a batch's worth of samples, as iceoryx2's is preallocated.
+const THROUGHPUT_WARMUP: usize = 4;
+
+/// Runs `plan` on `contender`, adding to `into`.
+pub fn measure(contender: &mut dyn RoundTrip, plan: Plan, into: &mut Timings) -> Result<()> {
     let mut seq = 0u64;
     for _ in 0..plan.warmup {
         contender.round(seq, 1)?;
         seq += 1;
     }
-    let mut times = Vec::with_capacity(plan.rounds);
     for _ in 0..plan.rounds {
         let start = Instant::now();
         contender.round(seq, 1)?;
-        times.push(start.elapsed());
+        into.latencies.push(start.elapsed());
         seq += 1;
     }
-    // One untimed batch first: the pools grow to a batch's worth of samples.
-    contender.round(seq, THROUGHPUT_BATCH)?;
-    seq += THROUGHPUT_BATCH as u64;
+    for _ in 0..THROUGHPUT_WARMUP {
+        contender.round(seq, THROUGHPUT_BATCH)?;
+        seq += THROUGHPUT_BATCH as u64;
+    }
     let start = Instant::now();
     for _ in 0..plan.batches {
         contender.round(seq, THROUGHPUT_BATCH)?;
         seq += THROUGHPUT_BATCH as u64;
     }
-    let elapsed = start.elapsed().max(Duration::from_nanos(1));
-    let no_rounds = || Error::BadArgument("no timed rounds".into());
-    Ok(Measured {
-        p50_us: percentile_us(&times, 50.0).ok_or_else(no_rounds)?,
-        p99_us: percentile_us(&times, 99.0).ok_or_else(no_rounds)?,
-        samples_per_s: (plan.batches * THROUGHPUT_BATCH) as f64 / elapsed.as_secs_f64(),
-    })
+    into.elapsed += start.elapsed();
+    into.samples += plan.batches * THROUGHPUT_BATCH;
+    Ok(())
 }
 
 /// The smallest sample: its sequence number and the check byte.

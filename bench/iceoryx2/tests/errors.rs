@@ -93,6 +93,7 @@ fn bad_arguments_are_refused_with_the_cause() {
         (&["run", "--sizes", "4"][..], "at least 9 bytes"),
         (&["run", "--subscribers", "0"][..], "positive numbers"),
         (&["run", "--rounds"][..], "needs a value"),
+        (&["run", "--passes", "x"][..], "positive numbers"),
         (
             &["run", "--only", "everything"][..],
             "expected round-trip or recovery",
@@ -118,6 +119,8 @@ fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
         "run",
         "--rounds",
         "50",
+        "--passes",
+        "2",
         "--sizes",
         "4096",
         "--subscribers",
