@@ -122,7 +122,7 @@ def table(doc):
         )
     lines += [
         "",
-        "Throughput, samples a second reaching every subscriber (rounds of 8 in flight):",
+        "Throughput, samples a second reaching every subscriber (8 in flight, over the median round of 8):",
         "",
         "| size | subs | " + " | ".join(f"{c} {recv}" for c, recv in contenders) + " |",
         "|---|---|" + "---|" * len(contenders),

@@ -1,7 +1,9 @@
 //! What every contender does, and how it is timed: a round hands `batch` samples of
 //! `size` bytes to every subscriber and waits for all their acknowledgements. The
 //! latency rows time rounds of one sample each (p50, p99); the throughput row times
-//! rounds of [`THROUGHPUT_BATCH`] samples (samples a second reaching every subscriber).
+//! rounds of [`THROUGHPUT_BATCH`] samples in flight (samples a second reaching every
+//! subscriber, over the median round: on a shared machine one preempted round would
+//! otherwise decide a short total).
 //! A sample carries its sequence number in its first 8 bytes and a check byte in its
 //! last, which the subscriber verifies (so both ends of the buffer are touched, and a
 //! stale or torn sample is an error), not a copy of the whole payload.
@@ -70,10 +72,8 @@ pub trait RoundTrip {
 pub struct Timings {
     /// Each timed one-sample round.
     pub latencies: Vec<Duration>,
-    /// Samples of the timed throughput rounds.
-    pub samples: usize,
-    /// Time the throughput rounds took.
-    pub elapsed: Duration,
+    /// Each timed round of [`THROUGHPUT_BATCH`] samples.
+    pub batches: Vec<Duration>,
 }
 
 /// A row of the report.
@@ -83,7 +83,8 @@ pub struct Measured {
     pub p50_us: f64,
     /// Round-trip latency, 99th percentile, µs.
     pub p99_us: f64,
-    /// Samples a second that reached every subscriber (rounds of [`THROUGHPUT_BATCH`]).
+    /// Samples a second that reached every subscriber: [`THROUGHPUT_BATCH`] over the
+    /// median time of a round of that many.
     pub samples_per_s: f64,
 }
 
@@ -94,8 +95,11 @@ impl Timings {
         Ok(Measured {
             p50_us: percentile_us(&self.latencies, 50.0).ok_or_else(no_rounds)?,
             p99_us: percentile_us(&self.latencies, 99.0).ok_or_else(no_rounds)?,
-            samples_per_s: self.samples as f64
-                / self.elapsed.max(Duration::from_nanos(1)).as_secs_f64(),
+            samples_per_s: THROUGHPUT_BATCH as f64
+                / percentile_us(&self.batches, 50.0)
+                    .ok_or_else(no_rounds)?
+                    .max(1e-3)
+                * 1e6,
         })
     }
 }
@@ -121,13 +125,12 @@ pub fn measure(contender: &mut dyn RoundTrip, plan: Plan, into: &mut Timings) ->
         contender.round(seq, THROUGHPUT_BATCH)?;
         seq += THROUGHPUT_BATCH as u64;
     }
-    let start = Instant::now();
     for _ in 0..plan.batches {
+        let start = Instant::now();
         contender.round(seq, THROUGHPUT_BATCH)?;
+        into.batches.push(start.elapsed());
         seq += THROUGHPUT_BATCH as u64;
     }
-    into.elapsed += start.elapsed();
-    into.samples += plan.batches * THROUGHPUT_BATCH;
     Ok(())
 }
 
