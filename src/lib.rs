@@ -200,6 +200,8 @@ pub mod pubsub;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod segment;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
+mod service_segment;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod strategy;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sweep;
@@ -265,6 +267,10 @@ pub mod checkers {
     /// The `segment` room (see its own docs).
     pub mod segment {
         pub use crate::segment::*;
+    }
+    /// The `service_segment` room (see its own docs).
+    pub mod service_segment {
+        pub use crate::service_segment::*;
     }
     /// The `strategy` room (see its own docs).
     pub mod strategy {

@@ -179,11 +179,6 @@ pub mod queue;
 #[cfg(not(feature = "checkers"))]
 #[allow(unreachable_pub, dead_code)]
 pub(crate) mod queue;
-#[cfg(feature = "checkers")]
-pub mod service;
-#[cfg(not(feature = "checkers"))]
-#[allow(unreachable_pub)]
-pub(crate) mod service;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod subscriber;
 
@@ -192,3 +187,16 @@ pub use publisher::{Delivery, Publisher, PublisherOptions, Sent};
 pub use queue::Policy as SlowSubscriber;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use subscriber::{Received, Subscriber};
+
+/// The queue's views of the entries of service segment `service`.
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+fn entries<O: crate::os::Os>(
+    service: &crate::service_segment::Service<O>,
+) -> Vec<queue::Entry<'_>> {
+    (0..service.config.entries)
+        .map(|e| {
+            let w = service.entry_words(e);
+            queue::Entry::new(&w[0], &w[1], &w[2], &w[3..])
+        })
+        .collect()
+}

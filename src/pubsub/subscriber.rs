@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use bytemuck::Pod;
 
 use super::queue::{self, Descriptor, Queue, Take, TakeAt, Taken, subscriber_slot};
-use super::service::{self, Service};
 use crate::buf::view;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, held_word};
@@ -33,6 +32,7 @@ use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Fields, Header};
+use crate::service_segment::{self as service, Service};
 use crate::sync::{AtomicU64, Ordering::SeqCst};
 use crate::token::Token;
 
@@ -95,7 +95,7 @@ impl Subscriber {
         if !os.is_alive(service.publisher) {
             return Err(Error::Gone { segment: name });
         }
-        let entries = service.entries();
+        let entries = super::entries(&service);
         let q = Queue::new(&entries, &[], service.wake());
         let Some(entry) = queue::join(&os, &q)? else {
             return Err(Error::HoldersFull {
@@ -206,7 +206,7 @@ impl Subscriber {
     /// opened if it was not, so that the transfer sees the sample's slots.
     fn take(&self) -> Result<(Taken, Option<Arc<SampleSegment>>)> {
         let mut segments = self.lock();
-        let entries = self.service.entries();
+        let entries = super::entries(&self.service);
         let mut take = Take::new(self.entry, self.service.publisher);
         let mut named = None;
         let mut holders = self.holders(&segments);
@@ -307,7 +307,7 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let entries = self.service.entries();
+        let entries = super::entries(&self.service);
         let q = Queue::new(&entries, &[], self.service.wake());
         // A failure (only the simulated kernel's kill) leaves an entry the publisher
         // drains once this process is dead.
