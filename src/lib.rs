@@ -216,7 +216,7 @@ pub mod transport;
 /// protocol rooms under the user API, as the simulated OS, loom, shuttle, proptest and
 /// cargo-fuzz drive them. quinn-proto keeps its test seam the same way, in one place
 /// behind a private switch. A user program needs none of it: every item of the API is
-/// re-exported at the crate root (or lives in `manager`, `transport`, `channel`,
+/// re-exported at the crate root (or lives in `manager`, `transport`, `pubsub`, `channel`,
 /// `cuda`).
 #[cfg(feature = "checkers")]
 #[doc(hidden)]
