@@ -442,6 +442,56 @@ fn a_dropped_publishers_samples_go_with_their_last_holder() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+#[test]
+fn the_api_types_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Publisher>();
+    send_sync::<Subscriber>();
+    send_sync::<shmrc::pubsub::Received<u64>>();
+}
+
+#[test]
+fn a_received_sample_reads_copies_and_a_broken_ring_is_refused() {
+    let t = TestNamespace::new("ps-ring");
+    let publisher =
+        Publisher::create("ring", options(&t).subscribers(1).queue(1).samples(1)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "ring").unwrap();
+    let mut loan = publisher.loan::<u64>(4).unwrap();
+    loan.copy_from_slice(&[5, 6, 7, 8]);
+    let _ = publisher.publish(loan).unwrap();
+    let sample = subscriber.try_recv::<u64>().unwrap().unwrap();
+    let mut copy = [0u64; 2];
+    sample.read_items(2, &mut copy).unwrap();
+    assert_eq!(copy, [7, 8]);
+    assert!(matches!(
+        sample.read_items(3, &mut copy),
+        Err(Error::BadView { .. })
+    ));
+    assert!(matches!(
+        sample.read_items(usize::MAX, &mut copy),
+        Err(Error::BadView { .. })
+    ));
+    drop(sample);
+    // A writer of this user breaks entry 0's ring: its tail more than a ring ahead of
+    // its head (words 24..27 for one row, one entry of a one-sample ring).
+    let path = format!("/dev/shm/{}", publisher.service_name());
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &0u64.to_le_bytes(), 25 * 8).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &5u64.to_le_bytes(), 26 * 8).unwrap();
+    match subscriber.try_recv::<u64>() {
+        Err(Error::Corrupted { segment, what }) => {
+            assert!(
+                segment.ends_with("service.ring") && what.contains("entry 0"),
+                "{what}"
+            );
+        }
+        other => panic!("a broken ring was read: {other:?}"),
+    }
+    drop(subscriber);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 /// Writes `bytes` as service `service` of `t` with `mode`, returns its path.
 fn plant(t: &TestNamespace, service: &str, bytes: &[u8], mode: u32) -> String {
     let path = format!(
