@@ -98,6 +98,31 @@ fn child() {
             println!("created");
             std::thread::sleep(LIMIT * 3);
         }
+        "forker" => {
+            // A child forked while the publisher lives drops its inherited copy: the
+            // parent's service must stay (the copy's drop is not the publisher's).
+            let mut publisher = Some(
+                Publisher::create(&service, PublisherOptions::new().namespace(ns.clone()))
+                    .expect("create"),
+            );
+            // SAFETY: this process runs this one test on one thread (`test_role`).
+            let status = unsafe {
+                shmrc_testkit::process::fork_and_wait(LIMIT, || {
+                    drop(publisher.take());
+                    0
+                })
+            };
+            assert!(
+                matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+                "{status:?}"
+            );
+            let subscriber =
+                Subscriber::join_in(&ns, &service).expect("the service is still there");
+            assert!(subscriber.publisher_alive());
+            drop(subscriber);
+            drop(publisher);
+            println!("forked: ok");
+        }
         "intruder" => {
             let owner: u32 = std::env::var("SHMRC_TEST_OWNER").unwrap().parse().unwrap();
             let path = format!("/dev/shm/{}.{owner}.service.{service}", ns.prefix());
@@ -489,6 +514,15 @@ fn a_received_sample_reads_copies_and_a_broken_ring_is_refused() {
     }
     drop(subscriber);
     drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_forked_child_dropping_its_copy_leaves_the_publishers_service_alone() {
+    let t = TestNamespace::new("ps-fork");
+    let forker = start("forker", &t, "forked", 0);
+    forker.expect("forked: ok");
+    forker.finish();
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 

@@ -341,12 +341,12 @@ impl Drop for Publisher {
     /// unlinked by its last holder's release (a [`Received`](super::Received) drop
     /// finalizes once the publisher is gone), or by a sweep if that holder dies.
     fn drop(&mut self) {
-        let _ = service::take_over(&self.os, &self.service);
         let me = self.os.current();
         if me != self.service.publisher {
-            // A forked child's copy: the references are its parent's.
+            // A forked child's copy: the service and its references are its parent's.
             return;
         }
+        let _ = service::take_over(&self.os, &self.service);
         let table = self.lock();
         let mine = in_flight_word(me);
         for (map, slots) in &table.rows {
