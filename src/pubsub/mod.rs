@@ -193,8 +193,9 @@
 //!   leaves a half-created service, which `Publisher::create` and the sweep refuse as
 //!   [`Error::HalfCreated`](crate::Error::HalfCreated) naming it (its creator cannot be
 //!   judged: the token is not written yet): remove it by hand;
-//! - the manager's sweeps after deaths do not look at service segments (a user's
-//!   sweep does); `shmrc ls` does not list them;
+//! - the manager's targeted sweeps after deaths (of the dead's own segments) do not
+//!   look at service segments (its whole-namespace sweep and a user's sweep do);
+//!   `shmrc ls` does not list them;
 //! - a received sample costs two small allocations (the take's views) and a lock;
 //!   the bench (issue 33 item 6) measures it against iceoryx2.
 //!
