@@ -251,7 +251,7 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
             Err(e) if already_exists(&e) => {}
             Err(e) => return Err(e),
         }
-        let service = match open(os, name) {
+        let service = match open_published(os, name) {
             Ok(service) => service,
             Err(Error::Gone { .. }) => continue,
             Err(e) => return Err(e),
@@ -266,6 +266,27 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
     Err(Error::InvalidArgument(format!(
         "service {name}: its name was taken over and created again by others 8 times in a row"
     )))
+}
+
+/// How long [`create`] waits for a service another creator has made but not published
+/// yet (a creator publishes within microseconds of making the name).
+const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published
+/// (two publishers started at once: the second then finds the first live). Still
+/// unpublished after that, its creator died before publishing it (or is stopped):
+/// [`Error::HalfCreated`] naming it. Its creator cannot be judged (the header that
+/// would name it is not written), so it is left for the user to remove.
+pub fn open_published<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
+    let deadline = std::time::Instant::now() + PUBLISH_WAIT;
+    loop {
+        match open(os, name) {
+            Err(Error::HalfCreated { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn already_exists(e: &Error) -> bool {

@@ -313,6 +313,33 @@ fn a_second_publisher_of_a_live_service_is_refused() {
 }
 
 #[test]
+fn of_two_publishers_started_at_once_one_wins_and_the_other_is_told_why() {
+    let t = TestNamespace::new("ps-race");
+    for _ in 0..20 {
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let create = || {
+                barrier.wait();
+                Publisher::create("race", options(&t))
+            };
+            let a = s.spawn(create);
+            let b = s.spawn(create);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (won, lost) = match (a, b) {
+            (Ok(p), Err(e)) | (Err(e), Ok(p)) => (p, e),
+            other => panic!("not one winner: {other:?}"),
+        };
+        assert!(
+            matches!(&lost, Error::InvalidArgument(why) if why.contains("already has a live publisher")),
+            "{lost:?}"
+        );
+        drop(won);
+    }
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
 fn a_dead_publishers_service_is_taken_over_and_swept() {
     let t = TestNamespace::new("ps-dead");
     let dead = start("publisher", &t, "dead", 0);
@@ -593,6 +620,16 @@ fn a_malformed_service_segment_is_an_error_naming_the_cause() {
         // The sweep judges it the same way and leaves it in place.
         std::fs::remove_file(&path).unwrap();
     }
+    // A creator that died before publishing its header blocks the name: a publisher
+    // waits for it a moment, then says so.
+    let path = plant(&t, "abandoned", &[], 0o600);
+    let waited = Instant::now();
+    match Publisher::create("abandoned", options(&t)) {
+        Err(Error::HalfCreated { segment }) => assert!(segment.ends_with("service.abandoned")),
+        other => panic!("an unpublished service: {other:?}"),
+    }
+    assert!(waited.elapsed() >= Duration::from_millis(100));
+    std::fs::remove_file(&path).unwrap();
     // Unchanged, the copy is valid (the checks above are not refusing everything),
     // save that its publisher is this process and it is not the real one's file.
     plant(&t, "copy", &header(&valid, total), 0o600);

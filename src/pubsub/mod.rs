@@ -190,7 +190,8 @@
 //!
 //! Left:
 //! - a publisher killed between creating the service's name and publishing its header
-//!   leaves a half-created service, which `Publisher::create` and the sweep refuse as
+//!   leaves a half-created service, which `Publisher::create` and `Subscriber::join`
+//!   (after waiting 100 ms for a creator still at work) and the sweep refuse as
 //!   [`Error::HalfCreated`](crate::Error::HalfCreated) naming it (its creator cannot be
 //!   judged: the token is not written yet): remove it by hand;
 //! - the manager's targeted sweeps after deaths (of the dead's own segments) do not

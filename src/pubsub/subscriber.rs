@@ -84,14 +84,15 @@ impl Subscriber {
 
     /// Joins service `service` of namespace `namespace`: opens and validates its
     /// segment (another user's, a malformed one: an [`Error`] naming the cause), then
-    /// takes a free subscriber entry. Refused: no such service ([`Error::Gone`]), its
+    /// takes a free subscriber entry (a service being created is waited for, 100 ms at
+    /// most). Refused: no such service ([`Error::Gone`]), its
     /// publisher dead ([`Error::Gone`]), every entry taken ([`Error::HoldersFull`];
     /// the publisher frees departed subscribers' entries at its next publish).
     pub fn join_in(namespace: &Namespace, service: &str) -> Result<Subscriber> {
         let os = DefaultOs::default();
         let uid = os.uid();
         let name = service::service_name(namespace, uid, service)?;
-        let service = Arc::new(service::open(&os, &name)?);
+        let service = Arc::new(service::open_published(&os, &name)?);
         if !os.is_alive(service.publisher) {
             return Err(Error::Gone { segment: name });
         }
