@@ -478,12 +478,15 @@ fn sweep_killed_holders(ns_prefix: &str, count: usize) -> Result<Duration> {
     Ok(swept)
 }
 
-/// Makes `count` floor objects of 4 KiB named `<prefix>-<i>`, then times listing them
-/// and removing each: unlinking it, or (`mapped`) opening, mapping, CASing a word of,
-/// unlinking and unmapping it ([`floor::map_claim_unlink_named`]).
+/// Makes `count` floor objects of 4 KiB named `<prefix>-<i>`, each with its first byte
+/// written (as a segment's creator writes its header: a reserved page never written is
+/// zeroed at its first fault instead), then times listing them and removing each:
+/// unlinking it, or (`mapped`) opening, mapping, CASing a word of, unlinking and
+/// unmapping it ([`floor::map_claim_unlink_named`]).
 fn sweep_floor(prefix: &str, count: usize, mapped: bool) -> Result<Duration> {
     for i in 0..count {
-        drop(floor::create_named(&format!("{prefix}-{i}"), 4096, true)?);
+        let fd = floor::create_named(&format!("{prefix}-{i}"), 4096, true)?;
+        FloorMap::new(std::os::fd::AsFd::as_fd(&fd), 4096)?.write_byte(0, 1)?;
     }
     let start = Instant::now();
     for name in DefaultOs::default().shm_list(prefix)? {
