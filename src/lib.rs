@@ -200,6 +200,8 @@ pub mod pubsub;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod segment;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
+mod service_segment;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod strategy;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sweep;
@@ -214,7 +216,7 @@ pub mod transport;
 /// protocol rooms under the user API, as the simulated OS, loom, shuttle, proptest and
 /// cargo-fuzz drive them. quinn-proto keeps its test seam the same way, in one place
 /// behind a private switch. A user program needs none of it: every item of the API is
-/// re-exported at the crate root (or lives in `manager`, `transport`, `channel`,
+/// re-exported at the crate root (or lives in `manager`, `transport`, `pubsub`, `channel`,
 /// `cuda`).
 #[cfg(feature = "checkers")]
 #[doc(hidden)]
@@ -265,6 +267,10 @@ pub mod checkers {
     /// The `segment` room (see its own docs).
     pub mod segment {
         pub use crate::segment::*;
+    }
+    /// The `service_segment` room (see its own docs).
+    pub mod service_segment {
+        pub use crate::service_segment::*;
     }
     /// The `strategy` room (see its own docs).
     pub mod strategy {

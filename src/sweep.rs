@@ -18,6 +18,7 @@ use crate::namespace::{NameParts, Namespace};
 use crate::os::remembering::Remembering;
 use crate::os::{Listed, Os};
 use crate::segment::{self, Fields, Header};
+use crate::service_segment::{self, Swept};
 use crate::token::Token;
 
 /// One segment as a sweep or listing saw it: an entry of
@@ -144,7 +145,7 @@ pub struct SweepReport {
     pub services: Vec<ServiceReport>,
 }
 
-/// One publish/subscribe service segment as a sweep saw it (`pubsub/service.rs`
+/// One publish/subscribe service segment as a sweep saw it (`service_segment.rs`
 /// judges it): [`Action::Kept`], [`Action::Unlinked`] or [`Action::Skipped`].
 #[derive(Debug)]
 pub struct ServiceReport {
@@ -263,7 +264,7 @@ fn sweep_pass<O: Os>(
     // passes over all of them.
     let start = ns.name_start(uid);
     let created_by_dead = CreatedBy::new(creators_first);
-    let is_service = |name: &str| crate::pubsub::service::is_service_name(ns, uid, name);
+    let is_service = |name: &str| service_segment::is_service_name(ns, uid, name);
     let listed = os.shm_list_owned(&start, &mut |name| match only {
         None => ns.parse(name, uid).is_ok() || is_service(name),
         Some(attached) => {
@@ -279,7 +280,12 @@ fn sweep_pass<O: Os>(
     for Listed { name, owner } in listed {
         let Ok(parts) = ns.parse(&name, uid) else {
             if owner == uid && is_service(&name) {
-                let action = crate::pubsub::service::sweep(os, &name, dry_run);
+                let action = match service_segment::sweep(os, &name, dry_run) {
+                    Ok(Swept::Kept) => Action::Kept,
+                    Ok(Swept::Unlinked) => Action::Unlinked,
+                    Ok(Swept::Vanished) => Action::Vanished,
+                    Err(e) => Action::Skipped(e),
+                };
                 report.services.push(ServiceReport { name, action });
             }
             continue;

@@ -18,7 +18,7 @@ const BELOW_OS: [&str; 4] = ["error", "token", "local", "sync"];
 
 /// The protocol rooms: the crash-safe refcount and what it stands on, the sweeps, the
 /// manager. They never import a room of the user API.
-const PROTOCOL_ROOMS: [&str; 12] = [
+const PROTOCOL_ROOMS: [&str; 13] = [
     "sync",
     "token",
     "error",
@@ -29,15 +29,17 @@ const PROTOCOL_ROOMS: [&str; 12] = [
     "os",
     "holders",
     "segment",
+    "service_segment",
     "sweep",
     "manager",
 ];
 
 /// The rooms of the user API, above the protocol rooms.
-const USER_ROOMS: [&str; 7] = [
+const USER_ROOMS: [&str; 8] = [
     "buf",
     "handle",
     "pool",
+    "pubsub",
     "transport",
     "channel",
     "cuda",

@@ -98,6 +98,31 @@ fn child() {
             println!("created");
             std::thread::sleep(LIMIT * 3);
         }
+        "forker" => {
+            // A child forked while the publisher lives drops its inherited copy: the
+            // parent's service must stay (the copy's drop is not the publisher's).
+            let mut publisher = Some(
+                Publisher::create(&service, PublisherOptions::new().namespace(ns.clone()))
+                    .expect("create"),
+            );
+            // SAFETY: this process runs this one test on one thread (`test_role`).
+            let status = unsafe {
+                shmrc_testkit::process::fork_and_wait(LIMIT, || {
+                    drop(publisher.take());
+                    0
+                })
+            };
+            assert!(
+                matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+                "{status:?}"
+            );
+            let subscriber =
+                Subscriber::join_in(&ns, &service).expect("the service is still there");
+            assert!(subscriber.publisher_alive());
+            drop(subscriber);
+            drop(publisher);
+            println!("forked: ok");
+        }
         "intruder" => {
             let owner: u32 = std::env::var("SHMRC_TEST_OWNER").unwrap().parse().unwrap();
             let path = format!("/dev/shm/{}.{owner}.service.{service}", ns.prefix());
@@ -288,6 +313,33 @@ fn a_second_publisher_of_a_live_service_is_refused() {
 }
 
 #[test]
+fn of_two_publishers_started_at_once_one_wins_and_the_other_is_told_why() {
+    let t = TestNamespace::new("ps-race");
+    for _ in 0..20 {
+        let barrier = std::sync::Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let create = || {
+                barrier.wait();
+                Publisher::create("race", options(&t))
+            };
+            let a = s.spawn(create);
+            let b = s.spawn(create);
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let (won, lost) = match (a, b) {
+            (Ok(p), Err(e)) | (Err(e), Ok(p)) => (p, e),
+            other => panic!("not one winner: {other:?}"),
+        };
+        assert!(
+            matches!(&lost, Error::InvalidArgument(why) if why.contains("already has a live publisher")),
+            "{lost:?}"
+        );
+        drop(won);
+    }
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
 fn a_dead_publishers_service_is_taken_over_and_swept() {
     let t = TestNamespace::new("ps-dead");
     let dead = start("publisher", &t, "dead", 0);
@@ -442,6 +494,65 @@ fn a_dropped_publishers_samples_go_with_their_last_holder() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+#[test]
+fn the_api_types_cross_threads() {
+    fn send_sync<T: Send + Sync>() {}
+    send_sync::<Publisher>();
+    send_sync::<Subscriber>();
+    send_sync::<shmrc::pubsub::Received<u64>>();
+}
+
+#[test]
+fn a_received_sample_reads_copies_and_a_broken_ring_is_refused() {
+    let t = TestNamespace::new("ps-ring");
+    let publisher =
+        Publisher::create("ring", options(&t).subscribers(1).queue(1).samples(1)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "ring").unwrap();
+    let mut loan = publisher.loan::<u64>(4).unwrap();
+    loan.copy_from_slice(&[5, 6, 7, 8]);
+    let _ = publisher.publish(loan).unwrap();
+    let sample = subscriber.try_recv::<u64>().unwrap().unwrap();
+    let mut copy = [0u64; 2];
+    sample.read_items(2, &mut copy).unwrap();
+    assert_eq!(copy, [7, 8]);
+    assert!(matches!(
+        sample.read_items(3, &mut copy),
+        Err(Error::BadView { .. })
+    ));
+    assert!(matches!(
+        sample.read_items(usize::MAX, &mut copy),
+        Err(Error::BadView { .. })
+    ));
+    drop(sample);
+    // A writer of this user breaks entry 0's ring: its tail more than a ring ahead of
+    // its head (words 24..27 for one row, one entry of a one-sample ring).
+    let path = format!("/dev/shm/{}", publisher.service_name());
+    let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &0u64.to_le_bytes(), 25 * 8).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&file, &5u64.to_le_bytes(), 26 * 8).unwrap();
+    match subscriber.try_recv::<u64>() {
+        Err(Error::Corrupted { segment, what }) => {
+            assert!(
+                segment.ends_with("service.ring") && what.contains("entry 0"),
+                "{what}"
+            );
+        }
+        other => panic!("a broken ring was read: {other:?}"),
+    }
+    drop(subscriber);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_forked_child_dropping_its_copy_leaves_the_publishers_service_alone() {
+    let t = TestNamespace::new("ps-fork");
+    let forker = start("forker", &t, "forked", 0);
+    forker.expect("forked: ok");
+    forker.finish();
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 /// Writes `bytes` as service `service` of `t` with `mode`, returns its path.
 fn plant(t: &TestNamespace, service: &str, bytes: &[u8], mode: u32) -> String {
     let path = format!(
@@ -509,6 +620,16 @@ fn a_malformed_service_segment_is_an_error_naming_the_cause() {
         // The sweep judges it the same way and leaves it in place.
         std::fs::remove_file(&path).unwrap();
     }
+    // A creator that died before publishing its header blocks the name: a publisher
+    // waits for it a moment, then says so.
+    let path = plant(&t, "abandoned", &[], 0o600);
+    let waited = Instant::now();
+    match Publisher::create("abandoned", options(&t)) {
+        Err(Error::HalfCreated { segment }) => assert!(segment.ends_with("service.abandoned")),
+        other => panic!("an unpublished service: {other:?}"),
+    }
+    assert!(waited.elapsed() >= Duration::from_millis(100));
+    std::fs::remove_file(&path).unwrap();
     // Unchanged, the copy is valid (the checks above are not refusing everything),
     // save that its publisher is this process and it is not the real one's file.
     plant(&t, "copy", &header(&valid, total), 0o600);

@@ -9,12 +9,13 @@
 //!
 //! # Safety
 //! This backend file owns the `unsafe` of the floor: `mmap`/`munmap` of a descriptor
-//! it was handed, and one-byte volatile accesses inside such a mapping. A [`FloorMap`]
+//! it was handed, one-byte volatile accesses and 8-byte atomic compare-and-swaps inside such
+//! a mapping. A [`FloorMap`]
 //! is created only from a successful `mmap` of exactly its length, is unmapped once (on
 //! drop), and every access is bounds-checked against that length first; the bytes may
 //! be written concurrently by another process, so the safe accessors only touch them
-//! with volatile one-byte accesses (torn values are possible, undefined behaviour is
-//! not), as in shmrc's own POSIX backend. The two plain slices over a mapping
+//! with volatile one-byte accesses or aligned word atomics (torn values are possible,
+//! undefined behaviour is not), as in shmrc's own POSIX backend. The two plain slices over a mapping
 //! ([`FloorMap::as_slice`], [`FloorMap::as_mut_slice`], for the fill workload) are
 //! `unsafe`: their caller promises, as with shmrc's `DataRegion`, that nothing writes
 //! (or, for the mutable one, touches) the bytes while the slice lives.
@@ -36,6 +37,7 @@ use nix::sys::stat::Mode;
 use nix::unistd::ftruncate;
 
 use shmrc::checkers::os::MAX_FDS_PER_SEND;
+use shmrc::checkers::sync::{AtomicU64, Ordering};
 use shmrc::{Error, Result};
 
 /// Sizes a fresh object: `ftruncate`, then `posix_fallocate` when `reserve` (what
@@ -97,6 +99,29 @@ pub fn unlink_named(name: &str) -> Result<()> {
         }),
         Err(e) => Err(Error::os("shm_unlink", e)),
     }
+}
+
+/// The least a sweep that must map can do with one listed name of `len` bytes or more:
+/// open it, `fstat` it (its owner and length), map `len` bytes, take one word of it by
+/// compare-and-swap (a holder slot), unlink it, unmap it and close it. A sweep of
+/// shmrc's protocol cannot do less per segment: a dead holder's slot is a shared word
+/// that a live attacher may take at the same moment, so it is reclaimed by a CAS in a
+/// mapping (reading the file and unlinking it would destroy a segment a process had
+/// just claimed, `docs/PROTOCOL.md` §6, P1). [`Error::Gone`] if there is no such name.
+pub fn map_claim_unlink_named(name: &str, len: usize) -> Result<()> {
+    let fd = open_named(name)?;
+    let stat = nix::sys::stat::fstat(&fd).map_err(|e| Error::os("fstat", e))?;
+    if stat.st_uid != nix::unistd::geteuid().as_raw() || (stat.st_size as u64) < len as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "floor object {name} is not this user's or is shorter than {len} bytes"
+        )));
+    }
+    let map = FloorMap::new(fd.as_fd(), len)?;
+    drop(fd);
+    map.compare_exchange_word(0, 0, 1)?;
+    unlink_named(name)?;
+    drop(map);
+    Ok(())
 }
 
 /// A shared read-write mapping; dropping it unmaps it.
@@ -169,6 +194,65 @@ impl FloorMap {
         let p = self.byte(offset)?;
         // SAFETY: as in `write_byte`.
         Ok(unsafe { p.read_volatile() })
+    }
+
+    /// Compare-and-swap of the 8-byte word at `offset` (a multiple of 8) from `current`
+    /// to `new`, sequentially consistent (as shmrc's slot words); whether it swapped.
+    pub fn compare_exchange_word(&self, offset: usize, current: u64, new: u64) -> Result<bool> {
+        if offset % 8 != 0 || offset.checked_add(8).is_none_or(|end| end > self.len) {
+            return Err(Error::InvalidArgument(format!(
+                "word offset {offset} unaligned or outside a {}-byte mapping",
+                self.len
+            )));
+        }
+        Ok(self
+            .word(offset)
+            .compare_exchange(current, new, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok())
+    }
+
+    /// The least a finalize of shmrc's protocol does per holder slot, for the `count`
+    /// words from byte `offset` (a multiple of 8): load each, then CAS each from what
+    /// was read to all ones (its tombstone), sequentially consistent. Whether every
+    /// CAS swapped.
+    pub fn tombstone_words(&self, offset: usize, count: usize) -> Result<bool> {
+        let end = count
+            .checked_mul(8)
+            .and_then(|bytes| offset.checked_add(bytes))
+            .filter(|end| offset % 8 == 0 && *end <= self.len);
+        if end.is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "{count} words from offset {offset} unaligned or outside a {}-byte mapping",
+                self.len
+            )));
+        }
+        let words: Vec<u64> = (0..count)
+            .map(|i| self.word(offset + 8 * i).load(Ordering::SeqCst))
+            .collect();
+        Ok(words.iter().enumerate().all(|(i, seen)| {
+            self.word(offset + 8 * i)
+                .compare_exchange(*seen, u64::MAX, Ordering::SeqCst, Ordering::SeqCst)
+                .is_ok()
+        }))
+    }
+
+    /// The word at `offset`, which the caller checked is a multiple of 8 with its 8
+    /// bytes inside the mapping.
+    fn word(&self, offset: usize) -> &AtomicU64 {
+        debug_assert!(offset % 8 == 0 && offset + 8 <= self.len);
+        let p = self
+            .ptr
+            .as_ptr()
+            .cast::<u8>()
+            .wrapping_add(offset)
+            .cast::<u64>();
+        // SAFETY: `p` is 8-aligned (the mapping is page-aligned, `offset` a multiple of
+        // 8) and its 8 bytes lie inside the live mapping (every caller checks), which
+        // outlives the borrow of `self`; the facade's `AtomicU64` is a transparent
+        // wrapper of `std`'s (the layout of a `u64`), as shmrc views its own words;
+        // other processes touch shared words only atomically or with volatile byte
+        // accesses, which cannot make an atomic access undefined behaviour here.
+        unsafe { &*p.cast::<AtomicU64>() }
     }
 
     /// The mapping as a shared slice.
@@ -276,6 +360,47 @@ mod tests {
         let ours = FloorMap::new(fd.as_fd(), 4096).unwrap();
         ours.write_byte(4095, 7).unwrap();
         assert_eq!(theirs.read_byte(4095).unwrap(), 7);
+    }
+
+    #[test]
+    fn a_word_cas_swaps_once_and_refuses_unaligned_or_outside_offsets() {
+        let fd = memfd(4096, true).unwrap();
+        let map = FloorMap::new(fd.as_fd(), 4096).unwrap();
+        assert!(map.compare_exchange_word(8, 0, 7).unwrap());
+        assert!(!map.compare_exchange_word(8, 0, 9).unwrap());
+        assert_eq!(map.read_byte(8).unwrap(), 7);
+        for bad in [4, 4096, 4092, usize::MAX - 7] {
+            let e = map.compare_exchange_word(bad, 0, 1).unwrap_err();
+            assert!(e.to_string().contains("unaligned or outside"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn tombstoning_words_turns_each_to_all_ones_and_refuses_a_range_outside() {
+        let fd = memfd(4096, true).unwrap();
+        let map = FloorMap::new(fd.as_fd(), 4096).unwrap();
+        map.write_byte(16, 5).unwrap();
+        assert!(map.tombstone_words(8, 511).unwrap());
+        assert!((8..4096).all(|i| map.read_byte(i).unwrap() == 0xff));
+        assert_eq!(map.read_byte(0).unwrap(), 0);
+        for (offset, count) in [(4, 1), (8, 512), (0, usize::MAX), (usize::MAX - 7, 1)] {
+            let e = map.tombstone_words(offset, count).unwrap_err();
+            assert!(
+                e.to_string().contains("unaligned or outside"),
+                "{offset}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_mapping_sweep_floor_unlinks_its_object_and_refuses_a_short_one() {
+        let name = format!("shmrc-floor-test-sweep-{}", std::process::id());
+        drop(create_named(&name, 4096, true).unwrap());
+        let e = map_claim_unlink_named(&name, 8192).unwrap_err();
+        assert!(e.to_string().contains("shorter than 8192"), "{e}");
+        map_claim_unlink_named(&name, 4096).unwrap();
+        assert!(open_named(&name).unwrap_err().is_gone());
+        assert!(map_claim_unlink_named(&name, 4096).unwrap_err().is_gone());
     }
 
     #[test]

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use shmrc::checkers::os::Os;
+use shmrc::checkers::segment::{HEADER_BYTES, Layout};
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
 use crate::floor::{self, FloorMap};
@@ -339,7 +340,9 @@ fn clone_drop(effort: Effort) -> Result<Vec<Row>> {
 }
 
 /// The last release of a file_system buffer with `capacity` holder slots (the finalize
-/// scans them), against unmapping, closing and unlinking a floor object.
+/// scans them), against unmapping, closing and unlinking a floor object, and against
+/// the least the protocol's finalize does (a tombstone CAS per slot of an object as
+/// long as the segment, then the same).
 fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
     let mut out = Vec::new();
     for capacity in [1usize, 64, 4096] {
@@ -348,6 +351,9 @@ fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
             .namespace(ns.clone())
             .capacity(capacity);
         let mut floor = FloorNamed::new(format!("{}-fin", ns.prefix()), true);
+        let segment_len = Layout::new(4096, capacity)?.total_len();
+        let slots_prefix = format!("{}-finslots", ns.prefix());
+        let mut next_slots_object = 0u64;
         let mut measures: Vec<Measure<'_>> = vec![
             Box::new(|n| {
                 let mut took = Duration::ZERO;
@@ -369,66 +375,128 @@ fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
                 }
                 Ok(took)
             }),
+            // The least the protocol's finalize does: an object as long as shmrc's
+            // segment, each holder slot's word loaded and CASed to a tombstone
+            // (docs/PROTOCOL.md §5, step 4), then munmap + close + unlink.
+            Box::new(|n| {
+                let mut took = Duration::ZERO;
+                for _ in 0..n {
+                    next_slots_object += 1;
+                    let name = format!("{slots_prefix}-{next_slots_object}");
+                    let fd = floor::create_named(&name, segment_len, true)?;
+                    let map = FloorMap::new(std::os::fd::AsFd::as_fd(&fd), segment_len)?;
+                    map.write_byte(0, 1)?;
+                    let start = Instant::now();
+                    let tombed = map.tombstone_words(HEADER_BYTES, capacity);
+                    drop(map);
+                    drop(fd);
+                    let unlinked = floor::unlink_named(&name);
+                    took += start.elapsed();
+                    if !tombed? {
+                        return Err(Error::InvalidArgument(format!(
+                            "a tombstone CAS of {name} failed with nobody else mapping it"
+                        )));
+                    }
+                    unlinked?;
+                }
+                Ok(took)
+            }),
         ];
         let nanos = interleaved(effort, &mut measures)?;
         let names = [
             format!("shmrc release, {capacity} slots"),
             "floor munmap+close+unlink".to_owned(),
+            format!("floor {capacity} slot CASes+munmap+close+unlink, same length"),
         ];
-        out.extend(rows("finalize", None, Unit::Micros, &names, &nanos, &[1]));
+        out.extend(rows(
+            "finalize",
+            None,
+            Unit::Micros,
+            &names,
+            &nanos,
+            &[1, 2],
+        ));
     }
     Ok(out)
 }
 
 /// A sweep of `count` segments whose only holder was SIGKILLed, against listing
-/// `/dev/shm` and unlinking as many floor objects.
-fn sweep(ns_prefix: &str, counts: &[usize]) -> Result<Vec<Row>> {
-    let os = DefaultOs::default();
+/// `/dev/shm` and unlinking as many floor objects, and against the least a sweep that
+/// maps can do per name ([`floor::map_claim_unlink_named`]). Each of `rounds` rounds
+/// measures the three once, in turn (a sweep is one operation over everything there);
+/// the median round counts.
+fn sweep(ns_prefix: &str, counts: &[usize], rounds: usize) -> Result<Vec<Row>> {
     let mut out = Vec::new();
     for &count in counts {
-        let ns = Namespace::new(format!("{ns_prefix}-sweep{count}"))?;
-        let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
-        let mut command = Command::new(exe);
-        command
-            .arg("bench-peer")
-            .env(PEER_NAMESPACE, ns.prefix())
-            .env(PEER_COUNT, count.to_string());
-        let mut holder = Peer::start(command, "shmrc file_system", Mode::Hold)?;
-        let mut ack = [0u8];
-        std::io::Read::read_exact(&mut &holder.stream, &mut ack)
-            .map_err(|e| Error::os("read", e))?;
-        holder.child.kill().map_err(|e| Error::os("kill", e))?;
-        holder.child.wait().map_err(|e| Error::os("waitpid", e))?;
-        let start = Instant::now();
-        let report = shmrc::sweep(&ns)?;
-        let swept = start.elapsed();
-        if report.unlinked as usize != count {
-            return Err(Error::InvalidArgument(format!(
-                "sweep unlinked {} of {count} segments",
-                report.unlinked
-            )));
+        let mut samples = [Vec::new(), Vec::new(), Vec::new()];
+        for round in 0..rounds.max(1) {
+            let prefix = format!("{ns_prefix}-sweep{count}r{round}");
+            let took = [
+                sweep_killed_holders(&prefix, count)?,
+                sweep_floor(&format!("{prefix}floor"), count, false)?,
+                sweep_floor(&format!("{prefix}mapped"), count, true)?,
+            ];
+            for (sample, took) in samples.iter_mut().zip(took) {
+                sample.push(took.as_nanos() as f64);
+            }
         }
-        let floor_prefix = format!("{ns_prefix}-sweepfloor{count}");
-        for i in 0..count {
-            drop(floor::create_named(
-                &format!("{floor_prefix}-{i}"),
-                4096,
-                true,
-            )?);
-        }
-        let start = Instant::now();
-        for name in os.shm_list(&floor_prefix)? {
-            floor::unlink_named(&name)?;
-        }
-        let unlinked = start.elapsed();
         let names = [
             format!("shmrc sweep, {count} segments"),
             format!("floor list+unlink, {count} names"),
+            format!("floor list+open+map+CAS+unlink, {count} names"),
         ];
-        let nanos = [swept.as_nanos() as f64, unlinked.as_nanos() as f64];
-        out.extend(rows("sweep", None, Unit::Millis, &names, &nanos, &[1]));
+        let nanos = samples.map(median);
+        out.extend(rows("sweep", None, Unit::Millis, &names, &nanos, &[1, 2]));
     }
     Ok(out)
+}
+
+/// One `shmrc::sweep` of a namespace `ns_prefix` where a SIGKILLed peer held `count`
+/// segments: how long it took.
+fn sweep_killed_holders(ns_prefix: &str, count: usize) -> Result<Duration> {
+    let ns = Namespace::new(ns_prefix)?;
+    let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
+    let mut command = Command::new(exe);
+    command
+        .arg("bench-peer")
+        .env(PEER_NAMESPACE, ns.prefix())
+        .env(PEER_COUNT, count.to_string());
+    let mut holder = Peer::start(command, "shmrc file_system", Mode::Hold)?;
+    let mut ack = [0u8];
+    std::io::Read::read_exact(&mut &holder.stream, &mut ack).map_err(|e| Error::os("read", e))?;
+    holder.child.kill().map_err(|e| Error::os("kill", e))?;
+    holder.child.wait().map_err(|e| Error::os("waitpid", e))?;
+    let start = Instant::now();
+    let report = shmrc::sweep(&ns)?;
+    let swept = start.elapsed();
+    if report.unlinked as usize != count {
+        return Err(Error::InvalidArgument(format!(
+            "sweep unlinked {} of {count} segments",
+            report.unlinked
+        )));
+    }
+    Ok(swept)
+}
+
+/// Makes `count` floor objects of 4 KiB named `<prefix>-<i>`, each with its first byte
+/// written (as a segment's creator writes its header: a reserved page never written is
+/// zeroed at its first fault instead), then times listing them and removing each:
+/// unlinking it, or (`mapped`) opening, mapping, CASing a word of, unlinking and
+/// unmapping it ([`floor::map_claim_unlink_named`]).
+fn sweep_floor(prefix: &str, count: usize, mapped: bool) -> Result<Duration> {
+    for i in 0..count {
+        let fd = floor::create_named(&format!("{prefix}-{i}"), 4096, true)?;
+        FloorMap::new(std::os::fd::AsFd::as_fd(&fd), 4096)?.write_byte(0, 1)?;
+    }
+    let start = Instant::now();
+    for name in DefaultOs::default().shm_list(prefix)? {
+        if mapped {
+            floor::map_claim_unlink_named(&name, 4096)?;
+        } else {
+            floor::unlink_named(&name)?;
+        }
+    }
+    Ok(start.elapsed())
 }
 
 /// Creating a buffer of `len` bytes (the storage is reserved: every page is zeroed by
@@ -559,7 +627,11 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
         rows.extend(finalize(ns, effort)?);
     }
     if wanted("sweep") {
-        rows.extend(sweep(ns.prefix(), &[100, 10_000])?);
+        rows.extend(sweep(
+            ns.prefix(),
+            &[100, 10_000],
+            if quick { 1 } else { 5 },
+        )?);
     }
     if wanted("creation") {
         let creation_len = if quick { 64 << 20 } else { 256 << 20 };

@@ -450,6 +450,9 @@ impl<O: Os> FakeDriver<O> {
             return None;
         }
         let len = usize::from(bytes[HANDLE_MAGIC.len()]);
+        if len > MAX_NAME {
+            return None;
+        }
         let name = std::str::from_utf8(bytes.get(NAME_AT..NAME_AT + len)?).ok()?;
         let ours = name
             .strip_prefix(&self.prefix)

@@ -104,14 +104,13 @@ pub struct Listed {
 
 /// A mapped segment: header words the protocol can operate on atomically, and a data
 /// region it can copy bytes in and out of.
+#[allow(
+    clippy::len_without_is_empty,
+    reason = "a mapping is never empty: a segment is at least its header"
+)]
 pub trait Mapping: Send + Sync + 'static {
     /// Length of the mapping in bytes.
     fn len(&self) -> usize;
-
-    /// Whether the mapping is empty (never, for a valid segment).
-    fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
 
     /// The first `n` 8-byte words of the mapping, or `None` when it is shorter than
     /// `8 * n` bytes.

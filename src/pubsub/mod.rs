@@ -3,29 +3,54 @@
 //! user's namespace. A sample is written once into a segment of the publisher's pool
 //! and shared zero-copy with every subscriber; it is back in the pool once every
 //! subscriber has released it, left, or died, with no call by anyone. This module owns
-//! the protocol; [`queue`] holds its steps. (The user API over it, the service
-//! segment's creation and the futex wake-ups are not built yet: see "Status" below.)
+//! the protocol and the user API over it: [`Publisher`], [`Subscriber`],
+//! [`PublisherOptions`], [`SlowSubscriber`], [`Received`]; `queue` holds the steps,
+//! `service_segment.rs` (a protocol room below the sweep) the service segment.
+//!
+//! ```
+//! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+//! use shmrc::Namespace;
+//! use shmrc::pubsub::{Publisher, PublisherOptions, SlowSubscriber, Subscriber};
+//!
+//! let ns = Namespace::new("shmrc-doc-pubsub-mod")?;
+//! let options = PublisherOptions::new().namespace(ns.clone()).slow(SlowSubscriber::DropOldest);
+//! let publisher = Publisher::create("telemetry", options)?;
+//! let a = Subscriber::join_in(&ns, "telemetry")?; // in practice, other processes
+//! let b = Subscriber::join_in(&ns, "telemetry")?;
+//! let mut loan = publisher.loan::<f64>(3)?;
+//! loan.copy_from_slice(&[1.0, 2.0, 3.0]);
+//! assert_eq!(publisher.publish(loan)?.sent().map(|s| s.delivered), Some(2));
+//! let (x, y) = (a.try_recv::<f64>()?.unwrap(), b.try_recv::<f64>()?.unwrap());
+//! assert_eq!((&*x, x.segment_name()), (&[1.0, 2.0, 3.0][..], y.segment_name())); // one segment
+//! assert!(a.try_recv::<f64>()?.is_none()); // empty: two loads, no system call
+//! # Ok::<(), shmrc::Error>(())
+//! ```
 //!
 //! # The service segment
-//! A file_system segment named in the namespace after the service (one per service
-//! name), written by the publisher that creates it:
+//! A named segment `<prefix>.<uid>.service.<service>` of the namespace (one per service
+//! name, mode 0600, created `O_EXCL`; layout, validation and sweep in
+//! `service_segment.rs`), written by the publisher that creates it:
 //! - a header: magic, layout version, the configuration (entry count `E`, ring capacity
-//!   `C`, sample count `N`, the slow-subscriber [`queue::Policy`]), the publisher's token,
+//!   `C`, sample count `N`, the slow-subscriber `queue::Policy`), the publisher's token,
 //!   and the **wake word** (a `u64` the publisher bumps after every publish that
 //!   delivered; a blocking receiver `futex`-waits on its low 32 bits);
-//! - the **sample table**: the names of the `N` sample segments of the publisher's pool
-//!   (each a recyclable segment with `1 + E` holder slots and a generation word: the
-//!   existing holder protocol of `docs/PROTOCOL.md`, unchanged);
+//! - the **sample table**: per row, the nonce and share key of one of the `N` sample
+//!   segments of the publisher's pool (each a recyclable segment with `1 + E` holder
+//!   slots and a generation word: the existing holder protocol of `docs/PROTOCOL.md`,
+//!   unchanged). The name follows from the namespace, the publisher's token and the
+//!   nonce; a subscriber opens a row's segment the first time a descriptor names it,
+//!   and checks what a handle's attach checks: a name of the namespace, its header
+//!   (uid, pid namespace), the row's share key, the publisher as creator, `1 + E` slots;
 //! - `E` **subscriber entries**, each a state word, a `head` and a `tail` word, and a ring
 //!   of `C` sample descriptors.
 //!
 //! A descriptor names a sample (its index in the sample table, 24 bits) and the
-//! generation it was published in (40 bits): [`queue::Descriptor`].
+//! generation it was published in (40 bits): `queue::Descriptor`.
 //!
 //! # Entry states
 //! - `FREE` (0): nobody; a joiner may take it;
 //! - a subscriber's token: joined; the publisher delivers to it while the token lives;
-//! - `LEFT | token` ([`queue::LEFT`]): the subscriber left; the publisher drains it;
+//! - `LEFT | token` (`queue::LEFT`): the subscriber left; the publisher drains it;
 //! - a dead subscriber's token, or any other word (a hostile writer's): the publisher
 //!   drains it like a left one (P5).
 //!
@@ -34,7 +59,7 @@
 //!
 //! # Holder slots of a sample: one column per entry
 //! Slot 0 of every sample is the pool's own (the publisher's held slot). Slot `1 + e`
-//! ([`queue::subscriber_slot`]) is entry `e`'s, and nobody else's: the publisher puts
+//! (`queue::subscriber_slot`) is entry `e`'s, and nobody else's: the publisher puts
 //! the in-flight reference of a delivery to entry `e` there, the subscriber of entry `e`
 //! takes it over there (its held reference), and releases it from there. A sample is
 //! published once per generation, so within a generation slot `1 + e` carries at most
@@ -53,9 +78,9 @@
 //!   drains the entry's column (below), at its next publish.
 //!
 //! # Steps
-//! - **Join** ([`queue::Join`]): scan the entries, CAS the first `FREE` state word to my
+//! - **Join** (`queue::Join`): scan the entries, CAS the first `FREE` state word to my
 //!   token. None free: `Full` (the entry count is chosen at creation).
-//! - **Publish** ([`queue::Publish`], the publisher, holding sample `k` in generation `g`
+//! - **Publish** (`queue::Publish`, the publisher, holding sample `k` in generation `g`
 //!   after its pool recycled it, so every slot but its own is `FREE`): under the
 //!   backpressure policy, first a check pass: a live entry whose ring is full refuses the
 //!   whole publish (nothing delivered; a ring's room only grows while the publisher does
@@ -72,12 +97,12 @@
 //!   5. store `tail + 1` (the descriptor is now the subscriber's to pop).
 //!
 //!   Then bump the wake word (and, over the real OS, `FUTEX_WAKE` its waiters).
-//! - **Drain** (part of a publish; a publish of no sample, [`queue::Publish::reclaim`],
+//! - **Drain** (part of a publish; a publish of no sample, `queue::Publish::reclaim`,
 //!   runs only these): for every sample, CAS slot `1 + e` `IN_FLIGHT | me → FREE` (a
 //!   held reference there is left alone: a departed subscriber may still hold a sample;
 //!   a dead one's is reclaimed by the recycle); then store `head = tail`; then CAS the
 //!   state word from what was read back to `FREE`.
-//! - **Take** ([`queue::Take`], the subscriber of entry `e`): load `head`, then `tail`;
+//! - **Take** (`queue::Take`, the subscriber of entry `e`): load `head`, then `tail`;
 //!   equal: empty (`tail` more than `C` ahead: the publisher's drop-oldest moved `head`
 //!   on meanwhile; load again, and the same `head` twice is `Corrupt`). Load `ring[head % C]`, CAS `head` one on (lost: to the publisher's
 //!   drop-oldest; start again). The descriptor popped is now this subscriber's alone
@@ -107,7 +132,7 @@
 //! - taken (held by its dead token): at the pool's next recycle of the sample, which
 //!   the publisher's next loan makes (one liveness check per slot);
 //! - queued (in-flight references of the publisher): at the publisher's next publish
-//!   (or [`queue::Publish::reclaim`]), which drains the entry: `N` CASes, then the
+//!   (or `queue::Publish::reclaim`), which drains the entry: `N` CASes, then the
 //!   sample's next recycle as above. A publisher that publishes every few milliseconds
 //!   has them back within one period; no call by anyone else, no manager.
 //! - popped but not yet taken over (killed between its pop and its transfer): the
@@ -143,30 +168,43 @@
 //! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs` and
 //! `tests/shuttle_pubsub.rs` (`docs/VERIFICATION.md` says what each checks).
 //!
-//! # Status, and what the next step must settle
-//! Built: the steps above ([`queue`]) and their checks. Not built yet:
-//! - the service segment: its creation (one per service name, `O_EXCL`; a dead
-//!   publisher's is taken over), its validation (magic, version, sizes against
-//!   `fstat`, the publisher's uid: P4), and its place in the sweeps: `sweep.rs` judges
-//!   every name of a namespace as a holder segment, so the service segment needs a name
-//!   the sweep recognises (and unlinks once its publisher is dead and every entry is
-//!   free or dead), or it would be judged corrupt;
-//! - the sample table: a subscriber opens the publisher's sample segments by name,
-//!   but an attach today needs a handle's share key (`handle.rs`): the table must carry
-//!   what an attach checks (or the service segment, mode 0600, vouch for it);
-//! - the user API: `Publisher::new(service, options)` over a [`ShmPool`](crate::ShmPool)
-//!   whose segments have `1 + E` slots (the pool's recycle is the loan), `loan::<T>(n)`
-//!   → `Loan<T>`, `publish()`, `Subscriber::join(service)`, `recv_timeout()` →
-//!   `Sample<T>` held in the entry's slot;
-//! - the benchmark of the time until a SIGKILLed subscriber's samples are back (issue
-//!   33 item 6; `tests/pubsub_processes.rs` checks it happens, over the queue's words in
-//!   a real mapping, and prints the time).
+//! # Status
+//! Built: the steps above (`queue`) and their checks; the service segment (creation
+//! `O_EXCL`, a dead publisher's taken over by a CAS of its publisher word to a
+//! tombstone, then unlink; validation on join: owner, mode 0600, length against
+//! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
+//! sweep (a user's [`sweep`](crate::sweep()) recognises the name and unlinks the
+//! service once its publisher is dead and no subscriber lives:
+//! [`SweepReport::services`](crate::SweepReport::services)); the sample table; the user
+//! API. `tests/pubsub_api.rs` runs it between processes.
 //!
-//! Built besides the steps: the wake-ups. [`queue::take_within`] reads the wake word,
-//! takes, and if the ring was empty sleeps on the word ([`Os::wait_word`](crate::os::Os::wait_word):
-//! a shared futex on the real kernel) until the publisher's [`queue::publish`], which
+//! The subscriber drives `queue::Take` step by step rather than through
+//! `queue::take_within`: a take's sample table must hold the row its descriptor names,
+//! and the row may be newer than the subscriber's view of the table, so the subscriber
+//! opens it after the pop (the row was written before the descriptor was pushed) and
+//! before the transfer. `recv_timeout` keeps `take_within`'s order (wake word read
+//! before the take). A dropped [`Publisher`] gives back the in-flight references still
+//! queued to anyone (a CAS per slot, racing a take's transfer on the same word: one
+//! wins) after it turned its publisher word into a tombstone; a subscriber's release
+//! then finalizes.
+//!
+//! Left:
+//! - a publisher killed between creating the service's name and publishing its header
+//!   leaves a half-created service, which `Publisher::create` and `Subscriber::join`
+//!   (after waiting 100 ms for a creator still at work) and the sweep refuse as
+//!   [`Error::HalfCreated`](crate::Error::HalfCreated) naming it (its creator cannot be
+//!   judged: the token is not written yet): remove it by hand;
+//! - the manager's targeted sweeps after deaths (of the dead's own segments) do not
+//!   look at service segments (its whole-namespace sweep and a user's sweep do);
+//!   `shmrc ls` does not list them;
+//! - a received sample costs two small allocations (the take's views) and a lock;
+//!   the bench (issue 33 item 6) measures it against iceoryx2.
+//!
+//! Built besides the steps: the wake-ups. `queue::take_within` reads the wake word,
+//! takes, and if the ring was empty sleeps on the word (`Os::wait_word`:
+//! a shared futex on the real kernel) until the publisher's `queue::publish`, which
 //! wakes the word's waiters after a publish that delivered
-//! ([`Os::wake_word`](crate::os::Os::wake_word)). No wake-up is lost: the word is read
+//! (`Os::wake_word`). No wake-up is lost: the word is read
 //! before the take, and bumped after the push.
 
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
@@ -179,11 +217,6 @@ pub mod queue;
 #[cfg(not(feature = "checkers"))]
 #[allow(unreachable_pub, dead_code)]
 pub(crate) mod queue;
-#[cfg(feature = "checkers")]
-pub mod service;
-#[cfg(not(feature = "checkers"))]
-#[allow(unreachable_pub)]
-pub(crate) mod service;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod subscriber;
 
@@ -192,3 +225,16 @@ pub use publisher::{Delivery, Publisher, PublisherOptions, Sent};
 pub use queue::Policy as SlowSubscriber;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use subscriber::{Received, Subscriber};
+
+/// The queue's views of the entries of service segment `service`.
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+fn entries<O: crate::os::Os>(
+    service: &crate::service_segment::Service<O>,
+) -> Vec<queue::Entry<'_>> {
+    (0..service.config.entries)
+        .map(|e| {
+            let w = service.entry_words(e);
+            queue::Entry::new(&w[0], &w[1], &w[2], &w[3..])
+        })
+        .collect()
+}

@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytemuck::Pod;
 
 use super::queue::{self, Descriptor, Policy, Published, Queue, subscriber_slot};
-use super::service::{self, Config, Created, Service};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, in_flight_word};
@@ -20,6 +19,7 @@ use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::pool::{Loan, PoolLimits, PoolStats, ShmPool};
 use crate::segment::Header;
+use crate::service_segment::{self as service, Config, Created, Service};
 use crate::strategy::Strategy;
 
 /// How a service is made: its subscriber entries, ring capacity, sample count, slow
@@ -189,7 +189,7 @@ impl Publisher {
             entries: options.subscribers,
             capacity: options.queue,
             rows: options.samples,
-            policy: options.slow,
+            backpressure: options.slow == Policy::Backpressure,
         };
         config.check()?;
         let buf_options = CreateOptions::new()
@@ -307,9 +307,9 @@ impl Publisher {
                     })
             })
             .collect::<Result<_>>()?;
-        let entries = self.service.entries();
+        let entries = super::entries(&self.service);
         let q = Queue::new(&entries, &holders, self.service.wake());
-        queue::publish(&self.os, &q, sample, self.service.config.policy)
+        queue::publish(&self.os, &q, sample, self.policy())
     }
 
     /// What the sample pool did and keeps (see [`ShmPool::stats`]).
@@ -322,9 +322,13 @@ impl Publisher {
         &self.service.name
     }
 
-    /// The service's shape: subscriber entries, queue capacity, samples, policy.
+    /// The service's slow-subscriber policy.
     pub fn policy(&self) -> Policy {
-        self.service.config.policy
+        if self.service.config.backpressure {
+            Policy::Backpressure
+        } else {
+            Policy::DropOldest
+        }
     }
 }
 
@@ -337,12 +341,12 @@ impl Drop for Publisher {
     /// unlinked by its last holder's release (a [`Received`](super::Received) drop
     /// finalizes once the publisher is gone), or by a sweep if that holder dies.
     fn drop(&mut self) {
-        let _ = service::take_over(&self.os, &self.service);
         let me = self.os.current();
         if me != self.service.publisher {
-            // A forked child's copy: the references are its parent's.
+            // A forked child's copy: the service and its references are its parent's.
             return;
         }
+        let _ = service::take_over(&self.os, &self.service);
         let table = self.lock();
         let mine = in_flight_word(me);
         for (map, slots) in &table.rows {

@@ -25,7 +25,6 @@ use std::time::{Duration, Instant};
 use bytemuck::Pod;
 
 use super::queue::{self, Descriptor, Queue, Take, TakeAt, Taken, subscriber_slot};
-use super::service::{self, Service};
 use crate::buf::view;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, held_word};
@@ -33,6 +32,7 @@ use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Fields, Header};
+use crate::service_segment::{self as service, Service};
 use crate::sync::{AtomicU64, Ordering::SeqCst};
 use crate::token::Token;
 
@@ -84,18 +84,19 @@ impl Subscriber {
 
     /// Joins service `service` of namespace `namespace`: opens and validates its
     /// segment (another user's, a malformed one: an [`Error`] naming the cause), then
-    /// takes a free subscriber entry. Refused: no such service ([`Error::Gone`]), its
+    /// takes a free subscriber entry (a service being created is waited for, 100 ms at
+    /// most). Refused: no such service ([`Error::Gone`]), its
     /// publisher dead ([`Error::Gone`]), every entry taken ([`Error::HoldersFull`];
     /// the publisher frees departed subscribers' entries at its next publish).
     pub fn join_in(namespace: &Namespace, service: &str) -> Result<Subscriber> {
         let os = DefaultOs::default();
         let uid = os.uid();
         let name = service::service_name(namespace, uid, service)?;
-        let service = Arc::new(service::open(&os, &name)?);
+        let service = Arc::new(service::open_published(&os, &name)?);
         if !os.is_alive(service.publisher) {
             return Err(Error::Gone { segment: name });
         }
-        let entries = service.entries();
+        let entries = super::entries(&service);
         let q = Queue::new(&entries, &[], service.wake());
         let Some(entry) = queue::join(&os, &q)? else {
             return Err(Error::HoldersFull {
@@ -206,7 +207,7 @@ impl Subscriber {
     /// opened if it was not, so that the transfer sees the sample's slots.
     fn take(&self) -> Result<(Taken, Option<Arc<SampleSegment>>)> {
         let mut segments = self.lock();
-        let entries = self.service.entries();
+        let entries = super::entries(&self.service);
         let mut take = Take::new(self.entry, self.service.publisher);
         let mut named = None;
         let mut holders = self.holders(&segments);
@@ -307,7 +308,7 @@ impl Subscriber {
 
 impl Drop for Subscriber {
     fn drop(&mut self) {
-        let entries = self.service.entries();
+        let entries = super::entries(&self.service);
         let q = Queue::new(&entries, &[], self.service.wake());
         // A failure (only the simulated kernel's kill) leaves an entry the publisher
         // drains once this process is dead.

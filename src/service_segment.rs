@@ -1,6 +1,8 @@
 //! The service segment of publish/subscribe: its name, layout, creation (one per
 //! service name, `O_EXCL`; a dead publisher's taken over), validation on join (P4) and
-//! its sweep. The queue's words live here; [`super::queue`] owns their steps.
+//! its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
+//! protocol room of its own (below the sweep, which judges service segments), so that
+//! it imports nothing of the user API that `pubsub/` builds on it.
 //!
 //! ```text
 //! word  0  magic "SHMRCSVC"           published last, with Release
@@ -33,14 +35,11 @@
 //! SIGBUS).
 
 use crate::error::{Error, Result};
-use crate::holders::{TOMB_BY, tomb_word};
+use crate::holders::{Slot, TOMB_BY, tomb_word};
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
-use crate::sweep::Action;
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
-
-use super::queue::{Entry, MAX_SAMPLES, Policy};
 
 /// `b"SHMRCSVC"` read as a big-endian word.
 pub const SERVICE_MAGIC: u64 = u64::from_be_bytes(*b"SHMRCSVC");
@@ -55,7 +54,8 @@ pub const ROW_WORDS: usize = 3;
 pub const MAX_ENTRIES: usize = 1024;
 /// The most descriptors a ring may hold.
 pub const MAX_RING: usize = 1 << 16;
-/// The most rows a sample table may have (far below the descriptor's 24 bits).
+/// The most rows a sample table may have (far below a descriptor's 24 bits of sample
+/// index).
 pub const MAX_TABLE: usize = 1 << 16;
 /// The longest service name.
 pub const MAX_SERVICE_NAME: usize = 64;
@@ -84,8 +84,8 @@ pub struct Config {
     pub capacity: usize,
     /// Sample table rows `N`.
     pub rows: usize,
-    /// What a full ring does.
-    pub policy: Policy,
+    /// What a full ring does: backpressure (`true`) or drop-oldest.
+    pub backpressure: bool,
 }
 
 impl Config {
@@ -109,7 +109,7 @@ impl Config {
             format!("{} subscriber entries (1 to {MAX_ENTRIES})", self.entries)
         } else if self.capacity == 0 || self.capacity > MAX_RING {
             format!("a ring of {} samples (1 to {MAX_RING})", self.capacity)
-        } else if self.rows == 0 || self.rows > MAX_TABLE.min(MAX_SAMPLES) {
+        } else if self.rows == 0 || self.rows > MAX_TABLE {
             format!("{} samples (1 to {MAX_TABLE})", self.rows)
         } else {
             return Ok(());
@@ -174,16 +174,10 @@ impl<O: Os> Service<O> {
         &self.words()[W_WAKE]
     }
 
-    /// The views of the `E` entries.
-    pub fn entries(&self) -> Vec<Entry<'_>> {
-        let words = self.words();
-        let (start, stride) = (self.config.entries_start(), self.config.entry_words());
-        (0..self.config.entries)
-            .map(|e| {
-                let w = &words[start + e * stride..start + e * stride + 3 + self.config.capacity];
-                Entry::new(&w[0], &w[1], &w[2], &w[3..])
-            })
-            .collect()
+    /// Entry `entry`'s words: state, head, tail, then the ring's `C`.
+    pub fn entry_words(&self, entry: usize) -> &[AtomicU64] {
+        let at = self.config.entries_start() + entry * self.config.entry_words();
+        &self.words()[at..at + 3 + self.config.capacity]
     }
 
     /// Entry `entry`'s head and tail words (a receiver's look for an empty ring, with
@@ -257,7 +251,7 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
             Err(e) if already_exists(&e) => {}
             Err(e) => return Err(e),
         }
-        let service = match open(os, name) {
+        let service = match open_published(os, name) {
             Ok(service) => service,
             Err(Error::Gone { .. }) => continue,
             Err(e) => return Err(e),
@@ -272,6 +266,27 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
     Err(Error::InvalidArgument(format!(
         "service {name}: its name was taken over and created again by others 8 times in a row"
     )))
+}
+
+/// How long [`create`] waits for a service another creator has made but not published
+/// yet (a creator publishes within microseconds of making the name).
+const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published
+/// (two publishers started at once: the second then finds the first live). Still
+/// unpublished after that, its creator died before publishing it (or is stopped):
+/// [`Error::HalfCreated`] naming it. Its creator cannot be judged (the header that
+/// would name it is not written), so it is left for the user to remove.
+pub fn open_published<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
+    let deadline = std::time::Instant::now() + PUBLISH_WAIT;
+    loop {
+        match open(os, name) {
+            Err(Error::HalfCreated { .. }) if std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            other => return other,
+        }
+    }
 }
 
 fn already_exists(e: &Error) -> bool {
@@ -324,7 +339,7 @@ fn initialize<O: Os>(os: &O, name: &str, file: &O::File, config: Config) -> Resu
         (W_ENTRIES, config.entries as u64),
         (W_CAPACITY, config.capacity as u64),
         (W_ROWS, config.rows as u64),
-        (W_POLICY, policy_word(config.policy)),
+        (W_POLICY, u64::from(config.backpressure)),
         (W_PUBLISHER, me.word()),
         (W_UID, u64::from(os.uid())),
         (W_PIDNS, os.pid_namespace()),
@@ -342,13 +357,6 @@ fn initialize<O: Os>(os: &O, name: &str, file: &O::File, config: Config) -> Resu
         config,
         publisher: me,
     })
-}
-
-fn policy_word(policy: Policy) -> u64 {
-    match policy {
-        Policy::DropOldest => 0,
-        Policy::Backpressure => 1,
-    }
 }
 
 fn corrupted(segment: &str, what: impl Into<String>) -> Error {
@@ -428,16 +436,16 @@ pub fn open<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
         });
     }
     let size = |w: usize| usize::try_from(load(w)).unwrap_or(usize::MAX);
-    let policy = match load(W_POLICY) {
-        0 => Policy::DropOldest,
-        1 => Policy::Backpressure,
+    let backpressure = match load(W_POLICY) {
+        0 => false,
+        1 => true,
         other => return Err(corrupted(name, format!("policy word {other}"))),
     };
     let config = Config {
         entries: size(W_ENTRIES),
         capacity: size(W_CAPACITY),
         rows: size(W_ROWS),
-        policy,
+        backpressure,
     };
     config
         .check()
@@ -482,30 +490,42 @@ pub fn open<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
     })
 }
 
+/// What [`sweep`] did with a service segment.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum Swept {
+    /// Its publisher lives, or a subscriber does: left alone.
+    Kept,
+    /// Its publisher died and no subscriber lives: unlinked (dry run: would be).
+    Unlinked,
+    /// Gone meanwhile (a take-over or another sweep got there first).
+    Vanished,
+}
+
 /// The sweep of service segment `name`: unlinked once its publisher is dead and every
-/// entry is free, left, or a dead subscriber's; kept while either lives; skipped (the
-/// error says why) when it cannot be trusted. `dry_run` changes nothing.
-pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Action {
+/// entry is free, left, or a dead subscriber's (a joined entry's state word is its
+/// subscriber's held word: `pubsub/queue.rs`'s join); kept while either lives; an
+/// error (it cannot be trusted: the error says why) leaves it alone. `dry_run`
+/// changes nothing.
+pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
     let service = match open::<O>(os, name) {
         Ok(service) => service,
-        // A take-over or another sweep got there first.
-        Err(Error::Gone { .. }) => return Action::Vanished,
-        Err(e) => return Action::Skipped(e),
+        Err(Error::Gone { .. }) => return Ok(Swept::Vanished),
+        Err(e) => return Err(e),
     };
     let live_subscriber = (0..service.config.entries).any(|e| {
         // SeqCst: one order over state words.
         let word = service.state(e).load(Ordering::SeqCst);
-        matches!(super::queue::EntryState::decode(word), super::queue::EntryState::Joined(t) if os.is_alive(t))
+        matches!(Slot::decode(word), Slot::Held(t) if os.is_alive(t))
     });
     if os.is_alive(service.publisher) || live_subscriber {
-        return Action::Kept;
+        return Ok(Swept::Kept);
     }
     if dry_run {
-        return Action::Unlinked;
+        return Ok(Swept::Unlinked);
     }
-    match take_over(os, &service) {
-        Ok(true) => Action::Unlinked,
-        Ok(false) => Action::Vanished,
-        Err(e) => Action::Skipped(e),
-    }
+    Ok(if take_over(os, &service)? {
+        Swept::Unlinked
+    } else {
+        Swept::Vanished
+    })
 }
