@@ -2,9 +2,10 @@
 //! a `[u8]` slice service from the publisher to the subscribers and a `u64`
 //! acknowledgement service back, each with an event service that wakes the blocking
 //! side (`Notifier::notify`, `Listener::timed_wait`); a polling side spins on
-//! `receive` (yielding the CPU between tries, see [`spin`]) and nobody notifies. Recovery: a subscriber that holds samples is
-//! SIGKILLed, and the publisher counts what it can loan (after `update_connections`,
-//! what each `send` does first), without and with `Node::try_cleanup_dead_nodes`.
+//! `receive` (yielding the CPU between tries, see [`spin`]) and nobody notifies.
+//! Recovery: a subscriber that holds samples is SIGKILLed, and the publisher counts
+//! what it can loan (after `update_connections`, what each `send` does first), without
+//! and with `Node::try_cleanup_dead_nodes`.
 //!
 //! # Safety
 //! One `unsafe` block: `SampleMutUninit::assume_init` after writing only the stamp
