@@ -288,11 +288,6 @@ impl PubSub {
         Some(sample.generation)
     }
 
-    /// Whether sample `s` would be recycled now (nothing but dead references in it).
-    pub fn recyclable(&self, s: usize) -> bool {
-        self.clone().recycle(s).is_some()
-    }
-
     /// A publish of `sample` (its loan recycled it), or with `None` a reclaim pass.
     pub fn publish(&mut self, sample: Option<Desc>) -> Published {
         let mut done = Published::default();
