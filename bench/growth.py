@@ -72,6 +72,13 @@ def measure(bench, quick):
     return doc
 
 
+def size_name(n):
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} B"
+
+
 def series(doc, workload, axis, contender):
     """(x, microseconds) of one contender's rows along `axis` ("size", "holders",
     "segments"), sorted by x."""
@@ -115,6 +122,9 @@ def plot(doc, path):
             if base:
                 ax.plot(*zip(*base), "--", color=colour, label=f"{floor} (floor)", alpha=0.8)
         ax.set_xscale("log", base=2 if axis != "segments" else 10)
+        if axis == "size":
+            xs = sorted({x for ours, floor in pairs for x, _ in series(doc, workload, axis, ours)})
+            ax.set_xticks(xs, [size_name(x) for x in xs])
         ax.set_yscale("log")
         ax.set_xlabel(xlabel)
         ax.set_ylabel(f"microseconds{per}")
@@ -123,7 +133,7 @@ def plot(doc, path):
         ax.legend(fontsize=6)
 
     for ax, (workload, floors, title) in zip(flat, size_panels):
-        draw(ax, workload, "size", list(floors.items()), "buffer size (bytes)", title, " per buffer")
+        draw(ax, workload, "size", list(floors.items()), "buffer size", title, " per buffer")
     draw(
         flat[4],
         "attach/release",
@@ -140,7 +150,7 @@ def plot(doc, path):
         "segments",
         [("shmrc create+release (file_system)", "floor shm_open+fallocate+unlink")],
         "live segments in the namespace",
-        "against the segments in the namespace: create + release of one more (µs), sweep of all (ms)",
+        "live segments in the namespace: create + release of one more (left), sweep of all (right)",
         " (create + release)",
     )
     sweep_ax = ax.twinx()

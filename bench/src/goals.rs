@@ -131,17 +131,20 @@ fn show_nanos(nanos: f64) -> String {
 const KIB4: usize = 4 << 10;
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 
-const FRESH_FIXED: &str = "the fixed cost of a fresh buffer over the floor's calls (the \
-    segment header and its validation by the consumer, the holder slot, the liveness check \
-    at release) is large next to writing and checking 4 KiB; see docs/PERFORMANCE.md, \
-    'Where the time goes'";
+const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,224 bytes with its header \
+    (file_descriptor; 4,736 with file_system's 64 holder slots): two pages where the floor \
+    has one (the second page's allocation, zeroing, fault and \
+    teardown were ~60% of the gap in a profile of create + fill + drop, 2026-11-27), the \
+    rest the header, the holder slot and a few system calls (getrandom twice, the size \
+    seal, geteuid); see docs/PERFORMANCE.md, 'Goals'";
 const POOL_FIXED: &str = "the pool's recycle step, the handle and the consumer's header \
     check and slot claim over the bare floor's open + mmap + munmap, on every buffer (the \
     consumer maps each recycled segment again: issue 34 item 1, cached mappings)";
 const ATTACH: &str = "the header validation, holder-slot claim and release (with the \
     liveness check of the other holders) over the floor's mmap + munmap";
-const CHANNEL: &str = "the channel's postcard encoding, its in-flight ledger and one more \
-    allocation per message over the raw transport";
+const CHANNEL: &str = "the channel's receiver reads a non-blocking socket: a dry \
+    recvmsg and a poll before each message's two reads, where the raw transport blocks in \
+    one recvmsg; plus the postcard encoding and the in-flight ledger";
 const SWEEP: &str = "the sweep opens, maps and checks each segment's holder slots before \
     unlinking it, where the floor only lists and unlinks (issue 34 item 2)";
 const FINALIZE: &str = "the last release scans every holder slot of the segment's capacity \
