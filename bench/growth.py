@@ -58,6 +58,9 @@ def git(*args):
 
 def measure(bench, quick):
     load_before = os.getloadavg()
+    # The tree the run starts from (the binary is whatever was built last).
+    commit = git("rev-parse", "--short", "HEAD")
+    dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
     args = [bench, "--growth", "--json"] + (["--quick"] if quick else [])
     print("running", " ".join(args), flush=True)
     out = subprocess.run(args, capture_output=True, text=True)
@@ -65,8 +68,8 @@ def measure(bench, quick):
         sys.exit(f"{bench} failed ({out.returncode}):\n{out.stdout[-2000:]}\n{out.stderr[-2000:]}")
     doc = json.loads(out.stdout)
     doc["date"] = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    doc["commit"] = git("rev-parse", "--short", "HEAD")
-    doc["dirty"] = bool(git("status", "--porcelain", "--untracked-files=no"))
+    doc["commit"] = commit
+    doc["dirty"] = dirty
     doc["load_average_before"] = load_before[0]
     doc["load_average_after"] = os.getloadavg()[0]
     return doc
