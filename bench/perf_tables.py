@@ -4,11 +4,15 @@ wrote (`shmrc bench --json` and the Python peers, same run) and the criterion es
 `cargo bench -p shmrc-bench -- --quick` left just before (the Rust crates).
 
     python3 bench/perf_tables.py docs/perf.json [--criterion target/criterion]
+    python3 bench/perf_tables.py --goals BENCH.json
 
 Prints Markdown: one table of microseconds per buffer for each buffer workload
 (ping-pong, stream, fill) with every contender side by side, the attach/release and
 the other `shmrc bench` rows, and the issue-11 targets as ratios of the same run. A
-contender a run did not measure shows as a dash."""
+contender a run did not measure shows as a dash. With `--goals`, from a
+`shmrc bench --json` document alone (or peers.py's, which holds one): the goal table,
+each goal's ratio in that run, met / missed / not measured, and the reason of each miss,
+as the harness judged them (bench/src/goals.rs)."""
 
 import argparse
 import glob
@@ -158,11 +162,32 @@ def other_rows(doc):
     return "\n".join(lines)
 
 
+def goals_table(doc):
+    """The goals `shmrc bench` judged in the run of `doc` (its own document, or
+    peers.py's holding one under "shmrc_bench")."""
+    goals = doc.get("shmrc_bench", doc).get("goals")
+    if not goals:
+        raise SystemExit("no goals in this document (a `shmrc bench --json` of 2026-11-27 or later has them)")
+    lines = ["| issue | goal | limit | this run | verdict | reason |", "|---|---|---|---|---|---|"]
+    for g in goals:
+        size = f" {SIZE_NAMES.get(g['size'], g['size'])}" if g["size"] else ""
+        what = f"{g['workload']}{size}: {g['contender']} ÷ {g['baseline']}"
+        verdict = {"met": "met", "missed": "**missed**"}.get(g["verdict"], g["verdict"])
+        reason = g["reason"].replace("|", "\\|")
+        lines.append(f"| {g['issue']} | {what} | ≤ {g['limit']}× | {fmt(g['ratio'])} | {verdict} | {reason} |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("perf_json")
     p.add_argument("--criterion", default="target/criterion")
+    p.add_argument("--goals", action="store_true", help="print only the goal table of the document's run")
     a = p.parse_args()
+    if a.goals:
+        with open(a.perf_json) as f:
+            print(goals_table(json.load(f)))
+        return
     doc, ns = load(a.perf_json, a.criterion)
     for workload in ["ping-pong", "stream", "fill", "attach/release"]:
         print(f"#### {workload} (µs per buffer)\n")

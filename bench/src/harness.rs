@@ -17,12 +17,13 @@ use shmrc::checkers::segment::{HEADER_BYTES, Layout};
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
 use crate::floor::{self, FloorMap};
+use crate::goals::{self, Goal, Verdict};
 use crate::kill_latency;
 use crate::payload::Payload;
 use crate::planted;
 use crate::workloads::{
     Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
-    ShmrcChannel, attach_release, ping_pong, stream, window_for,
+    ShmrcChannel, attach_release, attach_release_batched, ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -34,6 +35,9 @@ pub struct BenchOptions {
     pub json: bool,
     /// Run only this workload (one of [`WORKLOADS`]).
     pub only: Option<String>,
+    /// Run the growth sweep instead ([`growth`]): each workload against size, holder
+    /// count and segments per namespace, with its floor.
+    pub growth: bool,
 }
 
 /// How long to measure.
@@ -56,7 +60,16 @@ struct Row {
     unit: Unit,
     /// Cost over the baseline's cost, and the baseline's name.
     ratios: Vec<(String, f64)>,
+    /// The growth sweep's axis other than size, and the row's value on it
+    /// ([`HOLDERS`], [`SEGMENTS`]).
+    axis: Option<(&'static str, usize)>,
 }
+
+/// The growth sweep's holders axis: handles to one buffer in flight while the peer
+/// attaches and releases each.
+pub const HOLDERS: &str = "holders";
+/// The growth sweep's segments axis: live segments in the namespace.
+pub const SEGMENTS: &str = "segments";
 
 #[derive(Copy, Clone)]
 enum Unit {
@@ -142,6 +155,7 @@ fn rows(
                 .iter()
                 .map(|b| (names[*b].clone(), n / nanos[*b]))
                 .collect(),
+            axis: None,
         })
         .collect()
 }
@@ -223,6 +237,7 @@ fn buffer_workload(
     strategy: Strategy,
     ns: &Namespace,
     effort: Effort,
+    sizes: &[usize],
 ) -> Result<Vec<Row>> {
     let prefix = format!("{}-floor", ns.prefix());
     let shmrc = Shmrc::new(strategy, ns.clone());
@@ -251,7 +266,7 @@ fn buffer_workload(
         .map(|n| peer(n, workload.mode()))
         .collect::<Result<Vec<_>>>()?;
     let mut out = Vec::new();
-    for len in SIZES {
+    for &len in sizes {
         let shmrc = Shmrc::new(strategy, ns.clone());
         let mut measures: Vec<Measure<'_>> = match strategy {
             Strategy::FileDescriptor => vec![
@@ -420,19 +435,37 @@ fn finalize(ns: &Namespace, effort: Effort) -> Result<Vec<Row>> {
     Ok(out)
 }
 
-/// A sweep of `count` segments whose only holder was SIGKILLed, against listing
+/// The most segments one holder process maps (each a mapping: a process has at most
+/// `vm.max_map_count`, 65,530 by default); more are spread over several holders.
+const SEGMENTS_PER_HOLDER: usize = 25_000;
+
+/// A sweep of `count` segments whose holders were SIGKILLed, against listing
 /// `/dev/shm` and unlinking as many floor objects, and against the least a sweep that
 /// maps can do per name ([`floor::map_claim_unlink_named`]). Each of `rounds` rounds
 /// measures the three once, in turn (a sweep is one operation over everything there);
-/// the median round counts.
-fn sweep(ns_prefix: &str, counts: &[usize], rounds: usize) -> Result<Vec<Row>> {
+/// the median round counts. With `create` (the rows on the [`SEGMENTS`] axis), the
+/// first round also measures, while the `count` segments live, creating and releasing
+/// one more 4 KiB file_system buffer in that namespace, against creating (reserved) and
+/// unlinking a floor object among `count` floor names.
+fn sweep(
+    ns_prefix: &str,
+    counts: &[usize],
+    rounds: usize,
+    create: Option<Effort>,
+) -> Result<Vec<Row>> {
     let mut out = Vec::new();
     for &count in counts {
         let mut samples = [Vec::new(), Vec::new(), Vec::new()];
         for round in 0..rounds.max(1) {
             let prefix = format!("{ns_prefix}-sweep{count}r{round}");
+            let create = match create {
+                Some(effort) if round == 0 => {
+                    Some((effort, format!("{ns_prefix}-sweepfloor{count}")))
+                }
+                _ => None,
+            };
             let took = [
-                sweep_killed_holders(&prefix, count)?,
+                sweep_killed_holders(&prefix, count, create, &mut out)?,
                 sweep_floor(&format!("{prefix}floor"), count, false)?,
                 sweep_floor(&format!("{prefix}mapped"), count, true)?,
             ];
@@ -446,26 +479,64 @@ fn sweep(ns_prefix: &str, counts: &[usize], rounds: usize) -> Result<Vec<Row>> {
             format!("floor list+open+map+CAS+unlink, {count} names"),
         ];
         let nanos = samples.map(median);
-        out.extend(rows("sweep", None, Unit::Millis, &names, &nanos, &[1, 2]));
+        let mut rows = rows("sweep", None, Unit::Millis, &names, &nanos, &[1, 2]);
+        if create.is_some() {
+            for row in &mut rows {
+                row.axis = Some((SEGMENTS, count));
+            }
+        }
+        out.extend(rows);
     }
     Ok(out)
 }
 
-/// One `shmrc::sweep` of a namespace `ns_prefix` where a SIGKILLed peer held `count`
-/// segments: how long it took.
-fn sweep_killed_holders(ns_prefix: &str, count: usize) -> Result<Duration> {
+/// One `shmrc::sweep` of a namespace `ns_prefix` where SIGKILLed peers held `count`
+/// segments (at most [`SEGMENTS_PER_HOLDER`] each): how long it took. With `create`
+/// (an effort and a floor prefix), first, while the segments live, the create/release
+/// rows among them ([`create_release_among`]) go to `out`.
+fn sweep_killed_holders(
+    ns_prefix: &str,
+    count: usize,
+    create: Option<(Effort, String)>,
+    out: &mut Vec<Row>,
+) -> Result<Duration> {
     let ns = Namespace::new(ns_prefix)?;
     let exe = std::env::current_exe().map_err(|e| Error::os("current_exe", e))?;
-    let mut command = Command::new(exe);
-    command
-        .arg("bench-peer")
-        .env(PEER_NAMESPACE, ns.prefix())
-        .env(PEER_COUNT, count.to_string());
-    let mut holder = Peer::start(command, "shmrc file_system", Mode::Hold)?;
-    let mut ack = [0u8];
-    std::io::Read::read_exact(&mut &holder.stream, &mut ack).map_err(|e| Error::os("read", e))?;
-    holder.child.kill().map_err(|e| Error::os("kill", e))?;
-    holder.child.wait().map_err(|e| Error::os("waitpid", e))?;
+    let mut holders = Vec::new();
+    let mut left = count;
+    while left > 0 {
+        let share = left.min(SEGMENTS_PER_HOLDER);
+        let mut command = Command::new(&exe);
+        command
+            .arg("bench-peer")
+            .env(PEER_NAMESPACE, ns.prefix())
+            .env(PEER_COUNT, share.to_string());
+        holders.push(Peer::start(command, "shmrc file_system", Mode::Hold)?);
+        left -= share;
+    }
+    for holder in &holders {
+        let mut ack = [0u8];
+        std::io::Read::read_exact(&mut &holder.stream, &mut ack)
+            .map_err(|e| Error::os("read", e))?;
+    }
+    if let Some((effort, floor_prefix)) = create {
+        for i in 0..count {
+            drop(floor::create_named(
+                &format!("{floor_prefix}-{i}"),
+                4096,
+                true,
+            )?);
+        }
+        let measured = create_release_among(&ns, &floor_prefix, count, effort);
+        for name in DefaultOs::default().shm_list(&floor_prefix)? {
+            floor::unlink_named(&name)?;
+        }
+        out.extend(measured?);
+    }
+    for holder in &mut holders {
+        holder.child.kill().map_err(|e| Error::os("kill", e))?;
+        holder.child.wait().map_err(|e| Error::os("waitpid", e))?;
+    }
     let start = Instant::now();
     let report = shmrc::sweep(&ns)?;
     let swept = start.elapsed();
@@ -497,6 +568,55 @@ fn sweep_floor(prefix: &str, count: usize, mapped: bool) -> Result<Duration> {
         }
     }
     Ok(start.elapsed())
+}
+
+/// Creating and releasing a 4 KiB file_system buffer in `ns`, which holds `count` live
+/// segments, against creating (reserved) and unlinking a floor object beside `count`
+/// floor names under `floor_prefix`.
+fn create_release_among(
+    ns: &Namespace,
+    floor_prefix: &str,
+    count: usize,
+    effort: Effort,
+) -> Result<Vec<Row>> {
+    let options = CreateOptions::new()
+        .strategy(Strategy::FileSystem)
+        .namespace(ns.clone());
+    let extra = format!("{floor_prefix}-extra");
+    let mut measures: Vec<Measure<'_>> = vec![
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                ShmBuf::with_options(4096, &options)?.release()?;
+            }
+            Ok(start.elapsed())
+        }),
+        Box::new(|n| {
+            let start = Instant::now();
+            for _ in 0..n {
+                drop(floor::create_named(&extra, 4096, true)?);
+                floor::unlink_named(&extra)?;
+            }
+            Ok(start.elapsed())
+        }),
+    ];
+    let nanos = interleaved(effort, &mut measures)?;
+    let names = [
+        "shmrc create+release (file_system)".to_owned(),
+        "floor shm_open+fallocate+unlink".to_owned(),
+    ];
+    let mut rows = rows(
+        "create/release",
+        Some(4096),
+        Unit::Micros,
+        &names,
+        &nanos,
+        &[1],
+    );
+    for row in &mut rows {
+        row.axis = Some((SEGMENTS, count));
+    }
+    Ok(rows)
 }
 
 /// Creating a buffer of `len` bytes (the storage is reserved: every page is zeroed by
@@ -566,17 +686,173 @@ pub fn run(args: &BenchOptions) -> Result<()> {
     let pid = std::process::id();
     let ns = Namespace::new(format!("shmrc-bench-{pid}"))?;
     let started = Instant::now();
-    let result = run_all(&ns, effort, args.quick, args.only.as_deref());
+    let result = if args.growth {
+        if args.only.is_some() {
+            return Err(Error::InvalidArgument(
+                "--growth runs its own sweep of every workload: it takes no --only".into(),
+            ));
+        }
+        growth(&ns, effort, args.quick)
+    } else {
+        run_all(&ns, effort, args.quick, args.only.as_deref())
+    };
     let leftovers = cleanup(&ns);
     let rows = result?;
     leftovers?;
+    // The goals are judged on a regular run's rows; the growth sweep has none of its own.
+    let verdicts = if args.growth {
+        Vec::new()
+    } else {
+        judge_goals(&rows, args.only.as_deref())
+    };
     if args.json {
-        print_json(&rows, args.quick, started.elapsed())?;
+        print_json(&rows, &verdicts, args.quick, started.elapsed())?;
     } else {
         print_tables(&rows);
+        print_goals(&verdicts);
         println!("measured in {:.1} s", started.elapsed().as_secs_f64());
     }
     Ok(())
+}
+
+/// The growth sweep's sizes: 4 KiB to 64 MiB.
+pub const GROWTH_SIZES: [usize; 5] = [4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20];
+/// The growth sweep's holder counts.
+pub const GROWTH_HOLDERS: [usize; 7] = [1, 2, 4, 8, 16, 32, 64];
+/// The growth sweep's segments per namespace (`--quick` stops at 10,000).
+pub const GROWTH_SEGMENTS: [usize; 4] = [100, 1_000, 10_000, 100_000];
+
+/// The growth sweep (`--growth`): the buffer workloads at every size of
+/// [`GROWTH_SIZES`]; attach + release of a 4 KiB buffer against the holders in flight
+/// ([`GROWTH_HOLDERS`]); creating and releasing a buffer and the sweep against the
+/// live segments in the namespace ([`GROWTH_SEGMENTS`]): each with its floor, in one
+/// run.
+fn growth(ns: &Namespace, effort: Effort, quick: bool) -> Result<Vec<Row>> {
+    let mut rows = Vec::new();
+    for workload in [
+        BufferWorkload::PingPong,
+        BufferWorkload::Stream,
+        BufferWorkload::Fill,
+        BufferWorkload::AttachRelease,
+    ] {
+        for strategy in Strategy::ALL {
+            rows.extend(buffer_workload(
+                workload,
+                strategy,
+                ns,
+                effort,
+                &GROWTH_SIZES,
+            )?);
+        }
+    }
+    for strategy in Strategy::ALL {
+        rows.extend(attach_release_by_holders(strategy, ns, effort)?);
+    }
+    let segments: &[usize] = if quick {
+        &GROWTH_SEGMENTS[..3]
+    } else {
+        &GROWTH_SEGMENTS
+    };
+    rows.extend(sweep(ns.prefix(), segments, 1, Some(effort))?);
+    Ok(rows)
+}
+
+/// Attach + release of a 4 KiB buffer by the peer with each count of
+/// [`GROWTH_HOLDERS`] handles to it in one message (all of them holders while the peer
+/// works through them), shmrc against the floor of `strategy` (file_system buffers
+/// with room for every holder: a capacity of 128 slots).
+fn attach_release_by_holders(
+    strategy: Strategy,
+    ns: &Namespace,
+    effort: Effort,
+) -> Result<Vec<Row>> {
+    const LEN: usize = 4096;
+    let options = CreateOptions::new().namespace(ns.clone()).capacity(128);
+    let floor_name = match strategy {
+        Strategy::FileDescriptor => FloorFd { reserve: false }.name(),
+        Strategy::FileSystem => FloorNamed::new(String::new(), false).name(),
+    };
+    let shmrc = Shmrc::with_options(strategy, options.clone());
+    let names = [shmrc.name(), floor_name];
+    let peers = [
+        peer(&names[0], Mode::Attach)?,
+        peer(&names[1], Mode::Attach)?,
+    ];
+    let prefix = format!("{}-holders", ns.prefix());
+    let (to_shmrc, to_floor) = (&peers[0].stream, &peers[1].stream);
+    let mut out = Vec::new();
+    for holders in GROWTH_HOLDERS {
+        let mut shmrc = Shmrc::with_options(strategy, options.clone());
+        let (mut fd, mut named) = (
+            FloorFd { reserve: false },
+            FloorNamed::new(prefix.clone(), false),
+        );
+        let floor: Measure<'_> = match strategy {
+            Strategy::FileDescriptor => {
+                Box::new(move |n| attach_release_batched(&mut fd, to_floor, LEN, n, holders))
+            }
+            Strategy::FileSystem => {
+                Box::new(move |n| attach_release_batched(&mut named, to_floor, LEN, n, holders))
+            }
+        };
+        let mut measures: Vec<Measure<'_>> = vec![
+            Box::new(move |n| attach_release_batched(&mut shmrc, to_shmrc, LEN, n, holders)),
+            floor,
+        ];
+        let nanos = interleaved(effort, &mut measures)?;
+        let mut rows = rows(
+            "attach/release",
+            Some(LEN),
+            Unit::Micros,
+            &names,
+            &nanos,
+            &[1],
+        );
+        for row in &mut rows {
+            row.axis = Some((HOLDERS, holders));
+        }
+        out.extend(rows);
+    }
+    Ok(out)
+}
+
+/// Each goal of [`goals::all`] judged on `rows` (those of the workload `only` names,
+/// when it names one).
+fn judge_goals(rows: &[Row], only: Option<&str>) -> Vec<(Goal, Verdict)> {
+    let measured = |workload: &str, size: Option<usize>, contender: &str, baseline: &str| {
+        let row = rows.iter().find(|r| {
+            r.axis.is_none() && r.workload == workload && r.size == size && r.contender == contender
+        })?;
+        let ratio = row.ratios.iter().find(|(b, _)| b == baseline)?.1;
+        Some((row.nanos, row.nanos / ratio))
+    };
+    goals::all()
+        .into_iter()
+        .filter(|g| only.is_none_or(|o| o == g.workload))
+        .map(|g| {
+            let verdict = g.judge(measured);
+            (g, verdict)
+        })
+        .collect()
+}
+
+fn print_goals(verdicts: &[(Goal, Verdict)]) {
+    if verdicts.is_empty() {
+        return;
+    }
+    let mut table = comfy_table::Table::new();
+    table.load_preset(comfy_table::presets::NOTHING);
+    table.set_header(["ISSUE", "GOAL", "RATIO", "VERDICT", "REASON"]);
+    for (goal, verdict) in verdicts {
+        table.add_row([
+            goal.issue.to_string(),
+            goal.describe(),
+            verdict.ratio().map_or("-".into(), |r| format!("{r:.2}x")),
+            verdict.word().to_owned(),
+            verdict.reason().to_owned(),
+        ]);
+    }
+    println!("\nGoals (ratio to a baseline of this run):\n{table}");
 }
 
 /// The workloads `--only` may name.
@@ -611,7 +887,7 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
     ] {
         if wanted(workload.name()) {
             for strategy in Strategy::ALL {
-                rows.extend(buffer_workload(workload, strategy, ns, effort)?);
+                rows.extend(buffer_workload(workload, strategy, ns, effort, &SIZES)?);
             }
         }
     }
@@ -631,6 +907,7 @@ fn run_all(ns: &Namespace, effort: Effort, quick: bool, only: Option<&str>) -> R
             ns.prefix(),
             &[100, 10_000],
             if quick { 1 } else { 5 },
+            None,
         )?);
     }
     if wanted("creation") {
@@ -675,6 +952,7 @@ fn planted_names(ns: &Namespace, first_rounds: usize, death_rounds: usize) -> Re
             nanos: nothing.as_nanos() as f64,
             unit: Unit::Millis,
             ratios: Vec::new(),
+            axis: None,
         });
         rows.push(Row {
             workload: "planted-names",
@@ -686,6 +964,7 @@ fn planted_names(ns: &Namespace, first_rounds: usize, death_rounds: usize) -> Re
                 baseline,
                 planted.as_nanos() as f64 / nothing.as_nanos() as f64,
             )],
+            axis: None,
         });
     };
     let first = planted::first_create(ns, victim, first_rounds)?;
@@ -727,6 +1006,7 @@ fn sigkill_to_unlink(ns: &Namespace, rounds: usize, others: &[usize]) -> Result<
                 nanos: base,
                 unit: Unit::Millis,
                 ratios: Vec::new(),
+                axis: None,
             });
             rows.push(Row {
                 workload: "sigkill-to-unlink",
@@ -735,6 +1015,7 @@ fn sigkill_to_unlink(ns: &Namespace, rounds: usize, others: &[usize]) -> Result<
                 nanos: unlink,
                 unit: Unit::Millis,
                 ratios: vec![(baseline, unlink / base)],
+                axis: None,
             });
         }
     }
@@ -793,7 +1074,10 @@ fn print_tables(rows: &[Row]) {
             .collect();
         table.add_row([
             row.workload.to_owned(),
-            size_name(row.size),
+            match row.axis {
+                Some((name, value)) => format!("{} {value} {name}", size_name(row.size)),
+                None => size_name(row.size),
+            },
             row.contender.clone(),
             format!("{:.2}", row.unit.show(row.nanos, row.size)),
             row.unit.name().to_owned(),
@@ -813,6 +1097,30 @@ struct Document<'a> {
     quick: bool,
     seconds: f64,
     results: Vec<JsonRow<'a>>,
+    /// Every goal with its verdict (empty in the growth sweep).
+    goals: Vec<JsonGoal<'a>>,
+}
+
+/// One goal and what this run made of it.
+#[derive(Serialize)]
+struct JsonGoal<'a> {
+    issue: u32,
+    goal: String,
+    workload: &'a str,
+    size: Option<usize>,
+    contender: &'a str,
+    baseline: &'a str,
+    limit: f64,
+    ratio: Option<f64>,
+    verdict: &'a str,
+    reason: &'a str,
+}
+
+/// The growth sweep's axis of a row, other than size.
+#[derive(Serialize)]
+struct JsonAxis {
+    name: &'static str,
+    value: usize,
 }
 
 /// One result in the `--json` document.
@@ -825,6 +1133,8 @@ struct JsonRow<'a> {
     value: f64,
     unit: &'a str,
     ratios: Vec<JsonRatio<'a>>,
+    /// The growth sweep's holders or segments axis, `null` elsewhere.
+    axis: Option<JsonAxis>,
 }
 
 /// A cost over a baseline's cost.
@@ -834,7 +1144,12 @@ struct JsonRatio<'a> {
     ratio: f64,
 }
 
-fn print_json(rows: &[Row], quick: bool, took: Duration) -> Result<()> {
+fn print_json(
+    rows: &[Row],
+    verdicts: &[(Goal, Verdict)],
+    quick: bool,
+    took: Duration,
+) -> Result<()> {
     let document = Document {
         quick,
         seconds: took.as_secs_f64(),
@@ -855,10 +1170,96 @@ fn print_json(rows: &[Row], quick: bool, took: Duration) -> Result<()> {
                         ratio: *ratio,
                     })
                     .collect(),
+                axis: row.axis.map(|(name, value)| JsonAxis { name, value }),
+            })
+            .collect(),
+        goals: verdicts
+            .iter()
+            .map(|(goal, verdict)| JsonGoal {
+                issue: goal.issue,
+                goal: goal.describe(),
+                workload: goal.workload,
+                size: goal.size,
+                contender: &goal.contender,
+                baseline: &goal.baseline,
+                limit: goal.limit,
+                ratio: verdict.ratio(),
+                verdict: verdict.word(),
+                reason: verdict.reason(),
             })
             .collect(),
     };
     let text = serde_json::to_string_pretty(&document)
         .map_err(|e| Error::InvalidArgument(format!("the bench's JSON document: {e}")))?;
     writeln!(std::io::stdout().lock(), "{text}").map_err(|e| Error::os("write stdout", e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn growth_with_only_is_refused_and_an_unknown_workload_is_named() {
+        let growth = BenchOptions {
+            growth: true,
+            only: Some("fill".into()),
+            ..BenchOptions::default()
+        };
+        let err = run(&growth).unwrap_err();
+        assert!(err.to_string().contains("takes no --only"), "{err}");
+        let unknown = BenchOptions {
+            only: Some("nothing".into()),
+            ..BenchOptions::default()
+        };
+        let err = run(&unknown).unwrap_err();
+        assert!(err.to_string().contains("\"nothing\""), "{err}");
+    }
+
+    #[test]
+    fn goals_are_judged_on_the_rows_of_this_run_and_only_those_of_the_workload_run() {
+        let names = [
+            "shmrc file_system".to_owned(),
+            "floor shm_open+fallocate".to_owned(),
+        ];
+        let mut fill = rows(
+            "fill",
+            Some(4096),
+            Unit::PerSecond,
+            &names,
+            &[30.0, 20.0],
+            &[1],
+        );
+        // A growth row of the same workload and size must not be taken for the goal's.
+        let mut growth = rows(
+            "fill",
+            Some(4096),
+            Unit::PerSecond,
+            &names,
+            &[1.0, 100.0],
+            &[1],
+        );
+        for row in &mut growth {
+            row.axis = Some((HOLDERS, 2));
+        }
+        growth.append(&mut fill);
+        let verdicts = judge_goals(&growth, Some("fill"));
+        assert!(verdicts.iter().all(|(g, _)| g.workload == "fill"));
+        let (_, verdict) = verdicts
+            .iter()
+            .find(|(g, _)| g.contender == "shmrc file_system" && g.size == Some(4096))
+            .expect("the fill 4 KiB goal of file_system");
+        assert_eq!(verdict.word(), "missed");
+        assert!((verdict.ratio().unwrap() - 1.5).abs() < 1e-9);
+        assert!(
+            verdict.reason().starts_with("1.50x > 1.2x"),
+            "{}",
+            verdict.reason()
+        );
+        // Its file_descriptor twin had no rows in this run.
+        let (_, absent) = verdicts
+            .iter()
+            .find(|(g, _)| g.contender == "shmrc file_descriptor" && g.size == Some(4096))
+            .expect("the fill 4 KiB goal of file_descriptor");
+        assert_eq!(absent.word(), "not measured");
+    }
 }

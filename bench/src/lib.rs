@@ -3,11 +3,13 @@
 //! [`harness`] behind `shmrc bench`, the SIGKILL-to-unlink measurement
 //! ([`kill_latency`]), what names another user plants in `/dev/shm` cost a victim
 //! ([`planted`]), what the workloads write and check in each buffer
-//! ([`payload`]: one byte, or every byte). `peers.py` beside this package adds
+//! ([`payload`]: one byte, or every byte), the performance goals every run judges
+//! ([`goals`]). `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 pub mod floor;
+pub mod goals;
 pub mod harness;
 pub mod kill_latency;
 pub mod payload;

@@ -29,6 +29,12 @@ struct Cli {
     /// planted-names).
     #[arg(long)]
     only: Option<String>,
+    /// Instead of the workloads: how each cost grows with size (4 KiB to 64 MiB), with
+    /// the holders of a buffer (1 to 64) and with the segments in a namespace (100 to
+    /// 100,000; 10,000 with --quick), each with its floor (bench/growth.py plots the
+    /// --json document).
+    #[arg(long)]
+    growth: bool,
 }
 
 /// The processes the harness starts; not meant to be run by hand.
@@ -56,6 +62,7 @@ fn main() -> std::process::ExitCode {
             quick: cli.quick,
             json: cli.json,
             only: cli.only,
+            growth: cli.growth,
         }),
         Some(Peer::BenchVictim) => kill_latency::serve_victim(),
         Some(Peer::BenchPeer) => workloads::serve_builtin().unwrap_or_else(|| {

@@ -154,6 +154,14 @@ impl Shmrc {
         }
     }
 
+    /// Fresh buffers of `strategy` made with `options` (its namespace and capacity).
+    pub fn with_options(strategy: Strategy, options: CreateOptions) -> Shmrc {
+        Shmrc {
+            strategy,
+            source: Source::Fresh(options.strategy(strategy)),
+        }
+    }
+
     /// Buffers from a pool of `strategy` buffers (file_system ones in namespace `ns`)
     /// that keeps up to `window` idle buffers (the default limits otherwise): as many
     /// as the workload has in flight, as a user sizes a pool for a pipeline. With
@@ -719,19 +727,39 @@ pub fn window_for(len: usize) -> usize {
     ((512usize << 20) / len.max(1)).clamp(1, 64)
 }
 
-/// Has the peer attach and release `count` handles to one buffer of `len` bytes; the
-/// peer-side time of those attaches and releases.
+/// Has the peer attach and release `count` handles to one buffer of `len` bytes, up
+/// to [`ATTACH_BATCH`] in one message; the peer-side time of those attaches and
+/// releases.
 pub fn attach_release<C: Contender>(
     c: &mut C,
     stream: &UnixStream,
     len: usize,
     count: u64,
 ) -> Result<Duration> {
+    attach_release_batched(c, stream, len, count, ATTACH_BATCH)
+}
+
+/// [`attach_release`] with up to `batch` handles in one message: while the peer
+/// attaches and releases one, the others are in flight, each a holder of the buffer
+/// (a holder slot, for file_system buffers), so `batch` is the holder count the
+/// attaches and releases meet (the growth sweep's holders axis).
+pub fn attach_release_batched<C: Contender>(
+    c: &mut C,
+    stream: &UnixStream,
+    len: usize,
+    count: u64,
+    batch: usize,
+) -> Result<Duration> {
+    if batch == 0 {
+        return Err(invalid(
+            "attach/release needs at least one handle per message".into(),
+        ));
+    }
     let buf = c.create(len)?;
     let mut total = 0u64;
     let mut left = count;
     while left > 0 {
-        let batch = left.min(ATTACH_BATCH as u64);
+        let batch = left.min(batch as u64);
         c.send(stream, &buf, batch as usize)?;
         let mut reply = [0u8; 9];
         read_exact(stream, &mut reply)?;
@@ -900,6 +928,14 @@ pub fn serve_builtin() -> Option<Result<()>> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn attach_release_with_no_handle_per_message_is_refused_before_creating() {
+        let (a, _b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let mut floor = super::FloorFd { reserve: false };
+        let err = super::attach_release_batched(&mut floor, &a, 4096, 1, 0).unwrap_err();
+        assert!(err.to_string().contains("at least one handle"), "{err}");
+    }
+
     #[test]
     fn a_peer_that_exits_before_connecting_is_an_error_not_a_hang() {
         let command = std::process::Command::new("true");

@@ -54,6 +54,43 @@ fn a_quick_json_run_reports_each_contender_with_its_ratio_to_the_baseline() {
 }
 
 #[test]
+fn a_run_judges_the_goals_of_its_workload_met_or_missed_with_the_reason() {
+    let out = shmrc_bench(&["--quick", "--json", "--only", "channel ping-pong"], &[]);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let doc: serde_json::Value = serde_json::from_str(&stdout).expect("one JSON document");
+    let goals = doc["goals"].as_array().expect("goals");
+    // Issue 34's channel goal, once per strategy, and nothing of the workloads not run.
+    assert_eq!(goals.len(), 2, "{stdout}");
+    for goal in goals {
+        assert_eq!(goal["workload"], "channel ping-pong", "{stdout}");
+        assert_eq!(goal["limit"], 1.1, "{stdout}");
+        let ratio = goal["ratio"].as_f64().expect("both rows were measured");
+        let reason = goal["reason"].as_str().expect("reason");
+        match goal["verdict"].as_str() {
+            Some("met") => assert!(ratio <= 1.1 && reason.is_empty(), "{stdout}"),
+            Some("missed") => assert!(
+                ratio > 1.1 && reason.starts_with(&format!("{ratio:.2}x > 1.1x")),
+                "{stdout}"
+            ),
+            other => panic!("verdict {other:?}: {stdout}"),
+        }
+    }
+}
+
+#[test]
+fn the_growth_sweep_takes_no_only() {
+    let out = shmrc_bench(&["--growth", "--only", "fill"], &[]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("takes no --only"), "{stderr}");
+}
+
+#[test]
 fn an_unknown_workload_is_refused_with_the_list_of_known_ones() {
     let out = shmrc_bench(&["--only", "ping"], &[]);
     assert!(!out.status.success());
