@@ -31,8 +31,9 @@
 //! # Bounds
 //! At most [`MapCacheLimits::max_entries`] mappings (64; never more than 1/64 of
 //! `vm.max_map_count`, read once, so that the cache can never be what runs a process out
-//! of mappings) and [`MapCacheLimits::max_bytes`] bytes (256 MiB); the entry let go of
-//! longest ago goes first. A mapping keeps its pages allocated even after its segment
+//! of mappings) and [`MapCacheLimits::max_bytes`] bytes (1 GiB, a pool's own default
+//! bound on the idle bytes it keeps: while the pool keeps a segment, its cached mapping
+//! costs no memory of its own); the entry let go of longest ago goes first. A mapping keeps its pages allocated even after its segment
 //! is unlinked or its pool gives the memfd back, so each insertion and each attach that
 //! looks here first drops the entries whose creator's slot (slot 0, which a pool holds
 //! for as long as it keeps the segment) is no longer held: given back or destroyed. The
@@ -73,7 +74,7 @@ pub struct MapCacheLimits {
 /// The default number of entries (before the `vm.max_map_count` bound).
 pub const DEFAULT_MAX_ENTRIES: usize = 64;
 /// The default number of bytes.
-pub const DEFAULT_MAX_BYTES: usize = 256 << 20;
+pub const DEFAULT_MAX_BYTES: usize = 1 << 30;
 /// The share of `vm.max_map_count` the cache may use at most (1 in this many).
 pub const MAP_COUNT_SHARE: usize = 64;
 /// The kernel's default `vm.max_map_count`, assumed where it cannot be read.
