@@ -366,3 +366,63 @@ pub fn stats<O: Os>(os: &O) -> MapCacheStats {
     })
     .unwrap_or_default()
 }
+
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
+mod tests {
+    //! A memfd is the same segment only if the descriptor that arrives is the cached
+    //! file: a handle that pairs one pooled memfd's description with another's
+    //! descriptor must not take the first one's cached mapping.
+
+    use super::*;
+    use crate::buf::{CreateOptions, ShmBuf};
+    use crate::error::Error;
+    use crate::handle::ShareHandle;
+    use crate::os::sim::{SimKernel, SimOs};
+    use crate::pool::{PoolLimits, ShmPool};
+    use crate::strategy::Strategy;
+
+    fn pass(
+        kernel: &SimKernel,
+        from: &SimOs,
+        to: &SimOs,
+        h: ShareHandle<SimOs>,
+    ) -> ShareHandle<SimOs> {
+        let (tx, rx) = kernel.stream_pair(from, to);
+        crate::transport::send_with(from, &tx, b"", vec![h]).unwrap();
+        crate::transport::recv_with(to, &rx)
+            .unwrap()
+            .handles
+            .pop()
+            .unwrap()
+    }
+
+    #[test]
+    fn another_memfd_under_a_cached_key_is_a_miss_and_drops_the_entry() {
+        let kernel = SimKernel::new(1);
+        let (producer, consumer) = (kernel.spawn(1000), kernel.spawn(1000));
+        let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
+        let pool = ShmPool::with_os(producer.clone(), options, PoolLimits::default()).unwrap();
+        let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
+        drop(ShmBuf::attach(pass(&kernel, &producer, &consumer, a.share().unwrap())).unwrap());
+        assert_eq!(stats(&consumer).entries, 1);
+        // `a`'s description (key, share key, in-flight slot) with `b`'s memfd.
+        let of_a = pass(&kernel, &producer, &consumer, a.share().unwrap());
+        let mut of_b = pass(&kernel, &producer, &consumer, b.share().unwrap());
+        let forged = ShareHandle {
+            os: consumer.clone(),
+            meta: of_a.meta,
+            target: of_b.take_target(),
+        };
+        let refused = ShmBuf::attach(forged);
+        assert!(
+            matches!(refused, Err(Error::Malformed { .. })),
+            "{refused:?}"
+        );
+        let s = stats(&consumer);
+        assert_eq!((s.hits, s.entries), (0, 0), "{s:?}: not taken, and dropped");
+        // `a`'s own handle still attaches `a` (afresh).
+        let attached = ShmBuf::attach(of_a).unwrap();
+        assert_eq!(attached.key(), a.key());
+        assert_eq!(stats(&consumer).misses, 3);
+    }
+}
