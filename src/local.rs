@@ -3,6 +3,9 @@
 //! `Arc`), and the lock that keeps two threads of one process from finalizing at once
 //! (they share one token, so the finalizer word cannot tell them apart).
 //!
+//! It also keeps, without knowing its type, the cache of mappings this process let go
+//! of (`buf/map_cache.rs` owns it; this room may not name the buffers room).
+//!
 //! Each [`crate::os::Os`] value reaches one `ProcessLocal`: a static for the real
 //! process, one per simulated process for the sim.
 
@@ -42,6 +45,9 @@ const MIN_SWEEP_AT: usize = 64;
 pub struct ProcessLocal {
     attached: Mutex<Table>,
     finalize: Mutex<()>,
+    /// The mapping cache of `buf/map_cache.rs`, created by its first use (type-erased:
+    /// its entries hold the mappings of one `Os` type).
+    map_cache: Mutex<Option<Box<dyn Any + Send>>>,
 }
 
 impl ProcessLocal {
@@ -101,6 +107,11 @@ impl ProcessLocal {
             .values()
             .filter(|entry| entry.strong_count() > 0)
             .count()
+    }
+
+    /// The slot where `buf/map_cache.rs` keeps its cache (see the module docs).
+    pub fn map_cache(&self) -> &Mutex<Option<Box<dyn Any + Send>>> {
+        &self.map_cache
     }
 
     /// Serializes finalizers within this process. Waits by [`crate::sync::spin`]

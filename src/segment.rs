@@ -689,6 +689,7 @@ mod tests {
             uid: file_uid,
             mode: 0o600,
             kind: crate::os::FileKind::Regular,
+            identity: (0, 0),
         };
         validate(os, &map, &info, "edge", os.uid())
     }
@@ -734,6 +735,7 @@ mod tests {
             uid: UID,
             mode: 0o600,
             kind: crate::os::FileKind::Regular,
+            identity: (0, 0),
         };
         let mut whole = 0;
         for _ in 0..ROUNDS {

@@ -138,8 +138,9 @@ const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,224 bytes with its header \
     rest the header, the holder slot and a few system calls (getrandom twice, the size \
     seal, geteuid); see docs/PERFORMANCE.md, 'Goals'";
 const POOL_FIXED: &str = "the pool's recycle step, the handle and the consumer's header \
-    check and slot claim over the bare floor's open + mmap + munmap, on every buffer (the \
-    consumer maps each recycled segment again: issue 34 item 1, cached mappings)";
+    check and slot claim, on every buffer; the consumer's mapping cache spares it the \
+    open + mmap + munmap the bare floor pays, except on a miss (a segment's first use, or \
+    the cache's bounds: 64 mappings, 1 GiB; docs/GUIDE.md)";
 const ATTACH: &str = "the header validation, holder-slot claim and release (with the \
     liveness check of the other holders) over the floor's mmap + munmap";
 const CHANNEL: &str = "the channel's receiver reads a non-blocking socket: a dry \

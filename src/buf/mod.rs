@@ -7,7 +7,9 @@
 //! - `frozen.rs`: [`FrozenBuf`], a sealed, read-only buffer (and [`FreezeError`]);
 //! - `view.rs`: typed views (`Pod` items) over a buffer's bytes, the range checks shared by
 //!   all of the above;
-//! - `array.rs` (feature `ndarray`): `FrozenArray`, an `ndarray` view of a frozen buffer.
+//! - `array.rs` (feature `ndarray`): `FrozenArray`, an `ndarray` view of a frozen buffer;
+//! - `map_cache.rs`: the mappings of pooled segments this process let go of, which the
+//!   next attach of the same segment takes back (no `mmap`/`munmap`).
 //!
 //! The user docs are on the types (re-exported at the crate root).
 //!
@@ -16,6 +18,9 @@
 //! `.ci/planted-bugs`):
 //! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
 //!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.
+//! - `map_cache_skips_generation`: an attach through a cached mapping checks neither
+//!   the handle against the header nor its generation, so a handle of an earlier use
+//!   attaches the segment's newer use.
 
 #[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
 pub(crate) mod array;
@@ -23,6 +28,7 @@ pub(crate) mod array;
 pub(crate) mod buf_mut;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod frozen;
+pub mod map_cache;
 pub(crate) mod view;
 
 #[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
@@ -241,8 +247,54 @@ impl<O: Os> Drop for Inner<O> {
     fn drop(&mut self) {
         // A failure here (the sim killed us, the segment was damaged) leaves at worst a
         // reference that a sweep reclaims once this process is gone.
-        let _ = self.release();
+        let _ = self.release_keeping_mapping();
         self.os.local().unregister(self.holder, self.fields.key());
+    }
+}
+
+impl<O: Os> Inner<O> {
+    /// [`Inner::release`]; then, if another process still holds the segment (a pool,
+    /// between uses), hands the mapping to the mapping cache for this process's next
+    /// attach of it (`map_cache.rs`).
+    fn release_keeping_mapping(&self) -> Result<Option<Finalized>> {
+        let ours = !self.released.load(Ordering::Acquire) && self.os.current() == self.holder;
+        let released = self.release();
+        let lives = matches!(
+            released,
+            Ok(None)
+                | Ok(Some(Finalized {
+                    outcome: holders::Outcome::InUse,
+                    ..
+                }))
+        );
+        if ours && lives && self.is_pooled() {
+            self.keep_mapping();
+        }
+        released
+    }
+
+    /// Whether the segment is known to be a pool's: a memfd with holder slots (only a
+    /// pool makes those), or a named segment in a recycled use (generation 1 or more;
+    /// the header says no more, so a pool's first use of a named segment is not cached,
+    /// and a plain segment never is: its memory goes with its last holder, as ever).
+    fn is_pooled(&self) -> bool {
+        match &self.backing {
+            Backing::Named { .. } => self.generation.load(Ordering::Acquire) > 0,
+            Backing::Anonymous { slot, .. } => slot.is_some(),
+        }
+    }
+
+    /// Hands this reference's mapping to the mapping cache (`map_cache.rs`).
+    fn keep_mapping(&self) {
+        let identity = match &self.backing {
+            Backing::Named { name, .. } => map_cache::Identity::Named(name),
+            Backing::Anonymous { file, .. } => match self.os.stat(file) {
+                Ok(info) => map_cache::Identity::Memfd(info.identity, info.len),
+                Err(_) => return,
+            },
+        };
+        let map = Arc::clone(&self.map);
+        map_cache::keep(&self.os, self.holder, identity, map, self.fields);
     }
 }
 
@@ -672,7 +724,7 @@ impl<O: Os> ShmBuf<O> {
     /// ```
     pub fn release(self) -> Result<Option<Finalized>> {
         match Arc::try_unwrap(self.inner) {
-            Ok(inner) => inner.release(),
+            Ok(inner) => inner.release_keeping_mapping(),
             Err(_) => Ok(None),
         }
     }
@@ -1082,7 +1134,16 @@ fn hold_named<O: Os>(
     let me = os.uid();
     let (ns, _) = Namespace::of_segment(name, me)?;
     os.before_named_use(ns.prefix(), Some(name))?;
-    let opened = segment::open_named(os, &ns, name, me)?;
+    let cached = match expect {
+        Some(Expect::Handle(meta)) => {
+            map_cache::take(os, os.current(), meta, map_cache::Identity::Named(name))?
+        }
+        _ => None,
+    };
+    let (opened, expect) = match cached {
+        Some(opened) => (opened, expect_of_cached(expect)),
+        None => (segment::open_named(os, &ns, name, me)?, expect),
+    };
     let holding = hold(os, opened, name, Some(name), in_flight, expect)?;
     // A named segment always has slots: `hold` took one or failed.
     let slot = holding.slot.ok_or_else(|| Error::Corrupted {
@@ -1109,8 +1170,29 @@ fn hold_file<O: Os>(
     in_flight: Option<InFlight>,
     expect: Option<Expect<'_>>,
 ) -> Result<Holding<O>> {
-    let opened = segment::open_file(os, file, what, os.uid())?;
+    let cached = match expect {
+        Some(Expect::Handle(meta)) if meta.capacity > 0 => {
+            let info = os.stat(file)?;
+            let identity = map_cache::Identity::Memfd(info.identity, info.len);
+            map_cache::take(os, os.current(), meta, identity)?
+        }
+        _ => None,
+    };
+    let (opened, expect) = match cached {
+        Some(opened) => (opened, expect_of_cached(expect)),
+        None => (segment::open_file(os, file, what, os.uid())?, expect),
+    };
     hold(os, opened, what, None, in_flight, expect)
+}
+
+/// What an attach through a cached mapping expects of it: the same as of a fresh one,
+/// since the cached mapping may be of an earlier use. (Planted bug
+/// `map_cache_skips_generation`: nothing.)
+fn expect_of_cached(expect: Option<Expect<'_>>) -> Option<Expect<'_>> {
+    if cfg!(shmrc_plant = "map_cache_skips_generation") {
+        return None;
+    }
+    expect
 }
 
 /// Holds the opened segment (`segment` names it in errors; `name` is a named

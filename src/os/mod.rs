@@ -55,6 +55,10 @@ pub struct FileInfo {
     pub mode: u32,
     /// Its type (`st_mode & S_IFMT`).
     pub kind: FileKind,
+    /// Which file it is: `(st_dev, st_ino)`, unique among the files that exist (a
+    /// cached mapping keeps its file in existence, so a received descriptor with the
+    /// same identity is the same file).
+    pub identity: (u64, u64),
 }
 
 /// What type of file a descriptor is (a descriptor received as a memfd may be

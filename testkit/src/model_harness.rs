@@ -7,7 +7,9 @@
 //! - the kernel's names are exactly the oracle's named segments plus the foreign names
 //!   planted at the start, which must survive every sweep (P1, P2, P3);
 //! - `objects_alive()` counts exactly those names and the file_descriptor segments the
-//!   oracle says are alive (P1, P3);
+//!   oracle says are alive (P1, P3), once each process's mapping cache has dropped the
+//!   mappings of segments destroyed since its last look (what its next attach or
+//!   release does);
 //! - each live process's buffers read the data last written by any holder and keep the
 //!   strategy they were created with (P1, the strategy rule);
 //! - their `census` agrees with the oracle (live holders, in-flight references, no
@@ -29,6 +31,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Mutex;
 
+use shmrc::checkers::buf::map_cache;
 use shmrc::checkers::holders::{self, Slot};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
@@ -712,6 +715,12 @@ impl Harness {
                 self.oracle.segs[s].strategy == Strategy::FileDescriptor && self.oracle.fd_alive(s)
             })
             .count();
+        // A process's mapping cache (`src/buf/map_cache.rs`) may still map a segment
+        // destroyed since it last looked there: that memory goes at its next attach or
+        // release, which `trim` stands for (it drops those entries, and only those).
+        for proc in self.procs.iter().flatten() {
+            map_cache::trim(&proc.os);
+        }
         let alive = self.kernel.objects_alive();
         if alive != names.len() + fd_alive {
             return Err(broken(

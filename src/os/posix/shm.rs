@@ -254,6 +254,9 @@ pub(super) fn stat(file: &PosixFile) -> Result<FileInfo> {
         uid: st.st_uid,
         mode: st.st_mode & 0o7777,
         kind: file_kind(st.st_mode),
+        // `from`: dev_t and ino_t are u64 on the usual targets (a no-op there).
+        #[allow(clippy::useless_conversion)]
+        identity: (u64::from(st.st_dev), u64::from(st.st_ino)),
     })
 }
 

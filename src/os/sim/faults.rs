@@ -12,7 +12,9 @@ use crate::error::{Error, Result};
 impl SimKernel {
     /// Kills process `pid` now (SIGKILL): its token is dead and each of its calls
     /// returns [`Error::Killed`]. Its files and mappings stay until their values are
-    /// dropped. Unknown pids are ignored.
+    /// dropped, but for the mappings its mapping cache kept (`buf/map_cache.rs`:
+    /// library state that no test holds), which go at once, as a dead process's
+    /// mappings do. Unknown pids are ignored.
     ///
     /// Only for a process that is not running protocol code at this moment: the caller
     /// itself, or one whose thread is parked or joined. A process that is running may
@@ -22,12 +24,16 @@ impl SimKernel {
     /// process with [`SimKernel::kill_at_step`]`(pid, 0)`: it dies at its next crash
     /// point, and is alive until then.
     pub fn kill(&self, pid: u32) {
-        self.with(|st, _| {
-            if let Some(p) = st.procs.get_mut(&pid) {
-                p.killed = true;
-                st.record_death(pid);
-            }
+        let local = self.with(|st, _| {
+            let p = st.procs.get_mut(&pid)?;
+            p.killed = true;
+            let local = p.local.clone();
+            st.record_death(pid);
+            Some(local)
         });
+        if let Some(local) = local.and_then(|l| l.upgrade()) {
+            unmap_cached(&local);
+        }
     }
 
     /// Kills process `pid` at its `n`-th [`Os::crash_point`](crate::os::Os::crash_point)
@@ -153,7 +159,7 @@ pub enum UnlinkRace {
 
 /// [`Os::crash_point`](crate::os::Os::crash_point): one step further, or killed here.
 pub(super) fn crash_point(os: &SimOs) -> Result<()> {
-    os.with(|st, _| {
+    let passed = os.with(|st, _| {
         let p = st.caller(os.pid)?;
         if p.kill_at == Some(p.steps) {
             p.killed = true;
@@ -162,5 +168,19 @@ pub(super) fn crash_point(os: &SimOs) -> Result<()> {
         }
         p.steps += 1;
         Ok(())
-    })
+    });
+    if matches!(passed, Err(Error::Killed)) {
+        unmap_cached(&os.local);
+    }
+    passed
+}
+
+/// Drops the mappings a dead process's mapping cache kept (see [`SimKernel::kill`]).
+/// Only tried: a cache some thread of it holds locked is left to its values' drop.
+fn unmap_cached(local: &crate::local::ProcessLocal) {
+    let cached = match local.map_cache().try_lock() {
+        Ok(mut slot) => slot.take(),
+        Err(_) => None,
+    };
+    drop(cached);
 }

@@ -306,6 +306,7 @@ pub(super) fn stat(os: &SimOs, file: &SimFile) -> Result<FileInfo> {
             uid: o.uid,
             mode: o.mode,
             kind: crate::os::FileKind::Regular,
+            identity: (0, file.object),
         })
     })
 }

@@ -3,7 +3,7 @@
 //! a pid namespace, the logical clock, random numbers.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use super::kernel::{Garbage, SimKernel, State};
 use super::{DEFAULT_FD_LIMIT, DEFAULT_PID_NAMESPACE, EPOCH_NANOS, NANOS_PER_TICK};
@@ -20,6 +20,8 @@ pub(super) struct Proc {
     pub(super) steps: u64,
     pub(super) fds: usize,
     pub(super) fd_limit: usize,
+    /// Its process-local state, whose mapping cache its death empties.
+    pub(super) local: Weak<ProcessLocal>,
 }
 
 impl SimKernel {
@@ -35,6 +37,7 @@ impl SimKernel {
     /// # Panics
     /// When the 4 million pids a token can name are used up.
     pub fn spawn_in_namespace(&self, uid: u32, pid_ns: u64) -> SimOs {
+        let local = Arc::new(ProcessLocal::new());
         let (pid, token) = self.with(|st, _| {
             let pid = st.next_pid;
             let start = st.tick();
@@ -50,6 +53,7 @@ impl SimKernel {
                     steps: 0,
                     fds: 0,
                     fd_limit: DEFAULT_FD_LIMIT,
+                    local: Arc::downgrade(&local),
                 },
             );
             (pid, token)
@@ -60,7 +64,7 @@ impl SimKernel {
             token,
             uid,
             pid_ns,
-            local: Arc::new(ProcessLocal::new()),
+            local,
         }
     }
 }

@@ -138,14 +138,22 @@ mod plain {
         let k = SimKernel::new(1);
         let a = k.spawn(UID);
         let file = a.shm_create("shmrc-x").unwrap();
+        let info = a.stat(&file).unwrap();
         assert_eq!(
-            a.stat(&file).unwrap(),
+            info,
             FileInfo {
                 len: 0,
                 uid: UID,
                 mode: 0o600,
                 kind: crate::os::FileKind::Regular,
+                identity: info.identity,
             }
+        );
+        let second = a.shm_create("shmrc-y").unwrap();
+        assert_ne!(
+            a.stat(&second).unwrap().identity,
+            info.identity,
+            "another file"
         );
         let other = k.spawn(UID + 1);
         assert!(matches!(
