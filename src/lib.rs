@@ -73,7 +73,11 @@
 //! `Command` with a channel to it (`channel::spawn` / `channel::from_parent`), waits
 //! with a timeout, and (feature `tokio`) asynchronously; a `channel::Listener` serves
 //! any number of clients by a service name, `channel::Select` waits on many receivers
-//! at once, and `channel::request` makes calls with answers. Without it:
+//! at once, and `channel::request` makes calls with answers. One writer, any number of
+//! readers that come and go: [`pubsub`] (a [`pubsub::Publisher`] loans and publishes
+//! samples of its pool, each [`pubsub::Subscriber`] receives them zero-copy, with no
+//! socket per sample; a sample is back in the pool once every subscriber let go or
+//! died). Without a channel:
 //! [`ShmBuf::share`] → [`ShareHandle`] → [`transport::send`]/[`transport::recv`] (a
 //! payload and handles over a Unix stream) or, for file_system, `into_bytes`; the
 //! receiver calls [`ShmBuf::attach`] (or [`FrozenBuf::attach`]).
@@ -100,6 +104,7 @@
 //! - [`ShmBufMut`], [`FrozenBuf`], [`FreezeError`]: zero-copy access without `unsafe`;
 //!   `FrozenArray` (feature `ndarray`).
 //! - `channel` (feature `channel`): typed messages carrying buffers between processes.
+//! - [`pubsub`]: publish/subscribe over a pool, for any number of subscriber processes.
 //! - [`transport::send`], [`transport::recv`]: a payload and handles over a Unix stream.
 //! - [`Strategy`], [`all_sharing_strategies`], [`sharing_strategy`],
 //!   [`set_sharing_strategy`]: the process-wide switch.
