@@ -84,7 +84,9 @@
 //!   after its pool recycled it, so every slot but its own is `FREE`): under the
 //!   backpressure policy, first a check pass: a live entry whose ring is full refuses the
 //!   whole publish (nothing delivered; a ring's room only grows while the publisher does
-//!   not push, so the check stays true). Then for each entry `e`, in order:
+//!   not push, so the check stays true). The pass reads a joined entry's ring first and
+//!   asks whether its subscriber lives only when the ring is full (a liveness check is
+//!   a system call; a dead subscriber's full ring is drained below, never waited for). Then for each entry `e`, in order:
 //!   1. load its state. `FREE`: next entry. Not a live subscriber: **drain** it (below).
 //!   2. load `head` (`tail` is the publisher's own word). A full ring under
 //!      drop-oldest: load the oldest descriptor, CAS `head` one on (lost to the

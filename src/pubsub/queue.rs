@@ -292,8 +292,9 @@ pub fn leave_step(os: &impl StepOs, q: &Queue<'_>, entry: usize) -> bool {
 pub enum PublishAt {
     /// Backpressure's check pass: load entry `.0`'s state.
     CheckState(usize),
-    /// Backpressure's check pass: load entry `.0`'s head (a full ring refuses).
-    CheckRoom(usize),
+    /// Backpressure's check pass: load entry `.0`'s head; a full ring refuses if its
+    /// subscriber (`.1`) lives (asked only then: a liveness check is a system call).
+    CheckRoom(usize, Token),
     /// Load entry `.0`'s state and decide: deliver, drain or pass.
     State(usize),
     /// Load entry `.0`'s head: room, or a full ring.
@@ -448,15 +449,16 @@ impl Publish {
                 None => PublishAt::State(0),
                 // SeqCst: one order over state words.
                 Some(entry) => match EntryState::decode(entry.state.load(SeqCst)) {
-                    EntryState::Joined(t) if os.is_alive(t) => PublishAt::CheckRoom(e),
+                    EntryState::Joined(t) => PublishAt::CheckRoom(e, t),
                     _ => PublishAt::CheckState(e + 1),
                 },
             },
-            PublishAt::CheckRoom(e) => {
+            PublishAt::CheckRoom(e, subscriber) => {
                 let entry = &q.entries[e];
                 // SeqCst: the tail is ours; the head is the subscriber's pop.
                 let (head, tail) = (entry.head.load(SeqCst), entry.tail.load(SeqCst));
-                if entry.in_bounds(head, tail) && tail - head >= entry.capacity() {
+                let full = entry.in_bounds(head, tail) && tail - head >= entry.capacity();
+                if full && os.is_alive(subscriber) {
                     self.done.full = Some(e);
                     return Poll::Ready(self.done);
                 }
