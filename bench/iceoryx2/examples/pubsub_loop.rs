@@ -16,7 +16,10 @@ use shmrc::pubsub::{Publisher, PublisherOptions, SlowSubscriber, Subscriber};
 
 fn main() -> shmrc::Result<()> {
     let mut args = std::env::args().skip(1);
-    let rounds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(1_000_000);
+    let rounds: u64 = args
+        .next()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
     let subs: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     set_manager_mode(ManagerMode::Off);
     let ns = Namespace::new(format!("shmrc-pubsub-loop-{}", std::process::id()))?;
