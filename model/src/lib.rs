@@ -12,6 +12,9 @@
 //!   possible between any two. Its holder steps are production's own
 //!   (`shmrc::checkers::holders::{Claim, Finalize}::step`, `transfer_step`), stepped on the
 //!   state's words. `proofs/` explores it exhaustively.
+//! - [`pubsub`]: publish/subscribe's sample queue (`src/pubsub/`) as users see it:
+//!   entries, rings of descriptors, each sample's columns; `tests/model_pubsub.rs`
+//!   runs the real queue beside it.
 //!
 //! Built with `SHMRC_PLANT=…` (see `docs/VERIFICATION.md`), [`protocol`] runs
 //! the bugged production steps; [`oracle`] never changes: it is the specification the
@@ -24,3 +27,4 @@ pub use shmrc::checkers::PLANTED;
 
 pub mod oracle;
 pub mod protocol;
+pub mod pubsub;

@@ -183,8 +183,10 @@
 //!
 //! Checked by `tests/pubsub_interleavings.rs` (every interleaving of a publisher and
 //! two subscribers over these very steps, with a subscriber, or the publisher while a
-//! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs` and
-//! `tests/shuttle_pubsub.rs` (`docs/VERIFICATION.md` says what each checks).
+//! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs`,
+//! `tests/shuttle_pubsub.rs`, `tests/loom_pubsub.rs` (weak memory, the wake word) and
+//! `tests/model_pubsub.rs` (against the reference model `shmrc_model::pubsub`)
+//! (`docs/VERIFICATION.md` says what each checks).
 //!
 //! # Status
 //! Built: the steps above (`queue`) and their checks; the service segment (creation

@@ -28,6 +28,10 @@
 //! - `pubsub_descriptor_first`: a publish pushes the descriptor before it puts the
 //!   reference in the slot, so a subscriber can pop a descriptor whose reference is
 //!   not there yet (its take ends `Lost`: a sample lost by a live subscriber).
+//! - `pubsub_relaxed_push`: a publish stores the descriptor and the new `tail`
+//!   `Relaxed` ("the tail is ours"), so a subscriber that loads the new tail need not
+//!   see the descriptor stored before it: it pops the ring word's old value (a
+//!   weak-memory bug: only `tests/loom_pubsub.rs` explores weak memory over the queue).
 //! - `pubsub_wake_skips_waiter`: a publish never wakes the wake word's sleepers, even
 //!   when a receiver announced itself ([`announce_waiter`]): a lost wake-up.
 
@@ -37,7 +41,10 @@ use std::time::{Duration, Instant};
 use crate::error::Result;
 use crate::holders::{self, FREE, Holders, StepOs, held_word, in_flight_word, run_steps};
 use crate::os::Os;
-use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::sync::{
+    AtomicU64, Ordering,
+    Ordering::{Relaxed, SeqCst},
+};
 use crate::token::Token;
 
 /// Flag of a departed subscriber's entry: `LEFT | token`.
@@ -55,6 +62,16 @@ const GENERATION_BITS: u32 = 40;
 const GENERATION_MASK: u64 = (1 << GENERATION_BITS) - 1;
 /// The most samples a service can have (the index has 24 bits).
 pub const MAX_SAMPLES: usize = 1 << (64 - GENERATION_BITS);
+
+/// The ordering of a push's stores (the descriptor, then the tail): `SeqCst`, but for
+/// the planted `pubsub_relaxed_push`.
+fn push_order() -> Ordering {
+    if cfg!(shmrc_plant = "pubsub_relaxed_push") {
+        Relaxed
+    } else {
+        SeqCst
+    }
+}
 
 /// The holder slot of entry `entry` in every sample (slot 0 is the publisher's own).
 pub fn subscriber_slot(entry: usize) -> usize {
@@ -548,13 +565,15 @@ impl Publish {
                 let entry = &q.entries[e];
                 let word = self.sample.map_or(0, Descriptor::word);
                 // SeqCst: the tail is ours; the store comes before the tail's.
-                entry.ring_word(entry.tail.load(SeqCst)).store(word, SeqCst);
+                entry
+                    .ring_word(entry.tail.load(SeqCst))
+                    .store(word, push_order());
                 PublishAt::Push(e)
             }
             PublishAt::Push(e) => {
                 let entry = &q.entries[e];
                 // SeqCst: publishes the descriptor to the subscriber's load of the tail.
-                entry.tail.store(entry.tail.load(SeqCst) + 1, SeqCst);
+                entry.tail.store(entry.tail.load(SeqCst) + 1, push_order());
                 self.done.delivered += 1;
                 if cfg!(shmrc_plant = "pubsub_descriptor_first") {
                     PublishAt::Reference(e)

@@ -96,6 +96,16 @@ impl Layout {
     pub fn state(&self, words: &[AtomicU64], e: usize) -> u64 {
         words[self.entry(e)].load(SeqCst)
     }
+
+    /// The words of entry `e`: state, head, tail, then the ring.
+    pub fn entry_words<'w>(&self, words: &'w [AtomicU64], e: usize) -> &'w [AtomicU64] {
+        &words[self.entry(e)..self.entry(e) + 3 + self.cap]
+    }
+
+    /// The generation word of sample `s`.
+    pub fn generation_of(&self, words: &[AtomicU64], s: usize) -> u64 {
+        words[self.sample(s) + self.slots() + 2].load(SeqCst)
+    }
 }
 
 /// The words of one service in this process's memory.
@@ -131,6 +141,43 @@ impl Words {
     /// The state word of entry `e`.
     pub fn state(&self, e: usize) -> u64 {
         self.layout.state(&self.words, e)
+    }
+
+    /// The words of entry `e`: state, head, tail, then the ring (a hostile writer's
+    /// way in, and the checkers' view of the ring).
+    pub fn entry_words(&self, e: usize) -> &[AtomicU64] {
+        self.layout.entry_words(&self.words, e)
+    }
+
+    /// Entry `e`'s queued descriptors, oldest first (the ring from `head` to `tail`),
+    /// or `None` if its words break `head <= tail <= head + C`.
+    pub fn queued(&self, e: usize) -> Option<Vec<u64>> {
+        let w = self.entry_words(e);
+        let (head, tail) = (w[1].load(SeqCst), w[2].load(SeqCst));
+        let cap = self.layout.cap as u64;
+        if head > tail || tail - head > cap {
+            return None;
+        }
+        Some(
+            (head..tail)
+                .map(|i| w[3 + (i % cap) as usize].load(SeqCst))
+                .collect(),
+        )
+    }
+
+    /// The generation word of sample `s`.
+    pub fn generation(&self, s: usize) -> u64 {
+        self.layout.generation_of(&self.words, s)
+    }
+
+    /// The wake word.
+    pub fn wake(&self) -> u64 {
+        self.wake_atomic().load(SeqCst)
+    }
+
+    /// The wake word itself (what a futex sleeps on).
+    pub fn wake_atomic(&self) -> &AtomicU64 {
+        &self.words[self.layout.wake()]
     }
 }
 
