@@ -20,10 +20,12 @@
 //!   dies at any step) while the publisher runs a reclaim pass; then the publisher
 //!   reclaims again and every sample the subscriber does not hold is recyclable and the
 //!   entry free (P3), the one it holds keeps its slot and generation (P1);
-//! - **the wake word**: a subscriber that reads the wake word, finds its ring empty and
-//!   sleeps on the word (a futex modelled with loom's mutex and condition variable:
-//!   compare and sleep under the bucket lock, as the kernel does) is woken by a publish
-//!   racing it: a lost wake-up is a loom deadlock.
+//! - **the wake word**: a subscriber that reads the wake word, finds its ring empty,
+//!   sets the waiters flag (`queue::announce_waiter`) and sleeps on the flagged value (a
+//!   futex modelled with loom's mutex and condition variable: compare and sleep under
+//!   the bucket lock, as the kernel does) is woken by a publish racing it, which wakes
+//!   only when its bump found the flag (`Published::wake`): a lost wake-up is a loom
+//!   deadlock.
 //!
 //! After every execution the ring's words are in bounds and every state word decodes
 //! (P5). What loom hides: it models `SeqCst` as `AcqRel` (its README, "Unsupported
@@ -355,9 +357,9 @@ impl Futex {
     }
 }
 
-/// The wake word: the subscriber's `take_within` loop (read the word, take, sleep on
-/// the word while empty) races a publish and its wake. Not killed: a dead subscriber
-/// waits for nothing.
+/// The wake word: the subscriber's `take_within` loop (read the word, take, announce
+/// itself and sleep on the flagged word while empty) races a publish and its wake (only
+/// if the bump found the flag). Not killed: a dead subscriber waits for nothing.
 fn wake_word() {
     let (_kernel, publisher, subscriber, words) = service(2, None);
     let futex = Arc::new(Futex {
@@ -373,15 +375,22 @@ fn wake_word() {
                 let seen = words.with(|q, _| q.wake_word());
                 match take(&subscriber, &words, &publisher) {
                     Some(Taken::Sample(d)) => return d,
-                    Some(_) => futex.wait(words.wake_atomic(), seen),
+                    Some(_) => {
+                        let flagged = words.with(|q, _| queue::announce_waiter(q, seen));
+                        if let Some(value) = flagged {
+                            futex.wait(words.wake_atomic(), value);
+                        }
+                    }
                     None => unreachable!("nobody kills it"),
                 }
             }
         })
     };
-    publish(&publisher, &words, 0, Policy::DropOldest);
-    // Where `queue::publish` calls `Os::wake_word`.
-    futex.wake();
+    let published = publish(&publisher, &words, 0, Policy::DropOldest);
+    // Where `queue::publish` calls `Os::wake_word`: only when the bump found the flag.
+    if published.wake {
+        futex.wake();
+    }
     let d = t.join().unwrap();
     assert_eq!(d, descriptor(&words, 0));
 }

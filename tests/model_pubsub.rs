@@ -161,6 +161,11 @@ fn taken(t: Taken) -> Result<model::Taken, String> {
 }
 
 fn published(p: Published) -> model::Published {
+    // Nobody sleeps on the wake word here, so no bump finds the waiters flag.
+    assert!(
+        !p.wake,
+        "a publish said to wake, and nobody announced itself: {p:?}"
+    );
     model::Published {
         delivered: p.delivered,
         dropped: p.dropped,
@@ -488,9 +493,10 @@ impl Run {
                 sample.generation
             );
         }
+        // A bump adds WAKE_BUMP and clears the waiters flag, which nobody sets here.
         ensure!(
-            self.words.wake() == m.wakes,
-            "wake word {}, the model {}",
+            self.words.wake() == m.wakes * queue::WAKE_BUMP,
+            "wake word {}, the model's {} bumps",
             self.words.wake(),
             m.wakes
         );

@@ -14,6 +14,13 @@
 //! more step (a reclaim pass), P3: every sample is recyclable (no reference left of a
 //! dead or departed subscriber) and every entry is free.
 //!
+//! The wake word (the waiters flag and the publisher's wake) is explored on its own
+//! (`no_wake_up_is_lost_every_interleaving_of_two_sleepers_and_a_publisher`): two
+//! receivers that read the word, take, announce themselves (`announce_waiter`) and
+//! sleep (a futex: the compare and the sleep one step), and a publisher that publishes
+//! two samples, bumps the word and wakes (`FUTEX_WAKE`, a step of its own) only when the
+//! bump found the flag; no final state may leave a receiver asleep.
+//!
 //! Hostile words (P4, P5) are checked by the sequential tests at the end.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
@@ -27,8 +34,8 @@ use shmrc::checkers::holders::{
     in_flight_word, transfer_step,
 };
 use shmrc::checkers::pubsub::queue::{
-    Descriptor, Entry, Join, Policy, Publish, Queue, Take, TakeAt, Taken, leave_step,
-    subscriber_slot,
+    Descriptor, Entry, Join, Policy, Publish, Queue, Take, TakeAt, Taken, WAITERS, WAKE_BUMP,
+    announce_waiter, leave_step, subscriber_slot,
 };
 use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
 use shmrc::checkers::token::Token;
@@ -853,9 +860,215 @@ fn the_wake_word_moves_when_a_publish_delivered_and_only_then() {
     assert_eq!(publish_now(&cfg, &mut words, 0).delivered, 0);
     assert_eq!(wake(&mut words), 0, "a publish to nobody wakes nobody");
     let e = join_now(&cfg, &mut words, B);
-    assert_eq!(publish_now(&cfg, &mut words, 1).delivered, 1);
-    assert_eq!(wake(&mut words), 1);
+    let published = publish_now(&cfg, &mut words, 1);
+    assert_eq!(
+        (published.delivered, published.wake),
+        (1, false),
+        "nobody announced"
+    );
+    assert_eq!(wake(&mut words), WAKE_BUMP);
+    // A receiver announces itself: the next bump clears the flag and says to wake.
+    let flagged = with_views(&cfg, &mut words, |q, _| announce_waiter(q, WAKE_BUMP));
+    assert_eq!(flagged, Some(WAKE_BUMP | WAITERS));
+    assert_eq!(wake(&mut words), WAKE_BUMP | WAITERS);
+    let moved = with_views(&cfg, &mut words, |q, _| announce_waiter(q, 0));
+    assert_eq!(moved, None, "an announce from a value the word moved past");
+    assert!(matches!(take_now(&cfg, &mut words, B, e), Taken::Sample(_)));
+    let published = publish_now(&cfg, &mut words, 0);
+    assert_eq!((published.delivered, published.wake), (1, true));
+    assert_eq!(wake(&mut words), 2 * WAKE_BUMP, "the bump clears the flag");
     leave_now(&cfg, &mut words, B, e);
     assert_eq!(reclaim_now(&cfg, &mut words).drained, 1);
-    assert_eq!(wake(&mut words), 1, "a reclaim pass delivers nothing");
+    assert_eq!(
+        wake(&mut words),
+        2 * WAKE_BUMP,
+        "a reclaim pass delivers nothing"
+    );
+}
+
+// The wake word: two sleeping receivers and a publisher, every interleaving.
+
+/// Samples the wake exploration publishes (each to both receivers).
+const WAKE_ROUNDS: u8 = 2;
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+enum Publisher {
+    Publishing(u8, Publish),
+    /// The bump found the waiters flag: `FUTEX_WAKE` next, then round `.0 + 1`.
+    Waking(u8),
+    Done,
+}
+
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+enum Sleeper {
+    /// Read the wake word (before the take).
+    Read,
+    Taking {
+        seen: u64,
+        op: Take,
+    },
+    /// The take found the ring empty: set the waiters flag from `seen`.
+    Announce {
+        seen: u64,
+    },
+    /// The futex wait: sleeps if the word's low 32 bits still hold `.0`'s, else reads again.
+    Wait(u64),
+    Asleep,
+    Done,
+}
+
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+struct WakeWorld {
+    words: Vec<u64>,
+    publisher: Publisher,
+    sleepers: [Sleeper; 2],
+    received: [u8; 2],
+    entries: [usize; 2],
+}
+
+fn step_wake_publisher(cfg: &Config, w: &mut WakeWorld) {
+    let os = kernel(PUBLISHER);
+    let next_round = |round: u8| {
+        if round + 1 < WAKE_ROUNDS {
+            let d = Descriptor::new(usize::from(round + 1), 0).unwrap();
+            Publisher::Publishing(round + 1, Publish::new(d, cfg.policy))
+        } else {
+            Publisher::Done
+        }
+    };
+    w.publisher = match w.publisher {
+        Publisher::Publishing(round, mut op) => {
+            let next = with_views(cfg, &mut w.words, |q, _| op.step(&os, q));
+            match next {
+                Poll::Pending => Publisher::Publishing(round, op),
+                Poll::Ready(published) => {
+                    assert_eq!(
+                        published.delivered, 2,
+                        "both receivers joined: {published:?}"
+                    );
+                    if published.wake {
+                        Publisher::Waking(round)
+                    } else {
+                        next_round(round)
+                    }
+                }
+            }
+        }
+        Publisher::Waking(round) => {
+            for s in &mut w.sleepers {
+                if *s == Sleeper::Asleep {
+                    *s = Sleeper::Read;
+                }
+            }
+            next_round(round)
+        }
+        Publisher::Done => Publisher::Done,
+    };
+}
+
+fn step_sleeper(cfg: &Config, w: &mut WakeWorld, i: usize) {
+    let p = [A, B][i];
+    let entry = w.entries[i];
+    let wake_at = cfg.wake();
+    w.sleepers[i] = match w.sleepers[i] {
+        Sleeper::Read => Sleeper::Taking {
+            seen: w.words[wake_at],
+            op: Take::new(entry, token(PUBLISHER)),
+        },
+        Sleeper::Taking { seen, mut op } => {
+            let next = with_views(cfg, &mut w.words, |q, _| op.step(&kernel(p), q));
+            match next {
+                Poll::Pending => Sleeper::Taking { seen, op },
+                Poll::Ready(Taken::Sample(_)) => {
+                    w.received[i] += 1;
+                    if w.received[i] == WAKE_ROUNDS {
+                        Sleeper::Done
+                    } else {
+                        Sleeper::Read
+                    }
+                }
+                Poll::Ready(Taken::Empty) => Sleeper::Announce { seen },
+                Poll::Ready(other) => panic!("VIOLATION a take ended {other:?}\nstate: {w:?}"),
+            }
+        }
+        Sleeper::Announce { seen } => {
+            match with_views(cfg, &mut w.words, |q, _| announce_waiter(q, seen)) {
+                Some(value) => Sleeper::Wait(value),
+                None => Sleeper::Read,
+            }
+        }
+        // The futex compares the low 32 bits.
+        Sleeper::Wait(value) if w.words[wake_at] as u32 == value as u32 => Sleeper::Asleep,
+        Sleeper::Wait(_) => Sleeper::Read,
+        Sleeper::Asleep => Sleeper::Asleep,
+        Sleeper::Done => Sleeper::Done,
+    };
+}
+
+#[test]
+fn no_wake_up_is_lost_every_interleaving_of_two_sleepers_and_a_publisher() {
+    let started = Instant::now();
+    let cfg = Config {
+        cap: 2,
+        rounds: WAKE_ROUNDS,
+        policy: Policy::DropOldest,
+        victim: A,
+    };
+    let mut words = initial(&cfg).words;
+    let entries = [join_now(&cfg, &mut words, A), join_now(&cfg, &mut words, B)];
+    let first = Descriptor::new(0, 0).unwrap();
+    let mut stack = vec![WakeWorld {
+        words,
+        publisher: Publisher::Publishing(0, Publish::new(first, cfg.policy)),
+        sleepers: [Sleeper::Read; 2],
+        received: [0; 2],
+        entries,
+    }];
+    let mut seen = HashSet::new();
+    let (mut finals, mut woken) = (0, 0);
+    while let Some(w) = stack.pop() {
+        if !seen.insert(w.clone()) {
+            continue;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "over its time limit"
+        );
+        let mut moves = 0;
+        if w.publisher != Publisher::Done {
+            let mut next = w.clone();
+            step_wake_publisher(&cfg, &mut next);
+            if matches!(w.publisher, Publisher::Waking(_)) && w.sleepers.contains(&Sleeper::Asleep)
+            {
+                woken += 1;
+            }
+            stack.push(next);
+            moves += 1;
+        }
+        for i in 0..2 {
+            if !matches!(w.sleepers[i], Sleeper::Asleep | Sleeper::Done) {
+                let mut next = w.clone();
+                step_sleeper(&cfg, &mut next, i);
+                stack.push(next);
+                moves += 1;
+            }
+        }
+        if moves == 0 {
+            finals += 1;
+            assert_eq!(
+                w.sleepers,
+                [Sleeper::Done; 2],
+                "VIOLATION a receiver sleeps with samples queued (a lost wake-up)\nfinal state: {w:?}"
+            );
+        }
+    }
+    println!(
+        "wake word: {} states, {finals} final, {woken} wakes of a sleeper, in {:.1?}",
+        seen.len(),
+        started.elapsed()
+    );
+    assert!(
+        woken > 0,
+        "no interleaving put a receiver to sleep before a publish"
+    );
 }

@@ -169,7 +169,9 @@ pub struct PubSub {
     pub samples: Vec<Sample>,
     /// The subscribers.
     pub subs: Vec<Subscriber>,
-    /// Publishes that delivered (the wake word).
+    /// Publishes that delivered: the wake word's count (production's word holds it
+    /// times `WAKE_BUMP`, its low bit the waiters flag, which only a sleeping receiver
+    /// sets; the model has none).
     pub wakes: u64,
 }
 

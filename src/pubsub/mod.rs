@@ -32,8 +32,10 @@
 //! `service_segment.rs`), written by the publisher that creates it:
 //! - a header: magic, layout version, the configuration (entry count `E`, ring capacity
 //!   `C`, sample count `N`, the slow-subscriber `queue::Policy`), the publisher's token,
-//!   and the **wake word** (a `u64` the publisher bumps after every publish that
-//!   delivered; a blocking receiver `futex`-waits on its low 32 bits);
+//!   and the **wake word** (a `u64`: its low bit the *waiters flag*
+//!   (`queue::WAITERS`), the count of publishes that delivered above it; a blocking
+//!   receiver sets the flag and `futex`-waits on the word's low 32 bits: **Wake**
+//!   below);
 //! - the **sample table**: per row, the nonce and share key of one of the `N` sample
 //!   segments of the publisher's pool (each a recyclable segment with `1 + E` holder
 //!   slots and a generation word: the existing holder protocol of `docs/PROTOCOL.md`,
@@ -84,7 +86,9 @@
 //!   after its pool recycled it, so every slot but its own is `FREE`): under the
 //!   backpressure policy, first a check pass: a live entry whose ring is full refuses the
 //!   whole publish (nothing delivered; a ring's room only grows while the publisher does
-//!   not push, so the check stays true). Then for each entry `e`, in order:
+//!   not push, so the check stays true). The pass reads a joined entry's ring first and
+//!   asks whether its subscriber lives only when the ring is full (a liveness check is
+//!   a system call; a dead subscriber's full ring is drained below, never waited for). Then for each entry `e`, in order:
 //!   1. load its state. `FREE`: next entry. Not a live subscriber: **drain** it (below).
 //!   2. load `head` (`tail` is the publisher's own word). A full ring under
 //!      drop-oldest: load the oldest descriptor, CAS `head` one on (lost to the
@@ -96,7 +100,7 @@
 //!   4. store the descriptor at `ring[tail % C]`;
 //!   5. store `tail + 1` (the descriptor is now the subscriber's to pop).
 //!
-//!   Then bump the wake word (and, over the real OS, `FUTEX_WAKE` its waiters).
+//!   Then, if it delivered to anyone, bump the wake word (**Wake**, below).
 //! - **Drain** (part of a publish; a publish of no sample, `queue::Publish::reclaim`,
 //!   runs only these): for every sample, CAS slot `1 + e` `IN_FLIGHT | me → FREE` (a
 //!   held reference there is left alone: a departed subscriber may still hold a sample;
@@ -118,6 +122,20 @@
 //!   publisher is dead, then the existing `finalize` (nobody recycles the sample).
 //! - **Leave**: CAS the state word from my token to `LEFT | my token`. A subscriber does
 //!   nothing with the queue after it; the samples it still holds it releases as above.
+//! - **Wake** (the publisher, after a publish that delivered): load the wake word `w`,
+//!   CAS it `w → (w & !WAITERS) + 2` (lost to a receiver's flag: again from what the
+//!   CAS found); if `w` had the flag, `FUTEX_WAKE` every sleeper of the word
+//!   (`Os::wake_word`), else no system call.
+//! - **Sleep** (a blocking receiver, `queue::take_within` and `Subscriber::recv_timeout`):
+//!   load the wake word `s`, then take; empty: **announce** (`queue::announce_waiter`):
+//!   CAS the word `s → s | WAITERS` (already flagged: no CAS; found flagged by another
+//!   receiver: fine; found anything else: a publish bumped it since, take again), then
+//!   `FUTEX_WAIT` on `s | WAITERS` (the kernel compares and sleeps as one step). No
+//!   wake-up is lost: a bump before the announce makes its CAS fail; a bump after it
+//!   finds the flag and wakes, and if it came before the `FUTEX_WAIT`, the word differs
+//!   and the wait returns at once. The count wraps in the low 32 bits after 2^31
+//!   publishes: a receiver that stalled between its load and its wait for exactly that
+//!   many sleeps until its timeout (as with any futex counter).
 //!
 //! # Slow subscribers
 //! A ring holds at most `C` descriptors. The policy is the service's, chosen at creation:
@@ -199,15 +217,23 @@
 //! - the manager's targeted sweeps after deaths (of the dead's own segments) do not
 //!   look at service segments (its whole-namespace sweep and a user's sweep do);
 //!   `shmrc ls` does not list them;
-//! - a received sample costs two small allocations (the take's views) and a lock;
-//!   the bench (issue 33 item 6) measures it against iceoryx2.
+//! - a received sample costs two small allocations (the take's views) and a lock,
+//!   a publish two (its views), a lock and a hash lookup: together about 3% of a
+//!   publish→take loop in a profile (`bench/iceoryx2/examples/pubsub_loop.rs`), left;
+//! - every publish asks each joined subscriber's liveness (a `poll` of its kept pidfd:
+//!   what lets a dead subscriber's queued samples come back at the next publish), and a
+//!   release asks the publisher's (a dead publisher's sample is finalized by its last
+//!   holder): two polls of the one-subscriber loop, about half its time
+//!   (docs/PERFORMANCE.md, "shmrc against iceoryx2"), left;
 //!
-//! Built besides the steps: the wake-ups. `queue::take_within` reads the wake word,
-//! takes, and if the ring was empty sleeps on the word (`Os::wait_word`:
-//! a shared futex on the real kernel) until the publisher's `queue::publish`, which
-//! wakes the word's waiters after a publish that delivered
-//! (`Os::wake_word`). No wake-up is lost: the word is read
-//! before the take, and bumped after the push.
+//! Built besides the steps: the wake-ups (**Wake** and **Sleep** above).
+//! `queue::take_within` reads the wake word, takes, and if the ring was empty announces
+//! itself and sleeps on the word (`Os::wait_word`: a shared futex on the real kernel)
+//! until the publisher's `queue::publish`, which wakes the word's waiters after a
+//! publish that delivered and found the flag (`Os::wake_word`). A publish with nobody
+//! asleep makes no system call for the wake-up; a polling receiver (`try_recv`) never
+//! sets the flag. `tests/pubsub_interleavings.rs` explores every interleaving of two
+//! sleepers and a publisher over these steps (no final state leaves one asleep).
 
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod publisher;

@@ -32,6 +32,8 @@
 //!   `Relaxed` ("the tail is ours"), so a subscriber that loads the new tail need not
 //!   see the descriptor stored before it: it pops the ring word's old value (a
 //!   weak-memory bug: only `tests/loom_pubsub.rs` explores weak memory over the queue).
+//! - `pubsub_wake_skips_waiter`: a publish never wakes the wake word's sleepers, even
+//!   when a receiver announced itself ([`announce_waiter`]): a lost wake-up.
 
 use std::task::Poll;
 use std::time::{Duration, Instant};
@@ -47,6 +49,13 @@ use crate::token::Token;
 
 /// Flag of a departed subscriber's entry: `LEFT | token`.
 pub const LEFT: u64 = 1 << 62;
+
+/// The wake word's waiters flag (its low bit): a receiver about to sleep sets it
+/// ([`announce_waiter`]); a publish's bump clears it and wakes the sleepers only if it
+/// was set. The count of publishes is in the bits above it (a bump adds [`WAKE_BUMP`]).
+pub const WAITERS: u64 = 1;
+/// What a publish adds to the wake word (the flag's bit is below it).
+pub const WAKE_BUMP: u64 = 2;
 
 /// Bits of a descriptor that hold the generation (the sample index is above them).
 const GENERATION_BITS: u32 = 40;
@@ -300,8 +309,9 @@ pub fn leave_step(os: &impl StepOs, q: &Queue<'_>, entry: usize) -> bool {
 pub enum PublishAt {
     /// Backpressure's check pass: load entry `.0`'s state.
     CheckState(usize),
-    /// Backpressure's check pass: load entry `.0`'s head (a full ring refuses).
-    CheckRoom(usize),
+    /// Backpressure's check pass: load entry `.0`'s head; a full ring refuses if its
+    /// subscriber (`.1`) lives (asked only then: a liveness check is a system call).
+    CheckRoom(usize, Token),
     /// Load entry `.0`'s state and decide: deliver, drain or pass.
     State(usize),
     /// Load entry `.0`'s head: room, or a full ring.
@@ -358,8 +368,11 @@ pub enum PublishAt {
         /// The state word that made it drain.
         seen: u64,
     },
-    /// Bump the wake word.
+    /// Load the wake word (a publish that delivered bumps it).
     Wake,
+    /// CAS the wake word from `.0` (its value seen) to the next count, the waiters
+    /// flag cleared.
+    WakeCas(u64),
 }
 
 /// How a [`Publish`] ended.
@@ -378,6 +391,9 @@ pub struct Published {
     pub skipped: u32,
     /// Backpressure: the entry whose full ring refused the publish (nothing delivered).
     pub full: Option<usize>,
+    /// The wake word's bump found the waiters flag set: a receiver may sleep on it, so
+    /// the caller wakes the word (`Os::wake_word`; [`publish`] does).
+    pub wake: bool,
 }
 
 /// The publisher's publish of one sample (or, [`Publish::reclaim`], of none: a drain
@@ -450,15 +466,16 @@ impl Publish {
                 None => PublishAt::State(0),
                 // SeqCst: one order over state words.
                 Some(entry) => match EntryState::decode(entry.state.load(SeqCst)) {
-                    EntryState::Joined(t) if os.is_alive(t) => PublishAt::CheckRoom(e),
+                    EntryState::Joined(t) => PublishAt::CheckRoom(e, t),
                     _ => PublishAt::CheckState(e + 1),
                 },
             },
-            PublishAt::CheckRoom(e) => {
+            PublishAt::CheckRoom(e, subscriber) => {
                 let entry = &q.entries[e];
                 // SeqCst: the tail is ours; the head is the subscriber's pop.
                 let (head, tail) = (entry.head.load(SeqCst), entry.tail.load(SeqCst));
-                if entry.in_bounds(head, tail) && tail - head >= entry.capacity() {
+                let full = entry.in_bounds(head, tail) && tail - head >= entry.capacity();
+                if full && os.is_alive(subscriber) {
                     self.done.full = Some(e);
                     return Poll::Ready(self.done);
                 }
@@ -592,12 +609,26 @@ impl Publish {
                 self.next_entry(entry, q)
             }
             PublishAt::Wake => {
-                if self.done.delivered > 0 {
-                    // SeqCst: after every push, so a receiver that saw the old value
-                    // and then found its ring empty is woken.
-                    q.wake.fetch_add(1, SeqCst);
+                if self.done.delivered == 0 {
+                    return Poll::Ready(self.done);
                 }
-                return Poll::Ready(self.done);
+                // SeqCst: after every push, so a receiver that read the old value and
+                // then found its ring empty sees the bump (its announce's CAS fails,
+                // or its futex wait compares a changed word).
+                PublishAt::WakeCas(q.wake.load(SeqCst))
+            }
+            PublishAt::WakeCas(seen) => {
+                let bumped = (seen & !WAITERS).wrapping_add(WAKE_BUMP);
+                // SeqCst: the flag read here is the one a sleeper set before its wait.
+                match q.wake.compare_exchange(seen, bumped, SeqCst, SeqCst) {
+                    Ok(_) => {
+                        self.done.wake =
+                            seen & WAITERS != 0 && !cfg!(shmrc_plant = "pubsub_wake_skips_waiter");
+                        return Poll::Ready(self.done);
+                    }
+                    // A receiver set the flag meanwhile: bump from what it wrote.
+                    Err(now) => PublishAt::WakeCas(now),
+                }
             }
         };
         Poll::Pending
@@ -787,13 +818,36 @@ pub fn publish<O: Os>(
 ) -> Result<Published> {
     let mut publish = sample.map_or_else(Publish::reclaim, |d| Publish::new(d, policy));
     let published = run_steps(os, || publish.step(os, q))?;
-    if published.delivered > 0 {
-        // After the wake word's bump (the publish's last step): a receiver that read the
-        // word before it and found its ring empty either sees it changed, or sleeps
-        // and is woken here.
+    if published.wake {
+        // After the wake word's bump (the publish's last step), and only when it found
+        // a receiver's flag: a receiver that read the word before the bump and found
+        // its ring empty either sees it changed, or announced itself first and is
+        // woken here.
         os.wake_word(q.wake);
     }
     Ok(published)
+}
+
+/// The one shared step of a receiver about to sleep on the wake word, after a take
+/// found its ring empty: `seen` is the word it read *before* that take. Sets the
+/// waiters flag ([`WAITERS`]) by a CAS from `seen`, and says what value to sleep on
+/// (`Os::wait_word`): `seen` with the flag. `None` when the word moved past `seen` (a
+/// publish bumped it since: take again, without sleeping). A publish's bump clears the
+/// flag and wakes the word only if it was set; so a bump after this CAS wakes the
+/// sleeper, and a bump before it makes the CAS fail: no wake-up is lost.
+pub fn announce_waiter(q: &Queue<'_>, seen: u64) -> Option<u64> {
+    let flagged = seen | WAITERS;
+    if seen == flagged {
+        return Some(flagged);
+    }
+    // SeqCst: the bump that clears the flag reads it after this CAS, or moved the word
+    // before it (then the CAS fails).
+    match q.wake.compare_exchange(seen, flagged, SeqCst, SeqCst) {
+        Ok(_) => Some(flagged),
+        // Another receiver of the word set the flag: sleep on the flagged value too.
+        Err(now) if now == flagged => Some(flagged),
+        Err(_) => None,
+    }
 }
 
 /// Takes the oldest queued sample of entry `entry`.
@@ -804,9 +858,10 @@ pub fn take<O: Os>(os: &O, q: &Queue<'_>, entry: usize, publisher: Token) -> Res
 
 /// Takes the oldest queued sample of entry `entry`, sleeping on the wake word
 /// ([`Os::wait_word`]) while the ring is empty, for `timeout` at most (then `Empty`).
-/// No wake-up is lost: the word is read *before* each take, and a publish bumps it
-/// after its push, so a push the take missed has changed the word by the time the wait
-/// compares it.
+/// No wake-up is lost: the word is read *before* each take, the waiters flag is set
+/// from that value ([`announce_waiter`]) before the sleep, and a publish bumps it after
+/// its push and wakes if the flag was set; so a push the take missed has changed the
+/// word by the time the announce or the wait compares it.
 pub fn take_within<O: Os>(
     os: &O,
     q: &Queue<'_>,
@@ -822,6 +877,8 @@ pub fn take_within<O: Os>(
         if taken != Taken::Empty || left.is_zero() {
             return Ok(taken);
         }
-        os.wait_word(q.wake, seen, left);
+        if let Some(flagged) = announce_waiter(q, seen) {
+            os.wait_word(q.wake, flagged, left);
+        }
     }
 }

@@ -166,7 +166,12 @@ impl Subscriber {
             if left.is_zero() {
                 return Err(Error::Timeout { after: timeout });
             }
-            self.os.wait_word(wake, seen, left);
+            // The waiters flag first (from `seen`: a publish since makes it fail, and
+            // the take runs again), so that the publisher's bump wakes this sleep.
+            let q = Queue::new(&[], &[], wake);
+            if let Some(flagged) = queue::announce_waiter(&q, seen) {
+                self.os.wait_word(wake, flagged, left);
+            }
         }
     }
 
