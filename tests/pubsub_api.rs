@@ -703,3 +703,26 @@ fn another_user_cannot_join_or_plant_a_service() {
     drop(publisher);
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
+
+/// `recv_timeout(Duration::MAX)` (too long to add to now) waits with no deadline
+/// instead of panicking: a sample published 50 ms later by another thread arrives.
+#[test]
+fn recv_timeout_duration_max_waits_with_no_deadline() {
+    let t = TestNamespace::new("ps-forever");
+    let publisher = Publisher::create("forever", options(&t)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "forever").unwrap();
+    let received = std::thread::scope(|s| {
+        s.spawn(|| {
+            std::thread::sleep(Duration::from_millis(50));
+            let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+            fill(&mut loan, 7);
+            let _ = publisher.publish(loan).unwrap();
+        });
+        subscriber.recv_timeout::<u64>(Duration::MAX).unwrap()
+    });
+    assert_eq!(received[0], 7000);
+    drop(received);
+    drop(subscriber);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}

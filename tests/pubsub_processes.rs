@@ -147,3 +147,25 @@ fn a_subscriber_killed_holding_samples_gives_them_all_back_with_no_call() {
         "all three samples back in the pool {back:?} after the SIGKILL (kill and reap included)"
     );
 }
+
+/// `take_within` with `Duration::MAX` (too long to add to now) waits with no deadline
+/// instead of panicking: here a sample is already queued, so it returns it at once.
+#[test]
+fn take_within_duration_max_is_no_deadline() {
+    let os = PosixOs;
+    let words = pubsub_words::Words::new(os.current(), 1, 1, 2);
+    let e = words
+        .with(|q, _| queue::join(&os, q))
+        .unwrap()
+        .expect("a free entry");
+    pubsub_words::loan_and_publish(&os, &words, 0, Policy::DropOldest)
+        .unwrap()
+        .expect("the sample is free");
+    let taken = words
+        .with(|q, _| queue::take_within(&os, q, e, os.current(), Duration::MAX))
+        .unwrap();
+    assert!(
+        matches!(taken, Taken::Sample(d) if d.sample == 0),
+        "{taken:?}"
+    );
+}

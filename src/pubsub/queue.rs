@@ -869,11 +869,14 @@ pub fn take_within<O: Os>(
     publisher: Token,
     timeout: Duration,
 ) -> Result<Taken> {
-    let deadline = Instant::now() + timeout;
+    // A timeout too long to add to now (`Duration::MAX`) is no deadline.
+    let deadline = Instant::now().checked_add(timeout);
     loop {
         let seen = q.wake_word();
         let taken = take(os, q, entry, publisher)?;
-        let left = deadline.saturating_duration_since(Instant::now());
+        let left = deadline.map_or(Duration::MAX, |d| {
+            d.saturating_duration_since(Instant::now())
+        });
         if taken != Taken::Empty || left.is_zero() {
             return Ok(taken);
         }

@@ -153,7 +153,8 @@ impl Subscriber {
     /// The oldest queued sample, waiting for one (a futex wait on the service's wake
     /// word) for `timeout` at most: [`Error::Timeout`] then.
     pub fn recv_timeout<T: Pod>(&self, timeout: Duration) -> Result<Received<T>> {
-        let deadline = Instant::now() + timeout;
+        // A timeout too long to add to now (`Duration::MAX`) is no deadline.
+        let deadline = Instant::now().checked_add(timeout);
         let wake = self.service.wake();
         loop {
             // Read before the take: a publish the take missed has changed it by the
@@ -162,7 +163,9 @@ impl Subscriber {
             if let Some(sample) = self.try_recv()? {
                 return Ok(sample);
             }
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = deadline.map_or(Duration::MAX, |d| {
+                d.saturating_duration_since(Instant::now())
+            });
             if left.is_zero() {
                 return Err(Error::Timeout { after: timeout });
             }
