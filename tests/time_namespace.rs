@@ -14,8 +14,9 @@
 //! none unlinks the live holder's segment, both read the same token for it, and once
 //! the holder is SIGKILLed the segment is reclaimed. A process whose shift cannot be
 //! known to the tick (here: a time namespace whose offset is 100.005 s, half a tick past
-//! whole ticks) is refused a slot with `Error::TimeNamespace`, and its sweep takes no
-//! live process for dead. (The other causes of an unknown shift, a leader that called
+//! whole ticks) is refused a slot with `Error::TimeNamespace` (and so is its subscriber
+//! of a service published outside, and its publisher), and its sweep takes no live
+//! process for dead. (The other causes of an unknown shift, a leader that called
 //! `unshare` itself, its own start wrapped below zero, an unreadable `/proc`, are
 //! checked by the unit tests of `src/os/posix/timens.rs`.)
 //!
@@ -44,6 +45,7 @@ use std::time::Duration;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
 use shmrc::manager::runtime::RuntimeDir;
+use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::{
@@ -57,6 +59,8 @@ const ROLE: &str = "SHMRC_TIMENS_ROLE";
 const PREFIX: &str = "SHMRC_TIMENS_PREFIX";
 /// The runtime directory a manager role serves.
 const RUNTIME: &str = "SHMRC_TIMENS_RUNTIME";
+/// The namespace of a publish/subscribe service the scene with an unknown shift runs.
+const SERVICE_PREFIX: &str = "SHMRC_TIMENS_SERVICE_PREFIX";
 /// Set for a holder that is a client of the manager at `$SHMRC_RUNTIME_DIR`.
 const CONNECT: &str = "SHMRC_TIMENS_CONNECT";
 /// The role test, which does nothing unless [`ROLE`] is set.
@@ -540,7 +544,17 @@ fn scene_unknown_shift() {
     let t = TestNamespace::new("timens-unknown");
     let holder = Holder::start(&[], &t, &[]);
     let names = t.names();
-    let env = [(PREFIX, t.ns.prefix().to_owned())];
+    // A service published here, which the process in it must not subscribe to.
+    let service = TestNamespace::new("timens-service");
+    let publisher = Publisher::create(
+        "timens",
+        PublisherOptions::new().namespace(service.ns.clone()),
+    )
+    .expect("publish a service");
+    let env = [
+        (PREFIX, t.ns.prefix().to_owned()),
+        (SERVICE_PREFIX, service.ns.prefix().to_owned()),
+    ];
     let mut command = role_under(&[], "part-of-a-tick", &env);
     in_time_namespace_with_offsets(&mut command, c"boottime 100 5000000");
     let out = output_within(&mut command, STEP_LIMIT);
@@ -551,6 +565,14 @@ fn scene_unknown_shift() {
         names,
         "the process in it changed nothing:\n{said}"
     );
+    let loan = publisher.loan::<u64>(8).expect("a loan");
+    let delivery = publisher.publish(loan).expect("publish");
+    assert_eq!(
+        delivery.sent().expect("sent").delivered,
+        0,
+        "the refused subscriber holds no entry:\n{said}"
+    );
+    drop(publisher);
     holder.kill();
     let report = shmrc::sweep(&t.ns).expect("sweep");
     assert_eq!(report.unlinked, 1, "{report:?}");
@@ -613,7 +635,25 @@ fn manager_role() {
 /// In a time namespace whose boottime offset is 100.005 s: refused a slot, and judging
 /// a live holder alive.
 fn part_of_a_tick_role() {
-    expect_refused_and_harmless("whole number of clock ticks");
+    // Neither a subscriber nor a publisher writes its token anywhere.
+    let cause = "whole number of clock ticks";
+    let service =
+        Namespace::new(std::env::var(SERVICE_PREFIX).expect("a prefix")).expect("a namespace");
+    match Subscriber::join_in(&service, "timens") {
+        Err(e @ Error::TimeNamespace { .. }) => {
+            assert!(e.to_string().contains(cause), "{e}");
+            println!("subscriber refused: {e}");
+        }
+        other => panic!("subscriber not refused: {other:?}"),
+    }
+    match Publisher::create("mine", PublisherOptions::new().namespace(service)) {
+        Err(e @ Error::TimeNamespace { .. }) => {
+            assert!(e.to_string().contains(cause), "{e}");
+            println!("publisher refused: {e}");
+        }
+        other => panic!("publisher not refused: {other:?}"),
+    }
+    expect_refused_and_harmless(cause);
 }
 
 /// Makes `command` run in a new time namespace whose boottime offset is `offsets`

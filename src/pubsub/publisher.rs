@@ -184,6 +184,8 @@ impl Publisher {
     /// other than 1 to 64 ASCII letters, digits, `-`, `_`, and sizes out of bounds.
     pub fn create(service: &str, options: PublisherOptions) -> Result<Publisher> {
         let os = DefaultOs::default();
+        // Before `initialize` writes this process's token (see `Subscriber::join_in`).
+        os.before_named_use(options.namespace.prefix(), None)?;
         let name = service::service_name(&options.namespace, os.uid(), service)?;
         let config = Config {
             entries: options.subscribers,

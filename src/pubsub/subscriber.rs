@@ -87,7 +87,9 @@ impl Subscriber {
     /// takes a free subscriber entry (a service being created is waited for, 100 ms at
     /// most). Refused: no such service ([`Error::Gone`]), its
     /// publisher dead ([`Error::Gone`]), every entry taken ([`Error::HoldersFull`];
-    /// the publisher frees departed subscribers' entries at its next publish).
+    /// the publisher frees departed subscribers' entries at its next publish), a
+    /// process in a time namespace whose shift is unknown ([`Error::TimeNamespace`]).
+    /// The user's manager (if on) watches the process from then on, as a holder's.
     pub fn join_in(namespace: &Namespace, service: &str) -> Result<Subscriber> {
         let os = DefaultOs::default();
         let uid = os.uid();
@@ -96,6 +98,10 @@ impl Subscriber {
         if !os.is_alive(service.publisher) {
             return Err(Error::Gone { segment: name });
         }
+        // Before the entry takes this process's token: refused in a time namespace
+        // whose frame is unknown (its token would read as dead), and the user's manager
+        // told to watch this process (its death reclaims what it held).
+        os.before_named_use(namespace.prefix(), None)?;
         let entries = super::entries(&service);
         let q = Queue::new(&entries, &[], service.wake());
         let Some(entry) = queue::join(&os, &q)? else {
@@ -264,6 +270,9 @@ impl Subscriber {
         let name = self
             .namespace
             .segment_name(self.uid, self.os.pid_namespace(), publisher, nonce);
+        // The manager watches this process for this sample too (as a handle's attach).
+        self.os
+            .before_named_use(self.namespace.prefix(), Some(&name))?;
         let opened = segment::open_named(&self.os, &self.namespace, &name, self.uid)?;
         let fields = opened.fields;
         let slots = subscriber_slot(self.service.config.entries);
