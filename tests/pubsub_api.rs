@@ -149,8 +149,45 @@ fn child() {
             std::fs::set_permissions(&planted, std::fs::Permissions::from_mode(0o600)).unwrap();
             println!("intruder: refused");
         }
+        "fd-limit" => fd_limit_role(&ns, &service),
         other => panic!("unknown role {other}"),
     }
+}
+
+/// The `fd-limit` role: a sample published to this process's own subscriber cannot be
+/// opened under an open-file limit of 0; the receive says why and pops nothing, and
+/// once the limit is back, the same sample is received.
+fn fd_limit_role(ns: &Namespace, service: &str) {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    let publisher =
+        Publisher::create(service, PublisherOptions::new().namespace(ns.clone())).expect("create");
+    let subscriber = Subscriber::join_in(ns, service).expect("join");
+    let mut loan = publisher.loan::<u64>(ITEMS).expect("a loan");
+    fill(&mut loan, 3);
+    let sent = publisher
+        .publish(loan)
+        .expect("publish")
+        .sent()
+        .expect("sent");
+    assert_eq!(sent.delivered, 1);
+    let (soft, hard) = getrlimit(Resource::RLIMIT_NOFILE).unwrap();
+    setrlimit(Resource::RLIMIT_NOFILE, 0, hard).unwrap();
+    let refused = subscriber.try_recv::<u64>();
+    setrlimit(Resource::RLIMIT_NOFILE, soft, hard).unwrap();
+    match refused {
+        Err(e) => println!("refused: {e}"),
+        other => panic!("a sample that cannot be opened was not refused: {other:?}"),
+    }
+    let sample = subscriber
+        .try_recv::<u64>()
+        .expect("receive once the limit is back")
+        .expect("the refused sample is still queued");
+    assert_eq!(sample[0], 3000, "the same sample");
+    assert!(subscriber.try_recv::<u64>().unwrap().is_none());
+    drop(sample);
+    drop(subscriber);
+    drop(publisher);
+    println!("role done");
 }
 
 #[test]
@@ -724,5 +761,33 @@ fn recv_timeout_duration_max_waits_with_no_deadline() {
     drop(received);
     drop(subscriber);
     drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// A subscriber that cannot open a sample's segment (its open-file limit reached) gets
+/// an error naming the cause, loses nothing and pins nothing: once the limit is back,
+/// the same sample is received. In a child process (the limit is the process's).
+#[test]
+fn a_sample_that_cannot_be_opened_is_refused_and_stays_queued() {
+    let t = TestNamespace::new("ps-nofile");
+    let out = output_within(
+        test_role("child")
+            .env(ROLE, "fd-limit")
+            .env(PREFIX, t.ns.prefix())
+            .env(SERVICE, "nofile")
+            .env(COUNT, "1")
+            .env("SHMRC_MANAGER", "off"),
+        LIMIT,
+    );
+    let said = text_of(&out);
+    assert!(out.status.success() && said.contains("role done"), "{said}");
+    let refused = said
+        .lines()
+        .find(|l| l.contains("refused: "))
+        .unwrap_or_else(|| panic!("{said}"));
+    assert!(
+        refused.contains("too many open files") && refused.contains("RLIMIT_NOFILE"),
+        "the error names the cause: {refused}"
+    );
     assert!(t.names().is_empty(), "{:?}", t.names());
 }

@@ -201,8 +201,9 @@
 //! The subscriber drives `queue::Take` step by step rather than through
 //! `queue::take_within`: a take's sample table must hold the row its descriptor names,
 //! and the row may be newer than the subscriber's view of the table, so the subscriber
-//! opens it after the pop (the row was written before the descriptor was pushed) and
-//! before the transfer. `recv_timeout` keeps `take_within`'s order (wake word read
+//! opens it once the descriptor is read (the row was written before the descriptor was
+//! pushed) and before the pop: a row it cannot open (the open-file limit, say) fails
+//! the take with the cause, nothing popped, the sample still queued. `recv_timeout` keeps `take_within`'s order (wake word read
 //! before the take). A dropped [`Publisher`] gives back the in-flight references still
 //! queued to anyone (a CAS per slot, racing a take's transfer on the same word: one
 //! wins) after it turned its publisher word into a tombstone; a subscriber's release

@@ -53,9 +53,11 @@ impl SampleSegment {
     }
 }
 
-/// What the subscriber knows of the sample table: each row's segment once opened.
-/// A row that could not be opened (its segment gone, or a forged row) stays `None`:
-/// a descriptor naming it ends `Lost`.
+/// What the subscriber knows of the sample table: each row's segment once opened
+/// (`None`: not opened yet, or its segment gone). A descriptor naming a row with no
+/// segment (gone, or a forged row past the table) ends `Lost` or `Stale`; a row that
+/// could not be opened for another reason is not remembered: the take that named it
+/// fails before its pop, and the next take tries again.
 #[derive(Default)]
 struct Segments {
     rows: Vec<Option<Arc<SampleSegment>>>,
@@ -217,8 +219,10 @@ impl Subscriber {
         self.segments.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// One take, run step by step; once it popped a descriptor, the row it names is
-    /// opened if it was not, so that the transfer sees the sample's slots.
+    /// One take, run step by step; once it read a descriptor, before its pop, the row
+    /// it names is opened if it was not, so that the transfer sees the sample's slots.
+    /// A row that cannot be opened (the open-file limit, say) fails the take there:
+    /// nothing is popped, and the sample stays queued for the next take.
     fn take(&self) -> Result<(Taken, Option<Arc<SampleSegment>>)> {
         let mut segments = self.lock();
         let entries = super::entries(&self.service);
@@ -226,11 +230,14 @@ impl Subscriber {
         let mut named = None;
         let mut holders = self.holders(&segments);
         loop {
-            if let (TakeAt::Transfer { word }, None) = (take.at(), named) {
+            if let TakeAt::Pop { word, .. } = take.at() {
                 let row = Descriptor::decode(word).sample as usize;
-                named = Some(row);
-                self.open_rows(&mut segments, row);
-                holders = self.holders(&segments);
+                if named != Some(row) {
+                    named = Some(row);
+                    drop(holders);
+                    self.open_named_row(&mut segments, row)?;
+                    holders = self.holders(&segments);
+                }
             }
             let q = Queue::new(&entries, &holders, self.service.wake());
             self.os.crash_point()?;
@@ -253,13 +260,24 @@ impl Subscriber {
             .collect()
     }
 
-    /// Opens the rows of the table up to `row` not yet opened.
-    fn open_rows(&self, segments: &mut Segments, row: usize) {
-        let used = self.service.rows_used();
-        while segments.rows.len() < used.min(row + 1) {
-            let index = segments.rows.len();
-            segments.rows.push(self.open_row(index).ok().map(Arc::new));
+    /// Opens row `row` of the table if it was not: a row past the table's used rows (a
+    /// forged descriptor) or whose segment is gone (the publisher died and a sweep
+    /// reclaimed it) is left without one; any other failure is the caller's error.
+    fn open_named_row(&self, segments: &mut Segments, row: usize) -> Result<()> {
+        if row >= self.service.rows_used() {
+            return Ok(());
         }
+        if segments.rows.len() <= row {
+            segments.rows.resize(row + 1, None);
+        }
+        if segments.rows[row].is_none() {
+            match self.open_row(row) {
+                Ok(segment) => segments.rows[row] = Some(Arc::new(segment)),
+                Err(Error::Gone { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// Opens row `row`'s segment: a segment of the namespace, made by the publisher,
