@@ -791,3 +791,42 @@ fn a_sample_that_cannot_be_opened_is_refused_and_stays_queued() {
     );
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
+
+/// A table row that names another segment than its sample's (a writer of this user
+/// changed its share key) fails the receive with `Corrupted` naming it, pops nothing,
+/// and once the row is right again the sample is received.
+#[test]
+fn a_forged_table_row_is_refused_and_pops_nothing() {
+    let t = TestNamespace::new("ps-row");
+    let publisher =
+        Publisher::create("row", options(&t).subscribers(1).queue(1).samples(1)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "row").unwrap();
+    let mut loan = publisher.loan::<u64>(4).unwrap();
+    loan.copy_from_slice(&[5, 6, 7, 8]);
+    let _ = publisher.publish(loan).unwrap();
+    // Row 0's share key: word 16 + 2 of the service.
+    let path = format!("/dev/shm/{}", publisher.service_name());
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(&path)
+        .unwrap();
+    let mut key = [0u8; 8];
+    std::os::unix::fs::FileExt::read_exact_at(&file, &mut key, 18 * 8).unwrap();
+    let forged = (u64::from_le_bytes(key) ^ 1).to_le_bytes();
+    std::os::unix::fs::FileExt::write_all_at(&file, &forged, 18 * 8).unwrap();
+    match subscriber.try_recv::<u64>() {
+        Err(Error::Corrupted { what, .. }) => assert!(what.contains("share key"), "{what}"),
+        other => panic!("a forged row was not refused: {other:?}"),
+    }
+    std::os::unix::fs::FileExt::write_all_at(&file, &key, 18 * 8).unwrap();
+    let sample = subscriber
+        .try_recv::<u64>()
+        .unwrap()
+        .expect("the sample is still queued");
+    assert_eq!(&sample[..], &[5, 6, 7, 8]);
+    drop(sample);
+    drop(subscriber);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
