@@ -191,7 +191,8 @@
 //! # Status
 //! Built: the steps above (`queue`) and their checks; the service segment (creation
 //! `O_EXCL`, a dead publisher's taken over by a CAS of its publisher word to a
-//! tombstone, then unlink; validation on join: owner, mode 0600, length against
+//! tombstone, then unlink, and a tombstone whose holder died before its unlink taken
+//! over by a CAS to this process's tombstone, then unlink; validation on join: owner, mode 0600, length against
 //! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
 //! sweep (a user's [`sweep`](crate::sweep()) recognises the name and unlinks the
 //! service once its publisher is dead and no subscriber lives:
