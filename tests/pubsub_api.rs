@@ -59,7 +59,8 @@ fn start(role: &str, t: &TestNamespace, service: &str, count: usize) -> Talker {
 ///   waits for a line on stdin, drops them and leaves;
 /// - `holder`: joins, receives `COUNT` samples and holds them until it is killed;
 /// - `publisher`: creates the service and waits to be killed;
-/// - `intruder` (another user): must not reach the owner's service.
+/// - `intruder` (another user): must not reach the owner's service;
+/// - `fork-publisher`: forks a child that must be refused the publisher's calls.
 #[test]
 fn child() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -123,6 +124,47 @@ fn child() {
             drop(subscriber);
             drop(publisher);
             println!("forked: ok");
+        }
+        "fork-publisher" => {
+            // A child forked while the publisher lives cannot loan, publish or reclaim
+            // as its parent: its words would name the child, not the publisher.
+            let publisher =
+                Publisher::create(&service, PublisherOptions::new().namespace(ns.clone()))
+                    .expect("create");
+            let subscriber = Subscriber::join_in(&ns, &service).expect("join");
+            let mut inherited = Some(publisher.loan::<u64>(ITEMS).unwrap());
+            fill(inherited.as_mut().unwrap(), 3);
+            let refused = |r: Result<(), Error>| matches!(r, Err(Error::NotHolder { segment }) if segment == publisher.service_name());
+            // SAFETY: this process runs this one test on one thread (`test_role`).
+            let status = unsafe {
+                shmrc_testkit::process::fork_and_wait(LIMIT, || {
+                    let loan = inherited.take().unwrap();
+                    let verdicts = [
+                        refused(publisher.reclaim().map(drop)),
+                        refused(publisher.loan::<u64>(ITEMS).map(drop)),
+                        refused(publisher.publish(loan).map(drop)),
+                    ];
+                    verdicts
+                        .iter()
+                        .position(|refused| !refused)
+                        .map_or(0, |call| call as i32 + 1)
+                })
+            };
+            assert!(
+                matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+                "a forked child's call (1 reclaim, 2 loan, 3 publish) was not refused: {status:?}"
+            );
+            assert!(subscriber.try_recv::<u64>().unwrap().is_none());
+            // The parent's own publish of the same loan is received, not Lost.
+            let _ = publisher.publish(inherited.take().unwrap()).unwrap();
+            let sample = subscriber
+                .recv_timeout::<u64>(LIMIT)
+                .expect("the parent's sample");
+            assert_eq!(sample[0], 3000);
+            drop(sample);
+            drop(subscriber);
+            drop(publisher);
+            println!("fork-publisher: ok");
         }
         "intruder" => {
             let owner: u32 = std::env::var("SHMRC_TEST_OWNER").unwrap().parse().unwrap();
@@ -550,6 +592,15 @@ fn a_forked_child_dropping_its_copy_leaves_the_publishers_service_alone() {
     let t = TestNamespace::new("ps-fork");
     let forker = start("forker", &t, "forked", 0);
     forker.expect("forked: ok");
+    forker.finish();
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_forked_child_cannot_loan_publish_or_reclaim_as_the_publisher() {
+    let t = TestNamespace::new("ps-forkpub");
+    let forker = start("fork-publisher", &t, "forkpub", 0);
+    forker.expect("fork-publisher: ok");
     forker.finish();
     assert!(t.names().is_empty(), "{:?}", t.names());
 }

@@ -207,7 +207,11 @@
 //! before the take). A dropped [`Publisher`] gives back the in-flight references still
 //! queued to anyone (a CAS per slot, racing a take's transfer on the same word: one
 //! wins) after it turned its publisher word into a tombstone; a subscriber's release
-//! then finalizes.
+//! then finalizes. A child forked from the publisher's process is refused its
+//! `loan`, `publish` and `reclaim` ([`Error::NotHolder`](crate::Error::NotHolder)
+//! naming the service: its words would name the child, not the publisher whose
+//! in-flight words the subscribers' takes expect), and its drop of the inherited copy
+//! does nothing.
 //!
 //! Left:
 //! - a publisher killed between creating the service's name and publishing its header
