@@ -328,7 +328,9 @@ pub enum Error {
     },
 
     /// This process does not hold the buffer: it inherited it across `fork` (the
-    /// reference belongs to the parent). Call `ShmBuf::reattach` to hold it here.
+    /// reference belongs to the parent). Call `ShmBuf::reattach` to hold it here. A
+    /// [`Publisher`](crate::pubsub::Publisher) inherited across `fork` gives this too
+    /// (naming its service): the service is the parent's.
     #[error("this process does not hold {segment} (inherited across fork?): reattach it first")]
     NotHolder {
         /// The segment.

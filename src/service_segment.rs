@@ -35,7 +35,7 @@
 //! SIGBUS).
 
 use crate::error::{Error, Result};
-use crate::holders::{Slot, TOMB_BY, tomb_word};
+use crate::holders::{Slot, TOMB, TOMB_BY, is_tomb, tomb_owner, tomb_word};
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::sync::{AtomicU64, Ordering};
@@ -241,7 +241,9 @@ pub enum Created<O: Os> {
 }
 
 /// Creates the service segment `name` with `config` for this process, taking over a
-/// dead publisher's (its tombstone CASed in, then unlinked) on the way.
+/// dead publisher's (its tombstone CASed in, then unlinked) on the way, and a
+/// tombstoned one whose tombstone's holder died before unlinking it
+/// ([`Tombstoned::take_over`]).
 pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
     config.check()?;
     // A name freed by a take-over may be taken by another creator first: a few rounds.
@@ -251,8 +253,15 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
             Err(e) if already_exists(&e) => {}
             Err(e) => return Err(e),
         }
-        let service = match open_published(os, name) {
-            Ok(service) => service,
+        let service = match open_published_any(os, name) {
+            Ok(Opened::Published(service)) => service,
+            Ok(Opened::Tombstoned(tombstoned)) => {
+                // A dead holder's is taken over; a live one unlinks it any moment.
+                if !tombstoned.take_over(os)? {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                continue;
+            }
             Err(Error::Gone { .. }) => continue,
             Err(e) => return Err(e),
         };
@@ -264,7 +273,8 @@ pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
         take_over(os, &service)?;
     }
     Err(Error::InvalidArgument(format!(
-        "service {name}: its name was taken over and created again by others 8 times in a row"
+        "service {name}: 8 times in a row its name was taken over and created again by \
+         others, or a leaving publisher's tombstone was still on it"
     )))
 }
 
@@ -278,9 +288,18 @@ const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 /// [`Error::HalfCreated`] naming it. Its creator cannot be judged (the header that
 /// would name it is not written), so it is left for the user to remove.
 pub fn open_published<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
+    wait_published(|| open(os, name))
+}
+
+/// [`open_published`], save that a tombstoned service is [`Opened::Tombstoned`].
+fn open_published_any<O: Os>(os: &O, name: &str) -> Result<Opened<O>> {
+    wait_published(|| open_any(os, name))
+}
+
+fn wait_published<T>(mut open: impl FnMut() -> Result<T>) -> Result<T> {
     let deadline = std::time::Instant::now() + PUBLISH_WAIT;
     loop {
-        match open(os, name) {
+        match open() {
             Err(Error::HalfCreated { .. }) if std::time::Instant::now() < deadline => {
                 std::thread::sleep(std::time::Duration::from_millis(1));
             }
@@ -308,11 +327,7 @@ pub fn take_over<O: Os>(os: &O, service: &Service<O>) -> Result<bool> {
         )
         .is_ok();
     if won {
-        match os.shm_unlink(&service.name) {
-            Ok(()) => {}
-            Err(e) if e.is_gone() => {}
-            Err(e) => return Err(e),
-        }
+        unlink_gone_ok(os, &service.name)?;
     }
     Ok(won)
 }
@@ -368,8 +383,85 @@ fn corrupted(segment: &str, what: impl Into<String>) -> Error {
 
 /// Opens and validates the service segment `name` (P4): owner, mode 0600, length
 /// against its layout, magic, version, bounds, header uid and pid namespace. A
-/// malformed or foreign one is an [`Error`] naming the cause.
+/// malformed or foreign one is an [`Error`] naming the cause; one whose publisher
+/// left (a tombstone in its publisher word) is [`Error::Gone`].
 pub fn open<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
+    match open_any(os, name)? {
+        Opened::Published(service) => Ok(service),
+        Opened::Tombstoned(_) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+    }
+}
+
+/// What [`open_any`] found: a published service, or one whose publisher word is a
+/// tombstone (its publisher left, or it was taken over or swept) and whose name is
+/// about to be unlinked by the tombstone's holder.
+pub enum Opened<O: Os> {
+    /// Its publisher word is a publisher's token.
+    Published(Service<O>),
+    /// Its publisher word is a tombstone.
+    Tombstoned(Tombstoned<O>),
+}
+
+/// A validated service segment whose publisher word is a tombstone.
+pub struct Tombstoned<O: Os> {
+    /// Its name.
+    pub name: String,
+    /// The mapping of the whole file.
+    pub map: O::Map,
+    /// Whose tombstone it is: the process that unlinks the name (None: nobody's, a
+    /// hostile writer's [`crate::holders::TOMB`]).
+    pub by: Option<Token>,
+}
+
+impl<O: Os> Tombstoned<O> {
+    /// If its holder is dead (it was killed between its tombstone and its unlink),
+    /// takes the tombstone over (a CAS to this process's own, one winner per file, as
+    /// a finalizer takes over a dead one's in `holders.rs`) and unlinks the name, once
+    /// it has checked that the name is still this file (its publisher word is this
+    /// process's tombstone: the dead holder may have unlinked it already, and another
+    /// creator made the name again). `false`: its holder lives (it is about to unlink
+    /// the name), another process took it over first, or the name was already
+    /// another file's.
+    pub fn take_over(&self, os: &O) -> Result<bool> {
+        let seen = self.by.map_or(TOMB, tomb_word);
+        if self.by.is_some_and(|t| os.is_alive(t)) {
+            return Ok(false);
+        }
+        let Some(header) = self.map.words(SERVICE_HEADER_WORDS) else {
+            return Ok(false);
+        };
+        let mine = tomb_word(os.current());
+        // SeqCst: one winner per file; only the tombstone's holder unlinks its name.
+        let won = header[W_PUBLISHER]
+            .compare_exchange(seen, mine, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok();
+        if !won {
+            return Ok(false);
+        }
+        match open_any(os, &self.name) {
+            Ok(Opened::Tombstoned(there)) if there.by == Some(os.current()) => {
+                unlink_gone_ok(os, &self.name)?;
+                Ok(true)
+            }
+            // The name is another file now, or none: ours was unlinked already.
+            _ => Ok(false),
+        }
+    }
+}
+
+fn unlink_gone_ok<O: Os>(os: &O, name: &str) -> Result<()> {
+    match os.shm_unlink(name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.is_gone() => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+/// [`open`], save that a tombstoned service is [`Opened::Tombstoned`] (whose, for a
+/// take-over of a dead holder's) rather than [`Error::Gone`].
+pub fn open_any<O: Os>(os: &O, name: &str) -> Result<Opened<O>> {
     let file = os.shm_open(name)?;
     let info = os.stat(&file)?;
     let me = os.uid();
@@ -475,18 +567,26 @@ pub fn open<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
     }
     let word = header[W_PUBLISHER].load(Ordering::SeqCst);
     let publisher = match Token::from_word(word) {
-        Some(token) if word & TOMB_BY == 0 => token,
+        Some(token) if word & TOMB_BY == 0 => Ok(token),
+        _ if is_tomb(word) => Err(tomb_owner(word)),
         _ => {
             return Err(Error::Gone {
                 segment: name.to_owned(),
             });
         }
     };
-    Ok(Service {
-        name: name.to_owned(),
-        map,
-        config,
-        publisher,
+    Ok(match publisher {
+        Ok(publisher) => Opened::Published(Service {
+            name: name.to_owned(),
+            map,
+            config,
+            publisher,
+        }),
+        Err(by) => Opened::Tombstoned(Tombstoned {
+            name: name.to_owned(),
+            map,
+            by,
+        }),
     })
 }
 
@@ -503,12 +603,27 @@ pub enum Swept {
 
 /// The sweep of service segment `name`: unlinked once its publisher is dead and every
 /// entry is free, left, or a dead subscriber's (a joined entry's state word is its
-/// subscriber's held word: `pubsub/queue.rs`'s join); kept while either lives; an
+/// subscriber's held word: `pubsub/queue.rs`'s join); kept while either lives. A
+/// tombstoned one is kept while its tombstone's holder lives (it unlinks the name),
+/// taken over and unlinked once that holder is dead ([`Tombstoned::take_over`]); an
 /// error (it cannot be trusted: the error says why) leaves it alone. `dry_run`
 /// changes nothing.
 pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
-    let service = match open::<O>(os, name) {
-        Ok(service) => service,
+    let service = match open_any::<O>(os, name) {
+        Ok(Opened::Published(service)) => service,
+        // A tombstone's live holder unlinks the name any moment; a dead one's (killed
+        // between its tombstone and its unlink) is taken over.
+        Ok(Opened::Tombstoned(t)) if t.by.is_some_and(|t| os.is_alive(t)) => {
+            return Ok(Swept::Kept);
+        }
+        Ok(Opened::Tombstoned(_)) if dry_run => return Ok(Swept::Unlinked),
+        Ok(Opened::Tombstoned(t)) => {
+            return Ok(if t.take_over(os)? {
+                Swept::Unlinked
+            } else {
+                Swept::Vanished
+            });
+        }
         Err(Error::Gone { .. }) => return Ok(Swept::Vanished),
         Err(e) => return Err(e),
     };

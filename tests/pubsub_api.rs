@@ -3,7 +3,8 @@
 //! SIGKILLed holding two samples with one queued gives all three back with no call by
 //! anyone but the publisher's own reclaim and loans; drop-oldest leaves a gap and
 //! backpressure refuses; a second publisher of a live service is refused and a dead
-//! one's service is taken over; a sweep keeps a live service and removes a dead one; a
+//! one's service is taken over, and so is one whose remover died between its tombstone
+//! and its unlink; a sweep keeps a live service and removes a dead one; a
 //! service file that is malformed or another user's is an error naming the cause, and
 //! another user cannot join. Each test has its own namespace, bounds every wait, kills
 //! only the children it started (by pid), and leaves nothing in `/dev/shm`.
@@ -58,7 +59,8 @@ fn start(role: &str, t: &TestNamespace, service: &str, count: usize) -> Talker {
 ///   waits for a line on stdin, drops them and leaves;
 /// - `holder`: joins, receives `COUNT` samples and holds them until it is killed;
 /// - `publisher`: creates the service and waits to be killed;
-/// - `intruder` (another user): must not reach the owner's service.
+/// - `intruder` (another user): must not reach the owner's service;
+/// - `fork-publisher`: forks a child that must be refused the publisher's calls.
 #[test]
 fn child() {
     let Ok(role) = std::env::var(ROLE) else {
@@ -122,6 +124,47 @@ fn child() {
             drop(subscriber);
             drop(publisher);
             println!("forked: ok");
+        }
+        "fork-publisher" => {
+            // A child forked while the publisher lives cannot loan, publish or reclaim
+            // as its parent: its words would name the child, not the publisher.
+            let publisher =
+                Publisher::create(&service, PublisherOptions::new().namespace(ns.clone()))
+                    .expect("create");
+            let subscriber = Subscriber::join_in(&ns, &service).expect("join");
+            let mut inherited = Some(publisher.loan::<u64>(ITEMS).unwrap());
+            fill(inherited.as_mut().unwrap(), 3);
+            let refused = |r: Result<(), Error>| matches!(r, Err(Error::NotHolder { segment }) if segment == publisher.service_name());
+            // SAFETY: this process runs this one test on one thread (`test_role`).
+            let status = unsafe {
+                shmrc_testkit::process::fork_and_wait(LIMIT, || {
+                    let loan = inherited.take().unwrap();
+                    let verdicts = [
+                        refused(publisher.reclaim().map(drop)),
+                        refused(publisher.loan::<u64>(ITEMS).map(drop)),
+                        refused(publisher.publish(loan).map(drop)),
+                    ];
+                    verdicts
+                        .iter()
+                        .position(|refused| !refused)
+                        .map_or(0, |call| call as i32 + 1)
+                })
+            };
+            assert!(
+                matches!(status, nix::sys::wait::WaitStatus::Exited(_, 0)),
+                "a forked child's call (1 reclaim, 2 loan, 3 publish) was not refused: {status:?}"
+            );
+            assert!(subscriber.try_recv::<u64>().unwrap().is_none());
+            // The parent's own publish of the same loan is received, not Lost.
+            let _ = publisher.publish(inherited.take().unwrap()).unwrap();
+            let sample = subscriber
+                .recv_timeout::<u64>(LIMIT)
+                .expect("the parent's sample");
+            assert_eq!(sample[0], 3000);
+            drop(sample);
+            drop(subscriber);
+            drop(publisher);
+            println!("fork-publisher: ok");
         }
         "intruder" => {
             let owner: u32 = std::env::var("SHMRC_TEST_OWNER").unwrap().parse().unwrap();
@@ -590,6 +633,15 @@ fn a_forked_child_dropping_its_copy_leaves_the_publishers_service_alone() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+#[test]
+fn a_forked_child_cannot_loan_publish_or_reclaim_as_the_publisher() {
+    let t = TestNamespace::new("ps-forkpub");
+    let forker = start("fork-publisher", &t, "forkpub", 0);
+    forker.expect("fork-publisher: ok");
+    forker.finish();
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 /// Writes `bytes` as service `service` of `t` with `mode`, returns its path.
 fn plant(t: &TestNamespace, service: &str, bytes: &[u8], mode: u32) -> String {
     let path = format!(
@@ -677,6 +729,65 @@ fn a_malformed_service_segment_is_an_error_naming_the_cause() {
         t.ns.name_start(current_uid())
     ))
     .unwrap();
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+#[test]
+fn a_tombstone_whose_holder_died_before_unlinking_is_taken_over() {
+    let t = TestNamespace::new("ps-tomb");
+    // A real service's words, to copy; its publisher word is this (live) process's.
+    let publisher =
+        Publisher::create("real", options(&t).subscribers(1).queue(1).samples(1)).unwrap();
+    let real = std::fs::read(format!("/dev/shm/{}", publisher.service_name())).unwrap();
+    drop(publisher);
+    let mine = u64::from_le_bytes(real[48..56].try_into().unwrap());
+    let mut child = Command::new("true").spawn().unwrap();
+    let dead = shmrc::Token::new(child.id(), 0).unwrap().word();
+    child.wait().unwrap();
+    // A process killed between its tombstone's CAS and its unlink left this file.
+    let tombstoned = |word: u64| {
+        let mut bytes = real.clone();
+        bytes[48..56].copy_from_slice(&word.to_le_bytes());
+        bytes
+    };
+    const TOMB_BY: u64 = 1 << 62;
+    let live = plant(&t, "live", &tombstoned(mine | TOMB_BY), 0o600);
+    plant(&t, "dead", &tombstoned(dead | TOMB_BY), 0o600);
+    plant(&t, "nobodys", &tombstoned(u64::MAX), 0o600);
+    let swept = |report: &shmrc::SweepReport, service: &str| {
+        report
+            .services
+            .iter()
+            .find(|s| s.name.ends_with(&format!("service.{service}")))
+            .map(|s| format!("{:?}", s.action))
+    };
+    let report = shmrc::sweep(&t.ns).unwrap();
+    // A live holder's is left alone: it unlinks the name itself.
+    assert_eq!(
+        swept(&report, "live").as_deref(),
+        Some("Kept"),
+        "{report:?}"
+    );
+    for gone in ["dead", "nobodys"] {
+        assert_eq!(
+            swept(&report, gone).as_deref(),
+            Some("Unlinked"),
+            "{report:?}"
+        );
+    }
+    assert_eq!(t.names().len(), 1, "{:?}", t.names());
+    match Publisher::create("live", options(&t)) {
+        Err(Error::InvalidArgument(why)) => assert!(why.contains("tombstone"), "{why}"),
+        other => panic!("a live holder's tombstoned service was taken: {other:?}"),
+    }
+    assert!(Path::new(&live).exists());
+    std::fs::remove_file(&live).unwrap();
+    // A publisher takes over the name a dead holder's tombstone blocked.
+    plant(&t, "dead", &tombstoned(dead | TOMB_BY), 0o600);
+    let publisher = Publisher::create("dead", options(&t)).unwrap();
+    let subscriber = Subscriber::join_in(&t.ns, "dead").unwrap();
+    drop(subscriber);
     drop(publisher);
     assert!(t.names().is_empty(), "{:?}", t.names());
 }

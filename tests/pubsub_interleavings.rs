@@ -837,6 +837,32 @@ fn ring_words_out_of_bounds_are_corrupt_to_the_taker_skipped_by_the_publisher_an
 }
 
 #[test]
+fn a_tail_at_the_words_end_is_corrupt_to_the_publisher_not_an_overflow() {
+    // head = tail = u64::MAX: an empty ring by its distance, but a push would carry
+    // the tail past the word's end.
+    let cfg = HOSTILE;
+    let mut words = initial(&cfg).words;
+    let e = join_now(&cfg, &mut words, B);
+    words[cfg.entry_base(e) + 1] = u64::MAX;
+    words[cfg.entry_base(e) + 2] = u64::MAX;
+    let published = publish_now(&cfg, &mut words, 0);
+    assert_eq!((published.skipped, published.delivered), (1, 0));
+    assert_eq!(
+        cfg.slot(&words, 0, subscriber_slot(e)),
+        FREE,
+        "no reference for a skipped entry"
+    );
+    assert_eq!(cfg.tail(&words, e), u64::MAX);
+    // Left and drained, the entry is reset for the next subscriber.
+    leave_now(&cfg, &mut words, B, e);
+    assert_eq!(reclaim_now(&cfg, &mut words).drained, 1);
+    assert_eq!((cfg.head(&words, e), cfg.tail(&words, e)), (0, 0));
+    assert_eq!(join_now(&cfg, &mut words, A), e);
+    assert_eq!(publish_now(&cfg, &mut words, 1).delivered, 1);
+    assert!(matches!(take_now(&cfg, &mut words, A, e), Taken::Sample(d) if d.sample == 1));
+}
+
+#[test]
 fn a_descriptor_aimed_at_another_subscribers_column_takes_nothing() {
     // A forged descriptor in B's ring names a sample that was delivered to A only: B's
     // column of it holds no in-flight reference, so the take is Lost.

@@ -191,7 +191,8 @@
 //! # Status
 //! Built: the steps above (`queue`) and their checks; the service segment (creation
 //! `O_EXCL`, a dead publisher's taken over by a CAS of its publisher word to a
-//! tombstone, then unlink; validation on join: owner, mode 0600, length against
+//! tombstone, then unlink, and a tombstone whose holder died before its unlink taken
+//! over by a CAS to this process's tombstone, then unlink; validation on join: owner, mode 0600, length against
 //! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
 //! sweep (a user's [`sweep`](crate::sweep()) recognises the name and unlinks the
 //! service once its publisher is dead and no subscriber lives:
@@ -207,7 +208,11 @@
 //! before the take). A dropped [`Publisher`] gives back the in-flight references still
 //! queued to anyone (a CAS per slot, racing a take's transfer on the same word: one
 //! wins) after it turned its publisher word into a tombstone; a subscriber's release
-//! then finalizes.
+//! then finalizes. A child forked from the publisher's process is refused its
+//! `loan`, `publish` and `reclaim` ([`Error::NotHolder`](crate::Error::NotHolder)
+//! naming the service: its words would name the child, not the publisher whose
+//! in-flight words the subscribers' takes expect), and its drop of the inherited copy
+//! does nothing.
 //!
 //! Left:
 //! - a publisher killed between creating the service's name and publishing its header

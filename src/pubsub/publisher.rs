@@ -235,7 +235,12 @@ impl Publisher {
     /// the pool that nobody holds any more, or a new one. Refused when the sample
     /// table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
     /// held or of another length): [`Error::InvalidArgument`] naming the count.
+    ///
+    /// In a child forked from the publisher's process: [`Error::NotHolder`] (the
+    /// service is the parent's; so for [`Publisher::publish`] and
+    /// [`Publisher::reclaim`]).
     pub fn loan<T: Pod>(&self, len: usize) -> Result<Loan<T>> {
+        self.check_holder()?;
         let loan = self.pool.loan::<T>(len)?;
         let mut table = self.lock();
         let key = loan.buf().key();
@@ -266,6 +271,7 @@ impl Publisher {
     /// way (their queued samples given back). A loan of another publisher's pool is
     /// [`Error::InvalidArgument`].
     pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
+        self.check_holder()?;
         let table = self.lock();
         let Some(&row) = table.row_of.get(&loan.buf().key()) else {
             return Err(Error::InvalidArgument(format!(
@@ -290,8 +296,22 @@ impl Publisher {
     /// samples back to the pool, with no sample published (a publish does the same on
     /// its way): for a publisher that publishes rarely.
     pub fn reclaim(&self) -> Result<Sent> {
+        self.check_holder()?;
         let table = self.lock();
         self.run(&table, None).map(Sent::of)
+    }
+
+    /// [`Error::NotHolder`] naming the service in a child forked from the publisher's
+    /// process: its words would name the child (in-flight references the subscribers'
+    /// takes do not expect: every take `Lost`, the samples pinned while it lives).
+    fn check_holder(&self) -> Result<()> {
+        if self.os.current() == self.service.publisher {
+            Ok(())
+        } else {
+            Err(Error::NotHolder {
+                segment: self.service.name.clone(),
+            })
+        }
     }
 
     fn run(&self, table: &Table, sample: Option<Descriptor>) -> Result<Published> {

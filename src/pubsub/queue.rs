@@ -188,9 +188,10 @@ impl<'a> Entry<'a> {
         &self.ring[(position % self.capacity()) as usize]
     }
 
-    /// Whether `head` and `tail` are within the ring's bounds.
+    /// Whether `head` and `tail` are within the ring's bounds, with room for a push
+    /// (a tail at `u64::MAX`, which no step reaches, would overflow it).
     fn in_bounds(&self, head: u64, tail: u64) -> bool {
-        head <= tail && tail - head <= self.capacity()
+        head <= tail && tail < u64::MAX && tail - head <= self.capacity()
     }
 }
 
@@ -354,7 +355,8 @@ pub enum PublishAt {
         /// The state word that made it drain.
         seen: u64,
     },
-    /// Drain: store `head = tail`.
+    /// Drain: store `head = tail` (both 0 if the tail is at `u64::MAX`, where no step
+    /// leaves it: a hostile writer's).
     ResetRing {
         /// The entry.
         entry: usize,
@@ -594,7 +596,14 @@ impl Publish {
             PublishAt::ResetRing { entry, seen } => {
                 let e = &q.entries[entry];
                 // SeqCst: nobody else writes the ring words of a drained entry.
-                e.head.store(e.tail.load(SeqCst), SeqCst);
+                let tail = e.tail.load(SeqCst);
+                if tail == u64::MAX {
+                    // A hostile writer's tail with no room for a push: start over.
+                    e.tail.store(0, SeqCst);
+                    e.head.store(0, SeqCst);
+                } else {
+                    e.head.store(tail, SeqCst);
+                }
                 PublishAt::FreeEntry { entry, seen }
             }
             PublishAt::FreeEntry { entry, seen } => {
