@@ -629,3 +629,43 @@ fn the_environment_turns_the_cache_off_and_a_bad_value_is_named() {
     }
     stop_producer(stream, producer);
 }
+
+/// The `/proc/self/maps` lines of memfd mappings (a pool's memfds; the consumer maps
+/// no other).
+fn memfd_mappings() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("/memfd:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A file_descriptor pool's process SIGKILLed: slot 0 of its memfds keeps its dead
+/// token for ever (nothing finalizes a memfd), and the consumer's next look at the
+/// cache drops the mapping, so the memfd's pages are freed as they were without it.
+#[test]
+fn a_dead_pools_cached_mappings_are_dropped() {
+    const NAME: &str = "a_dead_pools_cached_mappings_are_dropped";
+    if !in_the_copy(NAME) {
+        return in_a_copy(NAME, &[]);
+    }
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let os = DefaultOs::default();
+    let (stream, producer) = start_producer();
+    drop(next_buffer(&stream));
+    assert_eq!(map_cache::stats(&os).entries, 1);
+    assert_eq!(memfd_mappings().len(), 1, "{:?}", memfd_mappings());
+    assert_eq!(map_cache::trim(&os), 0, "the pool lives: kept");
+    nix::sys::signal::kill(producer, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let status = nix::sys::wait::waitpid(producer, None).unwrap();
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Signaled(producer, nix::sys::signal::Signal::SIGKILL, false)
+    );
+    drop(stream);
+    assert_eq!(map_cache::trim(&os), 1, "the dead pool's mapping dropped");
+    let s = map_cache::stats(&os);
+    assert_eq!((s.entries, s.bytes, s.evicted), (0, 0, 1), "{s:?}");
+    assert_eq!(memfd_mappings(), Vec::<String>::new(), "unmapped");
+}
