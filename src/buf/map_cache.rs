@@ -49,9 +49,16 @@
 //! The cache hangs off the process's [`crate::local::ProcessLocal`] (one per simulated
 //! process in the sim, so the checkers explore it per process). Entries carry the token
 //! of the process that let go of them: a child forked with the cache filled never uses
-//! its parent's entries (its token differs), and drops them (its own copies of the
-//! mappings) at its first look. The cache's lock is only ever tried, never waited for:
-//! a contended lock, or one a fork left locked in the child, is a miss, not a wait.
+//! its parent's entries (its token differs). Nor does it inherit their mappings: a
+//! mapping is marked `MADV_DONTFORK` while it sits here ([`Mapping::inherit_on_fork`];
+//! inheritable again when an attach takes it back out), so a child pins no
+//! copy-on-write copy of it, whether or not it ever attaches; at its first look it
+//! forgets those entries without unmapping (their ranges are not its mappings). The
+//! one exception is a mapping that something besides the releasing reference still
+//! holds when it is let go of (a channel's ledger watching its slots), which a child
+//! may read: it stays inheritable, and a child drops its copy at its first look. The
+//! cache's lock is only ever tried, never waited for: a contended lock, or one a fork
+//! left locked in the child, is a miss, not a wait.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
@@ -138,6 +145,8 @@ struct Entry<O: Os> {
     identity: OwnedIdentity,
     map: Arc<O::Map>,
     fields: Fields,
+    /// Kept out of children forked while it is cached ([`Mapping::inherit_on_fork`]).
+    unforked: bool,
 }
 
 impl<O: Os> Entry<O> {
@@ -198,7 +207,13 @@ impl<O: Os> Cache<O> {
                 let entry = self.entries.remove(index).expect("in range");
                 self.bytes -= entry.map.len();
                 self.stats.evicted += 1;
-                out.push(entry);
+                if entry.holder != me && entry.unforked {
+                    // A parent's, not mapped in this child: unmapping its range would
+                    // unmap whatever this process mapped there since.
+                    std::mem::forget(entry);
+                } else {
+                    out.push(entry);
+                }
             } else {
                 index += 1;
             }
@@ -286,7 +301,8 @@ pub fn take<O: Os>(
         // shared (a release of it not finished): dropped, and opened afresh.
         let usable = entry.identity.is(&identity);
         match usable.then(|| Arc::try_unwrap(entry.map)) {
-            Some(Ok(map)) => {
+            // Inherited by children again, as every attached mapping is.
+            Some(Ok(map)) if !entry.unforked || map.inherit_on_fork(true) => {
                 cache.stats.hits += 1;
                 Some(Opened {
                     map,
@@ -304,8 +320,9 @@ pub fn take<O: Os>(
     Ok(taken)
 }
 
-/// Keeps `map` (of the segment `fields` describes, the file `identity`), which process
-/// `holder` just let go of while the segment lives on, for its next attach (see the
+/// Keeps `map` (of the segment `fields` describes, the file `identity`; a clone of the
+/// releasing reference's, which goes right after), which process `holder` just let go
+/// of while the segment lives on, for its next attach (see the
 /// module docs). Evicts to stay within the limits; keeps nothing when the cache is off
 /// or the segment's creator slot is no longer held.
 pub fn keep<O: Os>(
@@ -315,12 +332,18 @@ pub fn keep<O: Os>(
     map: Arc<O::Map>,
     fields: Fields,
 ) {
+    // Out of children forked while it is cached, if no one but the releasing reference
+    // (the caller's, gone right after this) has it: nothing can clone it once it is
+    // here, and a holder besides (a channel's ledger watching the slots) may read it in
+    // a child.
+    let unforked = Arc::strong_count(&map) <= 2 && map.inherit_on_fork(false);
     let entry = Entry::<O> {
         holder,
         key: fields.key(),
         identity: identity.owned(),
         map,
         fields,
+        unforked,
     };
     if entry.given_back(&mut liveness(os)) {
         return;
@@ -369,9 +392,11 @@ pub fn configure<O: Os>(os: &O, limits: MapCacheLimits) {
 pub fn trim<O: Os>(os: &O) -> usize {
     let mut dropped = Vec::new();
     with_cache(os, |cache: &mut Cache<O>| {
-        cache.prune(os, os.current(), &mut dropped)
-    });
-    dropped.len()
+        let before = cache.entries.len();
+        cache.prune(os, os.current(), &mut dropped);
+        before - cache.entries.len()
+    })
+    .unwrap_or(0)
 }
 
 #[cfg(feature = "checkers")]
