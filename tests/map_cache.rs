@@ -3,7 +3,8 @@
 //! `mmap`); a handle of an earlier use is still `Stale` through it and drops the entry;
 //! a segment given back (or unlinked and replaced) is not reused; the bounds evict; the
 //! environment knob turns it off and a bad value is named; a forked child never uses
-//! its parent's entries. Most run on the simulated kernel (one cache per simulated
+//! its parent's entries, nor inherits their mappings (and forgetting them unmaps none of
+//! its own); a dead file_descriptor pool's mappings are dropped. Most run on the simulated kernel (one cache per simulated
 //! process); the knob and the fork run for real, in a copy of this test binary that
 //! runs that one test alone (no other thread that could hold a lock across the fork),
 //! under a time limit.
@@ -628,4 +629,128 @@ fn the_environment_turns_the_cache_off_and_a_bad_value_is_named() {
         }
     }
     stop_producer(stream, producer);
+}
+
+/// The `/proc/self/maps` lines of memfd mappings (a pool's memfds; the consumer maps
+/// no other).
+fn memfd_mappings() -> Vec<String> {
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .filter(|line| line.contains("/memfd:"))
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A file_descriptor pool's process SIGKILLed: slot 0 of its memfds keeps its dead
+/// token for ever (nothing finalizes a memfd), and the consumer's next look at the
+/// cache drops the mapping, so the memfd's pages are freed as they were without it.
+#[test]
+fn a_dead_pools_cached_mappings_are_dropped() {
+    const NAME: &str = "a_dead_pools_cached_mappings_are_dropped";
+    if !in_the_copy(NAME) {
+        return in_a_copy(NAME, &[]);
+    }
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let os = DefaultOs::default();
+    let (stream, producer) = start_producer();
+    drop(next_buffer(&stream));
+    assert_eq!(map_cache::stats(&os).entries, 1);
+    assert_eq!(memfd_mappings().len(), 1, "{:?}", memfd_mappings());
+    assert_eq!(map_cache::trim(&os), 0, "the pool lives: kept");
+    nix::sys::signal::kill(producer, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let status = nix::sys::wait::waitpid(producer, None).unwrap();
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Signaled(producer, nix::sys::signal::Signal::SIGKILL, false)
+    );
+    drop(stream);
+    assert_eq!(map_cache::trim(&os), 1, "the dead pool's mapping dropped");
+    let s = map_cache::stats(&os);
+    assert_eq!((s.entries, s.bytes, s.evicted), (0, 0, 1), "{s:?}");
+    assert_eq!(memfd_mappings(), Vec::<String>::new(), "unmapped");
+}
+
+/// A child forked while the cache holds a mapping does not inherit it (no
+/// copy-on-write copy pinned for the child's life, whether or not it ever attaches),
+/// and forgetting the parent's entry unmaps nothing of the child's own (a page it mapped
+/// at the same address); a mapping taken back out of the cache is inherited again, as
+/// every attached one is.
+#[test]
+fn a_forked_child_maps_none_of_its_parents_cached_mappings() {
+    const NAME: &str = "a_forked_child_maps_none_of_its_parents_cached_mappings";
+    if !in_the_copy(NAME) {
+        return in_a_copy(NAME, &[]);
+    }
+    shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    let os = DefaultOs::default();
+    let (stream, producer) = start_producer();
+    drop(next_buffer(&stream));
+    assert_eq!(map_cache::stats(&os).entries, 1);
+    let cached = memfd_mappings();
+    assert_eq!(cached.len(), 1, "{cached:?}");
+    let start = cached[0].split('-').next().unwrap().to_owned();
+    // SAFETY: one test on one thread (above); the child runs the closure and `_exit`s.
+    let status = unsafe { fork_and_wait(COPY_LIMIT, || child_of_a_cached_mapping(&os, &start)) };
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(status.pid().unwrap(), 0)
+    );
+    let buf = next_buffer(&stream);
+    assert_eq!(map_cache::stats(&os).hits, 1, "taken from the cache");
+    // SAFETY: as above.
+    let status = unsafe {
+        fork_and_wait(COPY_LIMIT, || {
+            let mut first = [0u8; 1];
+            let read = buf.read_at(0, &mut first).is_ok();
+            i32::from(!(read && u64::from(first[0]) == buf.generation()))
+        })
+    };
+    assert_eq!(
+        status,
+        nix::sys::wait::WaitStatus::Exited(status.pid().unwrap(), 0),
+        "a child reads its parent's attached (once cached) buffer"
+    );
+    drop(buf);
+    stop_producer(stream, producer);
+}
+
+/// The forked child of [`a_forked_child_maps_none_of_its_parents_cached_mappings`],
+/// whose parent's cached mapping began at `start` (hex): its exit code.
+fn child_of_a_cached_mapping(os: &DefaultOs, start: &str) -> i32 {
+    let inherited = memfd_mappings();
+    if !inherited.is_empty() {
+        eprintln!("the child maps its parent's cached mappings: {inherited:?}");
+        return 1;
+    }
+    // A mapping of the child's own where the parent's cached one is: dropping
+    // the parent's entry must not unmap it.
+    let at = std::num::NonZeroUsize::new(usize::from_str_radix(start, 16).unwrap());
+    let page = std::num::NonZeroUsize::new(4096).unwrap();
+    use nix::sys::mman::{MapFlags, ProtFlags};
+    // SAFETY: a fresh private anonymous page, at an address this child maps
+    // nothing at (`MAP_FIXED_NOREPLACE` refuses it otherwise); left to `_exit`.
+    let placed = unsafe {
+        nix::sys::mman::mmap_anonymous(
+            at,
+            page,
+            ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+            MapFlags::MAP_PRIVATE | MapFlags::MAP_FIXED_NOREPLACE,
+        )
+    };
+    if placed.is_err() {
+        eprintln!("could not map at {start}: {placed:?}");
+        return 2;
+    }
+    let forgotten = map_cache::trim(os);
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    if forgotten != 1
+        || !maps
+            .lines()
+            .any(|line| line.starts_with(&format!("{start}-")))
+    {
+        eprintln!("trim: {forgotten}; the child's page at {start} unmapped:\n{maps}");
+        return 3;
+    }
+    0
 }

@@ -36,7 +36,9 @@
 //! costs no memory of its own); the entry let go of longest ago goes first. A mapping keeps its pages allocated even after its segment
 //! is unlinked or its pool gives the memfd back, so each insertion and each attach that
 //! looks here first drops the entries whose creator's slot (slot 0, which a pool holds
-//! for as long as it keeps the segment) is no longer held: given back or destroyed. The
+//! for as long as it keeps the segment) is no longer held by a live process: given
+//! back, destroyed, or its pool's process dead (nothing finalizes a memfd, so a
+//! SIGKILLed pool's token stays in slot 0; each token is asked about once a look). The
 //! memory a process keeps mapped beyond its attached segments is thus bounded by the
 //! byte limit, and lasts until the process's next attach or release at most.
 //! `SHMRC_MAP_CACHE=off` (or `0`) turns the cache off; a number sets the most entries
@@ -47,9 +49,16 @@
 //! The cache hangs off the process's [`crate::local::ProcessLocal`] (one per simulated
 //! process in the sim, so the checkers explore it per process). Entries carry the token
 //! of the process that let go of them: a child forked with the cache filled never uses
-//! its parent's entries (its token differs), and drops them (its own copies of the
-//! mappings) at its first look. The cache's lock is only ever tried, never waited for:
-//! a contended lock, or one a fork left locked in the child, is a miss, not a wait.
+//! its parent's entries (its token differs). Nor does it inherit their mappings: a
+//! mapping is marked `MADV_DONTFORK` while it sits here ([`Mapping::inherit_on_fork`];
+//! inheritable again when an attach takes it back out), so a child pins no
+//! copy-on-write copy of it, whether or not it ever attaches; at its first look it
+//! forgets those entries without unmapping (their ranges are not its mappings). The
+//! one exception is a mapping that something besides the releasing reference still
+//! holds when it is let go of (a channel's ledger watching its slots), which a child
+//! may read: it stays inheritable, and a child drops its copy at its first look. The
+//! cache's lock is only ever tried, never waited for: a contended lock, or one a fork
+//! left locked in the child, is a miss, not a wait.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
@@ -91,7 +100,8 @@ pub struct MapCacheStats {
     pub hits: u64,
     /// Attaches that looked here and found none to take.
     pub misses: u64,
-    /// Entries dropped for a bound, or because their segment was given back.
+    /// Entries dropped for a bound, or because their segment was given back (or its
+    /// pool's process died).
     pub evicted: u64,
 }
 
@@ -135,18 +145,34 @@ struct Entry<O: Os> {
     identity: OwnedIdentity,
     map: Arc<O::Map>,
     fields: Fields,
+    /// Kept out of children forked while it is cached ([`Mapping::inherit_on_fork`]).
+    unforked: bool,
 }
 
 impl<O: Os> Entry<O> {
-    /// Whether the segment's creator slot is no longer held (a pool gave it back, or it
-    /// was destroyed): the mapping would only keep its pages allocated.
-    fn given_back(&self) -> bool {
+    /// Whether the segment's creator slot is no longer held by a live process (a pool
+    /// gave it back, it was destroyed, or the pool's process died: nothing finalizes a
+    /// memfd): the mapping would only keep its pages allocated. `alive` says whether a
+    /// token's process lives.
+    fn given_back(&self, alive: &mut impl FnMut(Token) -> bool) -> bool {
         let capacity = self.fields.layout.capacity;
-        match Header::of(&*self.map, capacity).map(|h| h.holders()) {
-            Some(h) => h
-                .slot_word(0)
-                .is_none_or(|word| word == holders::FREE || holders::is_tomb(word)),
+        let word = Header::of(&*self.map, capacity).and_then(|h| h.holders().slot_word(0));
+        match word.map(holders::Slot::decode) {
+            Some(slot) => slot.owner().is_none_or(|owner| !alive(owner)),
             None => true,
+        }
+    }
+}
+
+/// Asks `os` whether a token's process lives, once per token (one look at the cache).
+fn liveness<O: Os>(os: &O) -> impl FnMut(Token) -> bool + '_ {
+    let mut known: Vec<(Token, bool)> = Vec::new();
+    move |token| match known.iter().find(|(t, _)| *t == token) {
+        Some(&(_, alive)) => alive,
+        None => {
+            let alive = os.is_alive(token);
+            known.push((token, alive));
+            alive
         }
     }
 }
@@ -171,16 +197,23 @@ impl<O: Os> Cache<O> {
     }
 
     /// Moves into `out` the entries of another process (a parent's, across `fork`) and
-    /// those whose segment was given back.
-    fn prune(&mut self, me: Token, out: &mut Vec<Entry<O>>) {
+    /// those whose segment was given back or whose pool's process died.
+    fn prune(&mut self, os: &O, me: Token, out: &mut Vec<Entry<O>>) {
+        let mut alive = liveness(os);
         let mut index = 0;
         while index < self.entries.len() {
             let entry = &self.entries[index];
-            if entry.holder != me || entry.given_back() {
+            if entry.holder != me || entry.given_back(&mut alive) {
                 let entry = self.entries.remove(index).expect("in range");
                 self.bytes -= entry.map.len();
                 self.stats.evicted += 1;
-                out.push(entry);
+                if entry.holder != me && entry.unforked {
+                    // A parent's, not mapped in this child: unmapping its range would
+                    // unmap whatever this process mapped there since.
+                    std::mem::forget(entry);
+                } else {
+                    out.push(entry);
+                }
             } else {
                 index += 1;
             }
@@ -254,7 +287,7 @@ pub fn take<O: Os>(
     }
     let mut dropped = Vec::new();
     let taken = with_cache(os, |cache: &mut Cache<O>| {
-        cache.prune(me, &mut dropped);
+        cache.prune(os, me, &mut dropped);
         let found = cache
             .entries
             .iter()
@@ -268,7 +301,8 @@ pub fn take<O: Os>(
         // shared (a release of it not finished): dropped, and opened afresh.
         let usable = entry.identity.is(&identity);
         match usable.then(|| Arc::try_unwrap(entry.map)) {
-            Some(Ok(map)) => {
+            // Inherited by children again, as every attached mapping is.
+            Some(Ok(map)) if !entry.unforked || map.inherit_on_fork(true) => {
                 cache.stats.hits += 1;
                 Some(Opened {
                     map,
@@ -286,8 +320,9 @@ pub fn take<O: Os>(
     Ok(taken)
 }
 
-/// Keeps `map` (of the segment `fields` describes, the file `identity`), which process
-/// `holder` just let go of while the segment lives on, for its next attach (see the
+/// Keeps `map` (of the segment `fields` describes, the file `identity`; a clone of the
+/// releasing reference's, which goes right after), which process `holder` just let go
+/// of while the segment lives on, for its next attach (see the
 /// module docs). Evicts to stay within the limits; keeps nothing when the cache is off
 /// or the segment's creator slot is no longer held.
 pub fn keep<O: Os>(
@@ -297,14 +332,20 @@ pub fn keep<O: Os>(
     map: Arc<O::Map>,
     fields: Fields,
 ) {
+    // Out of children forked while it is cached, if no one but the releasing reference
+    // (the caller's, gone right after this) has it: nothing can clone it once it is
+    // here, and a holder besides (a channel's ledger watching the slots) may read it in
+    // a child.
+    let unforked = Arc::strong_count(&map) <= 2 && map.inherit_on_fork(false);
     let entry = Entry::<O> {
         holder,
         key: fields.key(),
         identity: identity.owned(),
         map,
         fields,
+        unforked,
     };
-    if entry.given_back() {
+    if entry.given_back(&mut liveness(os)) {
         return;
     }
     let mut dropped = Vec::new();
@@ -312,7 +353,7 @@ pub fn keep<O: Os>(
         let Ok(limits) = cache.limits.map_or_else(limits, Ok) else {
             return;
         };
-        cache.prune(holder, &mut dropped);
+        cache.prune(os, holder, &mut dropped);
         if let Some(index) = cache.entries.iter().position(|e| e.key == entry.key) {
             dropped.push(cache.remove(index));
         }
@@ -346,14 +387,16 @@ pub fn configure<O: Os>(os: &O, limits: MapCacheLimits) {
 }
 
 #[cfg(feature = "checkers")]
-/// Drops now the entries of `os`'s process whose segment was given back (what the next
-/// attach or release would drop); returns how many.
+/// Drops now the entries of `os`'s process whose segment was given back or whose pool's
+/// process died (what the next attach or release would drop); returns how many.
 pub fn trim<O: Os>(os: &O) -> usize {
     let mut dropped = Vec::new();
     with_cache(os, |cache: &mut Cache<O>| {
-        cache.prune(os.current(), &mut dropped)
-    });
-    dropped.len()
+        let before = cache.entries.len();
+        cache.prune(os, os.current(), &mut dropped);
+        before - cache.entries.len()
+    })
+    .unwrap_or(0)
 }
 
 #[cfg(feature = "checkers")]

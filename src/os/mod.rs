@@ -128,6 +128,14 @@ pub trait Mapping: Send + Sync + 'static {
     /// Copies `data` to `offset`. Returns `false` (writing nothing) when the range is
     /// outside the mapping. Same concurrency rule as [`Mapping::read`].
     fn write(&self, offset: usize, data: &[u8]) -> bool;
+
+    /// Sets whether a child forked from now on inherits this mapping (`MADV_DOFORK` /
+    /// `MADV_DONTFORK`; the mapping cache keeps the mappings it holds out of children).
+    /// Returns whether it was set: `false` where mappings have no such switch (the
+    /// simulated kernel's, which forks nothing).
+    fn inherit_on_fork(&self, _inherit: bool) -> bool {
+        false
+    }
 }
 
 /// The operating system as the protocol sees it, from inside one process.

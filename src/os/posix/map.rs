@@ -23,7 +23,7 @@
 use std::fmt;
 use std::marker::PhantomData;
 
-use memmap2::{Mmap, MmapOptions, MmapRaw};
+use memmap2::{Advice, Mmap, MmapOptions, MmapRaw};
 
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
@@ -153,6 +153,15 @@ impl Mapping for PosixMap {
         // only through `DataRegion::as_slice`, whose caller promised no writes meanwhile.
         unsafe { copy_to_shared(dst, data) };
         true
+    }
+
+    fn inherit_on_fork(&self, inherit: bool) -> bool {
+        let advice = if inherit {
+            Advice::DoFork
+        } else {
+            Advice::DontFork
+        };
+        self.raw.advise(advice).is_ok()
     }
 }
 
