@@ -77,6 +77,13 @@ pub struct NameParts {
     pub nonce: u128,
 }
 
+/// Whether `b` may stand in a name shmrc makes up from a user's word (a namespace's
+/// prefix, a service's name, a fake driver's prefix): an ASCII letter or digit, `-` or
+/// `_` (what every file system and `/dev/shm` name takes as it is).
+pub(crate) fn is_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b == b'-' || b == b'_'
+}
+
 impl Namespace {
     /// A namespace with `prefix`: it must start with `shmrc`, be at most 48 bytes, and
     /// use only ASCII letters, digits, `-` and `_`; else [`Error::BadNamespace`] says
@@ -93,10 +100,7 @@ impl Namespace {
             Some("it must start with \"shmrc\"")
         } else if prefix.len() > MAX_PREFIX_LEN {
             Some("it is longer than 48 bytes")
-        } else if !prefix
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-        {
+        } else if !prefix.bytes().all(is_name_byte) {
             Some("only ASCII letters, digits, '-' and '_' are allowed")
         } else {
             None

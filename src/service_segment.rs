@@ -36,7 +36,7 @@
 
 use crate::error::{Error, Result};
 use crate::holders::{Slot, TOMB, TOMB_BY, is_tomb, tomb_owner, tomb_word};
-use crate::namespace::Namespace;
+use crate::namespace::{Namespace, is_name_byte};
 use crate::os::{Mapping, Os};
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
@@ -126,10 +126,7 @@ impl Config {
 pub fn service_name(ns: &Namespace, uid: u32, service: &str) -> Result<String> {
     let why = if service.is_empty() || service.len() > MAX_SERVICE_NAME {
         Some("it must be 1 to 64 bytes long")
-    } else if !service
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    {
+    } else if !service.bytes().all(is_name_byte) {
         Some("only ASCII letters, digits, '-' and '_' are allowed")
     } else {
         None

@@ -59,6 +59,7 @@ use super::driver::{
 };
 use super::lock;
 use crate::error::{Error, Result};
+use crate::namespace::is_name_byte;
 use crate::os::{Mapping, Os};
 use crate::token::Token;
 
@@ -251,8 +252,8 @@ impl<O: Os> FakeDriver<O> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn new(os: O, prefix: &str, total: u64) -> Result<FakeDriver<O>> {
-        let allowed = |c: char| c.is_ascii_alphanumeric() || c == '-' || c == '_';
-        if prefix.is_empty() || prefix.len() > MAX_FAKE_PREFIX || !prefix.chars().all(allowed) {
+        if prefix.is_empty() || prefix.len() > MAX_FAKE_PREFIX || !prefix.bytes().all(is_name_byte)
+        {
             return Err(Error::InvalidArgument(format!(
                 "fake driver prefix {prefix:?}: 1 to {MAX_FAKE_PREFIX} bytes of [A-Za-z0-9_-]"
             )));
