@@ -470,7 +470,7 @@ impl<O: Os> std::fmt::Debug for ShmPool<O> {
 }
 
 #[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
-pub(crate) mod tests {
+mod tests {
     //! The pool's own decisions on the simulated kernel: a buffer that a thread of this
     //! process attached is never handed out again; lent buffers take turns.
 
@@ -486,7 +486,7 @@ pub(crate) mod tests {
     }
 
     /// `handle`, sent by `from` to `to` over a simulated Unix stream.
-    pub(crate) fn pass(
+    fn pass(
         kernel: &SimKernel,
         from: &SimOs,
         to: &SimOs,

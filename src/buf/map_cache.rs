@@ -420,11 +420,24 @@ mod tests {
     use crate::buf::{CreateOptions, ShmBuf};
     use crate::error::Error;
     use crate::handle::ShareHandle;
-    use crate::os::sim::SimKernel;
+    use crate::os::sim::{SimKernel, SimOs};
     use crate::pool::{PoolLimits, ShmPool};
     use crate::strategy::Strategy;
 
-    use crate::pool::tests::pass;
+    fn pass(
+        kernel: &SimKernel,
+        from: &SimOs,
+        to: &SimOs,
+        h: ShareHandle<SimOs>,
+    ) -> ShareHandle<SimOs> {
+        let (tx, rx) = kernel.stream_pair(from, to);
+        crate::transport::send_with(from, &tx, b"", vec![h]).unwrap();
+        crate::transport::recv_with(to, &rx)
+            .unwrap()
+            .handles
+            .pop()
+            .unwrap()
+    }
 
     #[test]
     fn another_memfd_under_a_cached_key_is_a_miss_and_drops_the_entry() {
