@@ -1,6 +1,7 @@
 //! The service segment of publish/subscribe: its name, layout, creation (one per
-//! service name, `O_EXCL`; a dead publisher's taken over), validation on join (P4) and
-//! its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
+//! service name: made whole under a temporary name, then linked to its name, which
+//! fails if the name exists, as `O_EXCL` does; a dead publisher's taken over), the
+//! sweep of a dead creator's temporary file, validation on join (P4) and its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
 //! protocol room of its own (below the sweep, which judges service segments), so that
 //! it imports nothing of the user API that `pubsub/` builds on it.
 //!
@@ -464,9 +465,11 @@ pub fn sweep_temporary<O: Os>(
 /// yet (a creator publishes within microseconds of making the name).
 const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published
-/// (two publishers started at once: the second then finds the first live). Still
-/// unpublished after that, its creator died before publishing it (or is stopped):
+/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published.
+/// This build never names an unpublished service ([`create`] links a whole file), but
+/// a build before the temporary name created the name first and wrote the header
+/// after: one at work is waited for; still unpublished after that, its creator died
+/// before publishing it (or is stopped), or a hostile writer made it:
 /// [`Error::HalfCreated`] naming it. Its creator cannot be judged (the header that
 /// would name it is not written), so it is left for the user to remove.
 pub fn open_published<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
