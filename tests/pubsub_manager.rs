@@ -14,12 +14,17 @@
 //! The manager and the children are killed by their pids in every outcome; the
 //! namespace is emptied. The manager's sweeps at its start and when its grace runs out
 //! cover every namespace of the user in `/dev/shm` (there is no manager of one
-//! namespace), so these tests use the real `/dev/shm` with a namespace of their own:
-//! the manager's sweeps of other tests' namespaces only remove what dead processes
-//! left there, as any sweep does.
+//! namespace), and would race with names other tests plant on purpose; so each test
+//! runs again (a copy of this binary) in a mount namespace of its own whose `/dev/shm`
+//! is a private, empty tmpfs, with its manager and children: its manager sees only its
+//! names, and the tmpfs goes with the namespace. That needs root and util-linux's
+//! `unshare` and `mount`; without them the test says so and runs in the real
+//! `/dev/shm` (its own namespace there), and with `SHMRC_REQUIRE_ROOT=1` (as
+//! `.ci/run` sets it) it fails instead.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::io::BufRead;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -31,12 +36,72 @@ use shmrc::manager::runtime::RuntimeDir;
 use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::{DefaultOs, Namespace};
 use shmrc_testkit::names::TestNamespace;
-use shmrc_testkit::process::{Talker, test_role};
+use shmrc_testkit::process::{Talker, output_within, test_role};
 
 const ROLE: &str = "SHMRC_TEST_PSMGR_ROLE";
 const PREFIX: &str = "SHMRC_TEST_PSMGR_PREFIX";
 const SERVICE: &str = "watched";
 const LIMIT: Duration = Duration::from_secs(20);
+/// Set in the copy of a test that runs in a private `/dev/shm`.
+const PRIVATE_SHM: &str = "SHMRC_TEST_PSMGR_PRIVATE_SHM";
+
+/// Why a private `/dev/shm` cannot be made here, if it cannot.
+fn private_shm_unavailable() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root: cannot make a mount namespace".into());
+    }
+    for tool in ["unshare", "mount"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("util-linux's {tool} is not installed"));
+        }
+    }
+    None
+}
+
+/// Runs test `test` again, in a mount namespace of its own with an empty tmpfs on
+/// `/dev/shm`, and fails if that copy fails; `true` when it did (the caller returns).
+/// `false` in the copy itself, and where the namespace cannot be made (said on stderr;
+/// a failure with `SHMRC_REQUIRE_ROOT=1`): the caller runs the test here.
+fn ran_in_private_shm(test: &str) -> bool {
+    if std::env::var_os(PRIVATE_SHM).is_some() {
+        return false;
+    }
+    if let Some(why) = private_shm_unavailable() {
+        let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
+        assert!(!required, "SHMRC_REQUIRE_ROOT=1 but {why}");
+        eprintln!("{test}: NOT ISOLATED, runs in the real /dev/shm: {why}");
+        return false;
+    }
+    let inner = test_role(test);
+    let mut command = Command::new("unshare");
+    command
+        .args(["--mount", "--propagation", "private", "sh", "-c"])
+        .arg("mount -t tmpfs -o mode=1777,size=256m shmrc-test /dev/shm && exec \"$0\" \"$@\"")
+        .arg(inner.get_program())
+        .args(inner.get_args())
+        .env(PRIVATE_SHM, "1");
+    let out = output_within(&mut command, LIMIT * 3);
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success(),
+        "{test} in a private /dev/shm failed: {said}"
+    );
+    assert!(
+        said.contains("1 passed"),
+        "{test} did not run there: {said}"
+    );
+    true
+}
 
 /// The children (clients of the test's manager). `publisher`: creates the service,
 /// and on each line of stdin publishes a sample. `subscriber`: joins, receives one
@@ -121,6 +186,10 @@ struct Scene {
 
 impl Scene {
     fn new(test: &str) -> Scene {
+        if std::env::var_os(PRIVATE_SHM).is_some() {
+            let names: Vec<_> = std::fs::read_dir("/dev/shm").unwrap().collect();
+            assert!(names.is_empty(), "the private /dev/shm holds {names:?}");
+        }
         let t = TestNamespace::new(test);
         let dir = tempfile::tempdir().unwrap();
         let runtime = RuntimeDir::at(dir.path().join("shmrc"));
@@ -147,6 +216,9 @@ impl Scene {
 
 #[test]
 fn a_killed_subscribers_sample_is_reclaimed_by_the_manager() {
+    if ran_in_private_shm("a_killed_subscribers_sample_is_reclaimed_by_the_manager") {
+        return;
+    }
     let scene = Scene::new("psmgr");
     let t = &scene.t;
     let start = |role: &str| scene.start(role);
@@ -193,6 +265,11 @@ fn a_killed_subscribers_sample_is_reclaimed_by_the_manager() {
 
 #[test]
 fn a_killed_publishers_service_and_a_killed_creators_temporary_file_are_removed() {
+    if ran_in_private_shm(
+        "a_killed_publishers_service_and_a_killed_creators_temporary_file_are_removed",
+    ) {
+        return;
+    }
     let scene = Scene::new("psmgr-pub");
     let t = &scene.t;
     let service =
