@@ -178,6 +178,14 @@ fn link_gives_a_second_name_exclusively<H: Harness>() {
         os.shm_link(&second, "a/b"),
         Err(Error::InvalidArgument(_))
     ));
+    // Any other refusal of the kernel's is its errno, named: a name past NAME_MAX.
+    match os.shm_link(&second, &"n".repeat(300)) {
+        Err(Error::Os { call, source }) => {
+            assert_eq!(call, "link");
+            assert_eq!(source.raw_os_error(), Some(libc::ENAMETOOLONG), "{source}");
+        }
+        other => panic!("link to a name past NAME_MAX: {other:?}"),
+    }
     os.shm_unlink(&second).unwrap();
     os.shm_unlink(&third).unwrap();
     assert!(scratch.listed().is_empty());

@@ -6,7 +6,9 @@
 //! once, a publisher creates it), and the sweep keeps the temporary file while its
 //! creator lives and removes it once the creator is dead. Built with
 //! `SHMRC_PLANT=service_named_before_published` (the name before the header, as
-//! earlier builds made it), this test fails. Each test has its own namespace, bounds
+//! earlier builds made it), this test fails. On the simulated kernel, the same kill
+//! (at `create`'s crash point) and the sweeps' removal of the temporary file, with its
+//! unlink raced or refused. Each test has its own namespace, bounds
 //! every wait, kills only the child it started (by pid), and leaves nothing in
 //! `/dev/shm`.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
@@ -157,4 +159,89 @@ fn a_temporary_service_file_is_named_and_recognised_as_its_creators() {
         Ok(_) => panic!("prepared a service under no service's name"),
     }
     assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// On the simulated kernel: a creator killed at `create`'s crash point (its file whole
+/// under the temporary name, not linked) leaves the service's name free; another
+/// process's sweep removes the temporary file, and reports an unlink that races
+/// (`Vanished`) or that the kernel refuses (`Skipped`, the name left); the manager's
+/// sweep of named leftovers (`sweep_named`) removes it too, and reports a service
+/// name gone meanwhile as `Vanished`.
+#[test]
+fn sim_a_creator_killed_before_linking_leaves_a_temporary_file_the_sweeps_remove() {
+    use shmrc::checkers::os::Os;
+    use shmrc::checkers::os::sim::{SimKernel, UnlinkRace};
+    use shmrc::checkers::sweep::{Action, sweep_named, sweep_with};
+    const UID: u32 = 1000;
+    let ns = Namespace::new("shmrc-sim-pscreate").unwrap();
+    let name = service_segment::service_name(&ns, UID, "s").unwrap();
+    let config = Config {
+        entries: 1,
+        capacity: 1,
+        rows: 1,
+        backpressure: false,
+    };
+    for race in [
+        None,
+        Some(UnlinkRace::UnlinkedFirst),
+        Some(UnlinkRace::Refused),
+    ] {
+        let kernel = SimKernel::new(33);
+        let creator = kernel.spawn(UID);
+        kernel.kill_at_step(creator.pid(), 0);
+        assert!(matches!(
+            service_segment::create(&creator, &name, config),
+            Err(Error::Killed)
+        ));
+        let sweeper = kernel.spawn(UID);
+        let left = sweeper.shm_list(&ns.name_start(UID)).unwrap();
+        assert_eq!(left.len(), 1, "{left:?}");
+        let temporary = left[0].clone();
+        assert!(service_segment::parse_temporary(&ns, UID, &temporary).is_some());
+        match service_segment::open(&sweeper, &name) {
+            Err(Error::Gone { .. }) => {}
+            other => panic!(
+                "the service's name after a killed creation: {:?}",
+                other.err()
+            ),
+        }
+        if let Some(race) = race {
+            kernel.race_next_unlink(&temporary, race);
+        }
+        let report = sweep_with(&sweeper, &ns, false).unwrap();
+        let action = &report.services[0].action;
+        match race {
+            None => assert!(matches!(action, Action::RemovedHalfCreated), "{action:?}"),
+            Some(UnlinkRace::UnlinkedFirst) => {
+                assert!(matches!(action, Action::Vanished), "{action:?}")
+            }
+            Some(UnlinkRace::Refused) => {
+                assert!(
+                    matches!(action, Action::Skipped(Error::Os { .. })),
+                    "{action:?}"
+                );
+                // Left in place; the manager's sweep of the dead's names removes it.
+                let names = [temporary.clone(), name.clone()].into();
+                let named = sweep_named(&sweeper, &ns, &[creator.current()], &names);
+                let mut actions: Vec<String> = named
+                    .services
+                    .iter()
+                    .map(|s| format!("{} {:?}", s.name, s.action))
+                    .collect();
+                actions.sort();
+                let mut expected = vec![
+                    format!("{temporary} RemovedHalfCreated"),
+                    format!("{name} Vanished"),
+                ];
+                expected.sort();
+                assert_eq!(actions, expected);
+            }
+        }
+        assert!(sweeper.shm_list(&ns.name_start(UID)).unwrap().is_empty());
+        // The name is free for the next publisher.
+        assert!(matches!(
+            service_segment::create(&sweeper, &name, config),
+            Ok(service_segment::Created::New(_))
+        ));
+    }
 }

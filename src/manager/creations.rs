@@ -369,6 +369,15 @@ mod tests {
         index.services(Some(BTreeSet::new()));
         index.watch(token(4));
         assert_eq!(index.forget(&[token(4)]), Some(BTreeSet::new()));
+        // Past MAX_CREATED services (listed or created), they are unknown.
+        let many = |n: usize| (0..n).map(|i| service(&format!("s{i}"))).collect();
+        index.services(Some(many(MAX_CREATED + 1)));
+        index.watch(token(5));
+        assert_eq!(index.forget(&[token(5)]), None);
+        index.services(Some(many(MAX_CREATED)));
+        index.created(&service("one-more"));
+        index.watch(token(6));
+        assert_eq!(index.forget(&[token(6)]), None);
     }
 
     #[test]
