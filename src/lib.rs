@@ -331,7 +331,7 @@ pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use segment::{Fields, Layout};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
-pub use sweep::{Action, SegmentReport, ServiceReport, SweepReport};
+pub use sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
 pub use token::Token;
 
 #[cfg(all(feature = "serde", not(any(shmrc_loom, shmrc_shuttle))))]

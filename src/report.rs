@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::sweep::{Action, SegmentReport, SweepReport};
+use crate::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
 
 /// `shmrc ls --json`: made by [`listing`].
 #[derive(Serialize)]
@@ -57,6 +57,41 @@ pub struct NamespaceView {
     pub unlinked: u32,
     /// Its segments, in name order.
     pub segments: Vec<SegmentView>,
+    /// Its publish/subscribe services (and temporary files of services being
+    /// created), in name order.
+    pub services: Vec<ServiceView>,
+}
+
+/// One publish/subscribe service (or a temporary file of one being created).
+#[derive(Serialize)]
+pub struct ServiceView {
+    /// Its name in `/dev/shm`.
+    pub name: String,
+    /// The service's name (what `Publisher::create` and `Subscriber::join` take);
+    /// `null` for a temporary file.
+    pub service: Option<String>,
+    /// Its publisher; `null` when not read (a temporary file, a service its publisher
+    /// left, one left alone for an error).
+    pub publisher: Option<Creator>,
+    /// Subscribers joined and alive; `null` when not read.
+    pub subscribers: Option<usize>,
+    /// The most subscribers it takes; `null` when not read.
+    pub subscriber_entries: Option<usize>,
+    /// Sample segments its publisher made; `null` when not read.
+    pub samples: Option<usize>,
+    /// The most sample segments it may have; `null` when not read.
+    pub sample_rows: Option<usize>,
+    /// Bytes of the service file (the samples are listed as segments); `null` when
+    /// not read.
+    pub size: Option<u64>,
+    /// As a segment's: `kept`, `unlinked`, `removed_half_created` (a temporary file
+    /// of a dead creator), `being_created`, `vanished` or `skipped`; in `ls` and a dry
+    /// run, `would_unlink` and `would_remove_half_created` in place of the changes.
+    pub action: &'static str,
+    /// The same as the table's STATE or ACTION column says it.
+    pub state: String,
+    /// Why a `skipped` service was left alone; `null` otherwise.
+    pub error: Option<String>,
 }
 
 /// One segment.
@@ -210,7 +245,60 @@ impl NamespaceView {
                 .iter()
                 .map(|seg| SegmentView::new(seg, done, now_nanos))
                 .collect(),
+            services: report
+                .services
+                .iter()
+                .map(|service| ServiceView::new(ns, service, done))
+                .collect(),
         }
+    }
+}
+
+impl ServiceView {
+    /// The view of `service`, a service of `ns`; `done`: the sweep really ran.
+    pub fn new(ns: &Namespace, service: &ServiceReport, done: bool) -> ServiceView {
+        let details = service.details;
+        let read = |f: fn(&ServiceDetails) -> usize| details.as_ref().map(f);
+        let start = format!("{}service.", ns.name_start(DefaultOs::default().uid()));
+        ServiceView {
+            name: service.name.clone(),
+            service: service.name.strip_prefix(&start).map(str::to_owned),
+            publisher: details.map(|d| Creator {
+                pid: d.publisher.pid(),
+                alive: d.publisher_alive,
+            }),
+            subscribers: read(|d| d.subscribers),
+            subscriber_entries: read(|d| d.subscriber_entries),
+            samples: read(|d| d.samples),
+            sample_rows: read(|d| d.sample_rows),
+            size: details.map(|d| d.size),
+            action: action_name(&service.action, done),
+            state: service_state(service, done),
+            error: match &service.action {
+                Action::Skipped(e) => Some(e.to_string()),
+                _ => None,
+            },
+        }
+    }
+}
+
+/// How a service's action reads in a table; `done` = the sweep really ran.
+fn service_state(service: &ServiceReport, done: bool) -> String {
+    match (&service.action, done, service.details) {
+        (Action::Kept, _, Some(d)) if d.publisher_alive => "published".into(),
+        (Action::Kept, _, Some(_)) => "publisher dead, subscribers live".into(),
+        (Action::Kept, _, None) => "its publisher is leaving".into(),
+        (Action::Unlinked, true, _) => "unlinked".into(),
+        (Action::Unlinked, false, _) => {
+            "publisher and subscribers dead (a sweep unlinks it)".into()
+        }
+        (Action::RemovedHalfCreated, true, _) => "creator died before linking it, removed".into(),
+        (Action::RemovedHalfCreated, false, _) => {
+            "creator died before linking it (a sweep removes it)".into()
+        }
+        (Action::BeingCreated, _, _) => "being created".into(),
+        (Action::Vanished, _, _) => "gone".into(),
+        (Action::Skipped(e), _, _) => format!("left alone: {e}"),
     }
 }
 

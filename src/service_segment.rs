@@ -1,6 +1,7 @@
 //! The service segment of publish/subscribe: its name, layout, creation (one per
-//! service name, `O_EXCL`; a dead publisher's taken over), validation on join (P4) and
-//! its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
+//! service name: made whole under a temporary name, then linked to its name, which
+//! fails if the name exists, as `O_EXCL` does; a dead publisher's taken over), the
+//! sweep of a dead creator's temporary file, validation on join (P4) and its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
 //! protocol room of its own (below the sweep, which judges service segments), so that
 //! it imports nothing of the user API that `pubsub/` builds on it.
 //!
@@ -36,7 +37,7 @@
 
 use crate::error::{Error, Result};
 use crate::holders::{Slot, TOMB, TOMB_BY, is_tomb, tomb_owner, tomb_word};
-use crate::namespace::{Namespace, is_name_byte};
+use crate::namespace::{NameParts, Namespace, is_name_byte};
 use crate::os::{Mapping, Os};
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
@@ -241,47 +242,234 @@ pub enum Created<O: Os> {
 /// dead publisher's (its tombstone CASed in, then unlinked) on the way, and a
 /// tombstoned one whose tombstone's holder died before unlinking it
 /// ([`Tombstoned::take_over`]).
+///
+/// The file is made whole under a temporary name first ([`temporary_name`]: this
+/// process's token and a nonce, so no other creator uses it and a sweep can tell a
+/// dead creator's), then linked to `name` (`link` fails if `name` exists, as
+/// `O_EXCL` does), then the temporary name is unlinked. So `name` never names a
+/// half-written service: a creator killed at any point leaves at most its temporary
+/// name, which [`sweep_temporary`] removes once the creator is dead.
 pub fn create<O: Os>(os: &O, name: &str, config: Config) -> Result<Created<O>> {
-    config.check()?;
-    // A name freed by a take-over may be taken by another creator first: a few rounds.
-    for _ in 0..8 {
-        match os.shm_create(name) {
-            Ok(file) => return initialize(os, name, &file, config).map(Created::New),
-            Err(e) if already_exists(&e) => {}
-            Err(e) => return Err(e),
+    Unlinked::prepare(os, name, config)?.link(os)
+}
+
+/// A service made whole under its temporary name, not linked to its name yet: the
+/// first step of [`create`] (a test may kill its process here).
+pub struct Unlinked<O: Os> {
+    temporary: Temporary<O>,
+    service: Service<O>,
+    /// Linked to its name before its header was published (the plant below).
+    named_early: bool,
+}
+
+impl<O: Os> Unlinked<O> {
+    /// Makes service `name` with `config` whole under a temporary name.
+    ///
+    /// Built with `SHMRC_PLANT=service_named_before_published`, it links the name
+    /// first and publishes the header only in [`Unlinked::link`], as builds before the
+    /// temporary name created the name and then wrote the header: a creator killed
+    /// between the two steps leaves a half-created service (what
+    /// `tests/pubsub_creation.rs` must catch).
+    pub fn prepare(os: &O, name: &str, config: Config) -> Result<Unlinked<O>> {
+        config.check()?;
+        let temporary = Temporary::create(os, name)?;
+        let named_early = cfg!(shmrc_plant = "service_named_before_published");
+        if named_early {
+            os.shm_link(&temporary.name, name)?;
         }
-        let service = match open_published_any(os, name) {
-            Ok(Opened::Published(service)) => service,
-            Ok(Opened::Tombstoned(tombstoned)) => {
-                // A dead holder's is taken over; a live one unlinks it any moment.
-                if !tombstoned.take_over(os)? {
-                    std::thread::sleep(std::time::Duration::from_millis(1));
-                }
-                continue;
-            }
-            Err(Error::Gone { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        if os.is_alive(service.publisher) {
-            return Ok(Created::Live {
-                publisher: service.publisher,
-            });
-        }
-        take_over(os, &service)?;
+        let service = initialize(os, name, &temporary.file, config, !named_early)?;
+        Ok(Unlinked {
+            temporary,
+            service,
+            named_early,
+        })
     }
-    Err(Error::InvalidArgument(format!(
-        "service {name}: 8 times in a row its name was taken over and created again by \
-         others, or a leaving publisher's tombstone was still on it"
-    )))
+
+    /// The temporary name.
+    #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
+    pub fn temporary_name(&self) -> &str {
+        &self.temporary.name
+    }
+
+    /// Links it to its name, taking over a dead publisher's service there (see
+    /// [`create`]); the temporary name is unlinked in every outcome.
+    pub fn link(self, os: &O) -> Result<Created<O>> {
+        if self.named_early {
+            publish_header(&self.service);
+            return Ok(Created::New(self.service));
+        }
+        let name = self.service.name.clone();
+        // A name freed by a take-over may be taken by another creator first: a few
+        // rounds.
+        for _ in 0..8 {
+            os.crash_point()?;
+            match os.shm_link(&self.temporary.name, &name) {
+                Ok(()) => return Ok(Created::New(self.service)),
+                Err(e) if already_exists(&e) => {}
+                Err(e) => return Err(e),
+            }
+            let there = match open_published_any(os, &name) {
+                Ok(Opened::Published(there)) => there,
+                Ok(Opened::Tombstoned(tombstoned)) => {
+                    // A dead holder's is taken over; a live one unlinks it any moment.
+                    if !tombstoned.take_over(os)? {
+                        std::thread::sleep(std::time::Duration::from_millis(1));
+                    }
+                    continue;
+                }
+                Err(Error::Gone { .. }) => continue,
+                Err(e) => return Err(e),
+            };
+            if os.is_alive(there.publisher) {
+                return Ok(Created::Live {
+                    publisher: there.publisher,
+                });
+            }
+            take_over(os, &there)?;
+        }
+        Err(Error::InvalidArgument(format!(
+            "service {name}: 8 times in a row its name was taken over and created again \
+             by others, or a leaving publisher's tombstone was still on it"
+        )))
+    }
+}
+
+/// The word between a namespace's start and the rest of a temporary service file's
+/// name: `<prefix>.<uid>.service-new.<pidns>.<pid>.<start>.<nonce>`, the tail a
+/// segment's name has (`namespace.rs`), so it parses as one once the word is taken out.
+const TEMPORARY_INFIX: &str = "service-new.";
+
+/// The temporary name under which process `creator` (of pid namespace
+/// `pid_namespace`) makes a service of `ns` for user `uid` whole, before linking it
+/// to its name.
+pub fn temporary_name(
+    ns: &Namespace,
+    uid: u32,
+    pid_namespace: u64,
+    creator: Token,
+    nonce: u128,
+) -> String {
+    let start = ns.name_start(uid);
+    let segment = ns.segment_name(uid, pid_namespace, creator, nonce);
+    format!("{start}{TEMPORARY_INFIX}{}", &segment[start.len()..])
+}
+
+/// What a temporary service file's name `name` of `ns` for user `uid` says of its
+/// creation (its creator and pid namespace); `None` if it is no such name.
+pub fn parse_temporary(ns: &Namespace, uid: u32, name: &str) -> Option<NameParts> {
+    let start = ns.name_start(uid);
+    let tail = name.strip_prefix(&start)?.strip_prefix(TEMPORARY_INFIX)?;
+    ns.parse(&format!("{start}{tail}"), uid).ok()
+}
+
+/// The namespace of `name` if it is a service segment's or a temporary service file's
+/// name of user `uid` (of any namespace), with what a temporary one's name says of its
+/// creation.
+pub fn namespace_of(name: &str, uid: u32) -> Option<(Namespace, Option<NameParts>)> {
+    let (prefix, _) = name.split_once('.')?;
+    let ns = Namespace::new(prefix).ok()?;
+    if is_service_name(&ns, uid, name) {
+        return Some((ns, None));
+    }
+    let parts = parse_temporary(&ns, uid, name)?;
+    Some((ns, Some(parts)))
+}
+
+/// A temporary service file this process made, unlinked when dropped (it was linked
+/// to the service's name, or the creation failed).
+struct Temporary<O: Os> {
+    os: O,
+    name: String,
+    file: O::File,
+}
+
+impl<O: Os> Temporary<O> {
+    /// A new temporary file for the service `name` (`<prefix>.<uid>.service.<service>`,
+    /// as [`service_name`] makes it).
+    fn create(os: &O, name: &str) -> Result<Temporary<O>> {
+        let ns = match namespace_of(name, os.uid()) {
+            Some((ns, None)) => ns,
+            _ => {
+                return Err(Error::InvalidArgument(format!(
+                    "{name:?} is no service's name"
+                )));
+            }
+        };
+        let temporary = temporary_name(
+            &ns,
+            os.uid(),
+            os.pid_namespace(),
+            os.current(),
+            os.random_u128()?,
+        );
+        let file = os.shm_create(&temporary)?;
+        Ok(Temporary {
+            os: os.clone(),
+            name: temporary,
+            file,
+        })
+    }
+}
+
+impl<O: Os> Drop for Temporary<O> {
+    fn drop(&mut self) {
+        // Best effort: a name of this process's own, which only a sweep after its death
+        // unlinks otherwise.
+        let _ = self.os.shm_unlink(&self.name);
+    }
+}
+
+/// What [`sweep_temporary`] did with a temporary service file.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub enum SweptTemporary {
+    /// Its creator lives (it is creating the service): left alone.
+    Kept,
+    /// Its creator is dead: unlinked (dry run: would be).
+    Unlinked,
+    /// Gone meanwhile.
+    Vanished,
+}
+
+/// The sweep of temporary service file `name` whose name says `parts`: unlinked once
+/// its creator is dead (killed while creating the service: the file is nobody's, or,
+/// linked already, the service's name keeps it), kept while the creator lives; a
+/// creator of another pid namespace cannot be judged ([`Error::OtherPidNamespace`]).
+/// Only the name is looked at: the file is never opened. `dry_run` changes nothing.
+pub fn sweep_temporary<O: Os>(
+    os: &O,
+    name: &str,
+    parts: NameParts,
+    dry_run: bool,
+) -> Result<SweptTemporary> {
+    if parts.pid_namespace != os.pid_namespace() {
+        return Err(Error::OtherPidNamespace {
+            segment: name.to_owned(),
+            theirs: parts.pid_namespace,
+            ours: os.pid_namespace(),
+        });
+    }
+    if parts.creator == os.current() || os.is_alive(parts.creator) {
+        return Ok(SweptTemporary::Kept);
+    }
+    if dry_run {
+        return Ok(SweptTemporary::Unlinked);
+    }
+    match os.shm_unlink(name) {
+        Ok(()) => Ok(SweptTemporary::Unlinked),
+        Err(e) if e.is_gone() => Ok(SweptTemporary::Vanished),
+        Err(e) => Err(e),
+    }
 }
 
 /// How long [`create`] waits for a service another creator has made but not published
 /// yet (a creator publishes within microseconds of making the name).
 const PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
 
-/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published
-/// (two publishers started at once: the second then finds the first live). Still
-/// unpublished after that, its creator died before publishing it (or is stopped):
+/// [`open`], waiting up to [`PUBLISH_WAIT`] for a half-created service to be published.
+/// This build never names an unpublished service ([`create`] links a whole file), but
+/// a build before the temporary name created the name first and wrote the header
+/// after: one at work is waited for; still unpublished after that, its creator died
+/// before publishing it (or is stopped), or a hostile writer made it:
 /// [`Error::HalfCreated`] naming it. Its creator cannot be judged (the header that
 /// would name it is not written), so it is left for the user to remove.
 pub fn open_published<O: Os>(os: &O, name: &str) -> Result<Service<O>> {
@@ -329,19 +517,21 @@ pub fn take_over<O: Os>(os: &O, service: &Service<O>) -> Result<bool> {
     Ok(won)
 }
 
-fn initialize<O: Os>(os: &O, name: &str, file: &O::File, config: Config) -> Result<Service<O>> {
+/// Sizes, maps and writes a new service file for this process as publisher; with
+/// `publish`, publishes its header too ([`publish_header`]).
+fn initialize<O: Os>(
+    os: &O,
+    name: &str,
+    file: &O::File,
+    config: Config,
+    publish: bool,
+) -> Result<Service<O>> {
     let total = config.total_words() * 8;
     let mapped = os
         .allocate(file, total as u64)
         .and_then(|()| os.map_stated(file, total, total as u64));
-    let map = match mapped {
-        Ok(map) => map,
-        Err(e) => {
-            // Best effort: the name is ours, fresh and unpublished.
-            let _ = os.shm_unlink(name);
-            return Err(e);
-        }
-    };
+    // On failure the temporary file's name goes with it (`Temporary`'s drop).
+    let map = mapped?;
     let me = os.current();
     let words = map
         .words(config.total_words())
@@ -361,14 +551,22 @@ fn initialize<O: Os>(os: &O, name: &str, file: &O::File, config: Config) -> Resu
         // Relaxed: published by the magic's Release below.
         words[w].store(value, Ordering::Relaxed);
     }
-    // Release: every word above before the magic a joiner reads with Acquire.
-    words[W_MAGIC].store(SERVICE_MAGIC, Ordering::Release);
-    Ok(Service {
+    let service = Service {
         name: name.to_owned(),
         map,
         config,
         publisher: me,
-    })
+    };
+    if publish {
+        publish_header(&service);
+    }
+    Ok(service)
+}
+
+/// Stores the magic: every word written before it is a joiner's to read.
+fn publish_header<O: Os>(service: &Service<O>) {
+    // Release: every word written before the magic a joiner reads with Acquire.
+    service.words()[W_MAGIC].store(SERVICE_MAGIC, Ordering::Release);
 }
 
 fn corrupted(segment: &str, what: impl Into<String>) -> Error {
@@ -590,12 +788,55 @@ pub fn open_any<O: Os>(os: &O, name: &str) -> Result<Opened<O>> {
 /// What [`sweep`] did with a service segment.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
 pub enum Swept {
-    /// Its publisher lives, or a subscriber does: left alone.
-    Kept,
-    /// Its publisher died and no subscriber lives: unlinked (dry run: would be).
-    Unlinked,
+    /// Its publisher lives, or a subscriber does (or it is tombstoned by a live
+    /// process, which unlinks it): left alone. The details of a published one.
+    Kept(Option<ServiceDetails>),
+    /// Its publisher died and no subscriber lives, or its tombstone's holder died:
+    /// unlinked (dry run: would be). The details of a published one.
+    Unlinked(Option<ServiceDetails>),
     /// Gone meanwhile (a take-over or another sweep got there first).
     Vanished,
+}
+
+/// A published service as a sweep (or `shmrc ls`) saw it, before it acted.
+///
+/// ```
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::Namespace;
+/// use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
+///
+/// let ns = Namespace::new("shmrc-doc-service-details")?;
+/// let options = PublisherOptions::new().namespace(ns.clone()).subscribers(4).samples(8);
+/// let publisher = Publisher::create("odometry", options)?;
+/// let subscriber = Subscriber::join_in(&ns, "odometry")?;
+/// let report = shmrc::inspect(&ns)?;
+/// let details = report.services[0].details.unwrap();
+/// assert_eq!(details.publisher.pid(), std::process::id());
+/// assert!(details.publisher_alive);
+/// assert_eq!((details.subscribers, details.subscriber_entries), (1, 4));
+/// assert_eq!((details.samples, details.sample_rows), (0, 8)); // none loaned yet
+/// # drop((subscriber, publisher));
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct ServiceDetails {
+    /// The process that created it and publishes.
+    pub publisher: Token,
+    /// Whether the publisher is alive.
+    pub publisher_alive: bool,
+    /// Subscribers joined and alive.
+    pub subscribers: usize,
+    /// The most subscribers it takes (its entries).
+    pub subscriber_entries: usize,
+    /// Sample segments its publisher has made (rows of its sample table in use).
+    pub samples: usize,
+    /// The most sample segments it may have (its sample table's rows).
+    pub sample_rows: usize,
+    /// Samples a subscriber's queue holds.
+    pub queue: usize,
+    /// Bytes of the service file (its header, sample table and queues; the samples'
+    /// own segments are listed as segments).
+    pub size: u64,
 }
 
 /// The sweep of service segment `name`: unlinked once its publisher is dead and every
@@ -604,19 +845,19 @@ pub enum Swept {
 /// tombstoned one is kept while its tombstone's holder lives (it unlinks the name),
 /// taken over and unlinked once that holder is dead ([`Tombstoned::take_over`]); an
 /// error (it cannot be trusted: the error says why) leaves it alone. `dry_run`
-/// changes nothing.
+/// changes nothing. A published one's [`ServiceDetails`] come with what was done.
 pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
     let service = match open_any::<O>(os, name) {
         Ok(Opened::Published(service)) => service,
         // A tombstone's live holder unlinks the name any moment; a dead one's (killed
         // between its tombstone and its unlink) is taken over.
         Ok(Opened::Tombstoned(t)) if t.by.is_some_and(|t| os.is_alive(t)) => {
-            return Ok(Swept::Kept);
+            return Ok(Swept::Kept(None));
         }
-        Ok(Opened::Tombstoned(_)) if dry_run => return Ok(Swept::Unlinked),
+        Ok(Opened::Tombstoned(_)) if dry_run => return Ok(Swept::Unlinked(None)),
         Ok(Opened::Tombstoned(t)) => {
             return Ok(if t.take_over(os)? {
-                Swept::Unlinked
+                Swept::Unlinked(None)
             } else {
                 Swept::Vanished
             });
@@ -624,19 +865,31 @@ pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
         Err(Error::Gone { .. }) => return Ok(Swept::Vanished),
         Err(e) => return Err(e),
     };
-    let live_subscriber = (0..service.config.entries).any(|e| {
-        // SeqCst: one order over state words.
-        let word = service.state(e).load(Ordering::SeqCst);
-        matches!(Slot::decode(word), Slot::Held(t) if os.is_alive(t))
-    });
-    if os.is_alive(service.publisher) || live_subscriber {
-        return Ok(Swept::Kept);
+    let subscribers = (0..service.config.entries)
+        .filter(|&e| {
+            // SeqCst: one order over state words.
+            let word = service.state(e).load(Ordering::SeqCst);
+            matches!(Slot::decode(word), Slot::Held(t) if os.is_alive(t))
+        })
+        .count();
+    let details = ServiceDetails {
+        publisher: service.publisher,
+        publisher_alive: os.is_alive(service.publisher),
+        subscribers,
+        subscriber_entries: service.config.entries,
+        samples: service.rows_used(),
+        sample_rows: service.config.rows,
+        queue: service.config.capacity,
+        size: (service.config.total_words() * 8) as u64,
+    };
+    if details.publisher_alive || subscribers > 0 {
+        return Ok(Swept::Kept(Some(details)));
     }
     if dry_run {
-        return Ok(Swept::Unlinked);
+        return Ok(Swept::Unlinked(Some(details)));
     }
     Ok(if take_over(os, &service)? {
-        Swept::Unlinked
+        Swept::Unlinked(Some(details))
     } else {
         Swept::Vanished
     })

@@ -18,7 +18,8 @@ use crate::namespace::{NameParts, Namespace};
 use crate::os::remembering::Remembering;
 use crate::os::{Listed, Os};
 use crate::segment::{self, Fields, Header};
-use crate::service_segment::{self, Swept};
+pub use crate::service_segment::ServiceDetails;
+use crate::service_segment::{self, Swept, SweptTemporary};
 use crate::token::Token;
 
 /// One segment as a sweep or listing saw it: an entry of
@@ -140,19 +141,28 @@ pub struct SweepReport {
     pub unlinked: u32,
     /// Whether this was a dry run (nothing changed).
     pub dry_run: bool,
-    /// The publish/subscribe service segments seen (a user's sweep only), in name
-    /// order: unlinked once their publisher died and no subscriber lives.
+    /// The publish/subscribe service segments seen, in name order: unlinked once their
+    /// publisher died and no subscriber lives; and the temporary files of services
+    /// being created ([`Action::BeingCreated`] while their creator lives,
+    /// [`Action::RemovedHalfCreated`] once it died before linking the service to its
+    /// name).
     pub services: Vec<ServiceReport>,
 }
 
 /// One publish/subscribe service segment as a sweep saw it (`service_segment.rs`
-/// judges it): [`Action::Kept`], [`Action::Unlinked`] or [`Action::Skipped`].
+/// judges it): [`Action::Kept`], [`Action::Unlinked`], [`Action::Vanished`] or
+/// [`Action::Skipped`]; or a temporary service file: [`Action::BeingCreated`],
+/// [`Action::RemovedHalfCreated`], [`Action::Vanished`] or [`Action::Skipped`].
 #[derive(Debug)]
 pub struct ServiceReport {
     /// Its name in `/dev/shm`.
     pub name: String,
     /// What was done (or, in a dry run, would be).
     pub action: Action,
+    /// A published service's publisher, subscribers, samples and size, as the sweep
+    /// found them before it acted; `None` for a temporary file, a tombstoned service
+    /// (its publisher left) or one left alone for an error.
+    pub details: Option<ServiceDetails>,
 }
 
 /// Lists the segments of `ns` and what a sweep would do, changing nothing.
@@ -189,22 +199,32 @@ pub fn sweep_after_deaths<O: Os>(
 
 /// Sweeps the segments `ours` of namespace `ns`, already listed (with the rest of
 /// `/dev/shm`, in one listing) and found to be this user's: the manager's sweep of
-/// everything. Names of `ours` that are not segments of `ns` are ignored.
+/// everything. Its service segments and temporary service files are swept too
+/// ([`SweepReport::services`]); other names of `ours` that are not segments of `ns`
+/// are ignored.
 pub fn sweep_listed<O: Os>(os: &O, ns: &Namespace, ours: Vec<String>) -> SweepReport {
     let os = &Remembering::new(os.clone());
     let uid = os.uid();
-    let ours = ours
-        .into_iter()
-        .filter_map(|name| ns.parse(&name, uid).ok().map(|parts| (name, parts)))
-        .collect();
-    sweep_names(os, ns, ours, false, &[], SweepReport::default())
+    let mut report = SweepReport::default();
+    let mut segments = Vec::new();
+    for name in ours {
+        match ns.parse(&name, uid) {
+            Ok(parts) => segments.push((name, parts)),
+            Err(_) => report
+                .services
+                .extend(sweep_service(os, ns, uid, name, false)),
+        }
+    }
+    sweep_names(os, ns, segments, false, &[], report)
 }
 
 /// Sweeps, after the processes `dead` died, just the segments of namespace `ns` named
 /// in `names` (what they created, as the manager saw it happen, and what they
 /// attached), with no listing of `/dev/shm`: each name's owner is looked up
 /// ([`Os::shm_owner`]), another user's are left out unopened, names of another
-/// namespace ignored, and a name gone meanwhile reported [`Action::Vanished`].
+/// namespace ignored, and a name gone meanwhile reported [`Action::Vanished`]. The
+/// namespace's service segments and temporary service files among `names` are swept
+/// too ([`SweepReport::services`]).
 pub fn sweep_named<O: Os>(
     os: &O,
     ns: &Namespace,
@@ -216,19 +236,37 @@ pub fn sweep_named<O: Os>(
     let mut report = SweepReport::default();
     let mut ours = Vec::new();
     for name in names {
-        let Ok(parts) = ns.parse(name, uid) else {
+        let parsed = ns.parse(name, uid);
+        let is_service = parsed.is_err()
+            && (service_segment::is_service_name(ns, uid, name)
+                || service_segment::parse_temporary(ns, uid, name).is_some());
+        if parsed.is_err() && !is_service {
             continue;
-        };
-        match os.shm_owner(name) {
-            Ok(owner) if owner == uid => ours.push((name.clone(), parts)),
-            Ok(_) => {}
-            Err(e) => {
+        }
+        match (os.shm_owner(name), parsed) {
+            (Ok(owner), _) if owner != uid => {}
+            (Ok(_), Ok(parts)) => ours.push((name.clone(), parts)),
+            (Ok(_), Err(_)) => {
+                report
+                    .services
+                    .extend(sweep_service(os, ns, uid, name.clone(), false))
+            }
+            (Err(e), Ok(parts)) => {
                 let mut seg = SegmentReport::skipped(name.clone(), parts, e);
                 if matches!(seg.action, Action::Skipped(Error::Gone { .. })) {
                     seg.action = Action::Vanished;
                 }
                 report.segments.push(seg);
             }
+            (Err(e), Err(_)) => report.services.push(ServiceReport {
+                name: name.clone(),
+                details: None,
+                action: if e.is_gone() {
+                    Action::Vanished
+                } else {
+                    Action::Skipped(e)
+                },
+            }),
         }
     }
     sweep_names(os, ns, ours, false, dead, report)
@@ -265,28 +303,28 @@ fn sweep_pass<O: Os>(
     let start = ns.name_start(uid);
     let created_by_dead = CreatedBy::new(creators_first);
     let is_service = |name: &str| service_segment::is_service_name(ns, uid, name);
+    let temporary = |name: &str| service_segment::parse_temporary(ns, uid, name);
     let listed = os.shm_list_owned(&start, &mut |name| match only {
-        None => ns.parse(name, uid).is_ok() || is_service(name),
+        None => ns.parse(name, uid).is_ok() || is_service(name) || temporary(name).is_some(),
         Some(attached) => {
             let tail = name.strip_prefix(start.as_str()).unwrap_or_default();
-            let theirs = attached.contains(name) || created_by_dead.may_have_made(tail);
-            theirs
-                && ns.parse(name, uid).is_ok_and(|parts| {
-                    creators_first.contains(&parts.creator) || attached.contains(name)
-                })
+            // The namespace's services: one of the dead may have published or
+            // subscribed there (a service's name does not say who).
+            is_service(name)
+                || temporary(name).is_some_and(|parts| creators_first.contains(&parts.creator))
+                || (attached.contains(name) || created_by_dead.may_have_made(tail))
+                    && ns.parse(name, uid).is_ok_and(|parts| {
+                        creators_first.contains(&parts.creator) || attached.contains(name)
+                    })
         }
     })?;
     let mut ours = Vec::new();
     for Listed { name, owner } in listed {
         let Ok(parts) = ns.parse(&name, uid) else {
-            if owner == uid && is_service(&name) {
-                let action = match service_segment::sweep(os, &name, dry_run) {
-                    Ok(Swept::Kept) => Action::Kept,
-                    Ok(Swept::Unlinked) => Action::Unlinked,
-                    Ok(Swept::Vanished) => Action::Vanished,
-                    Err(e) => Action::Skipped(e),
-                };
-                report.services.push(ServiceReport { name, action });
+            if owner == uid {
+                if let Some(service) = sweep_service(os, ns, uid, name, dry_run) {
+                    report.services.push(service);
+                }
             }
             continue;
         };
@@ -303,8 +341,47 @@ fn sweep_pass<O: Os>(
                 .push(SegmentReport::skipped(name, parts, why));
         }
     }
-    report.services.sort_by(|a, b| a.name.cmp(&b.name));
     Ok(sweep_names(os, ns, ours, dry_run, creators_first, report))
+}
+
+/// Sweeps `name`, a name of namespace `ns` that user `uid` owns and that is no
+/// segment's: a service segment ([`service_segment::sweep`]) or a temporary service
+/// file ([`service_segment::sweep_temporary`]); `None` for any other name.
+fn sweep_service<O: Os>(
+    os: &O,
+    ns: &Namespace,
+    uid: u32,
+    name: String,
+    dry_run: bool,
+) -> Option<ServiceReport> {
+    let mut details = None;
+    let action = if service_segment::is_service_name(ns, uid, &name) {
+        match service_segment::sweep(os, &name, dry_run) {
+            Ok(Swept::Kept(seen)) => {
+                details = seen;
+                Action::Kept
+            }
+            Ok(Swept::Unlinked(seen)) => {
+                details = seen;
+                Action::Unlinked
+            }
+            Ok(Swept::Vanished) => Action::Vanished,
+            Err(e) => Action::Skipped(e),
+        }
+    } else {
+        let parts = service_segment::parse_temporary(ns, uid, &name)?;
+        match service_segment::sweep_temporary(os, &name, parts, dry_run) {
+            Ok(SweptTemporary::Kept) => Action::BeingCreated,
+            Ok(SweptTemporary::Unlinked) => Action::RemovedHalfCreated,
+            Ok(SweptTemporary::Vanished) => Action::Vanished,
+            Err(e) => Action::Skipped(e),
+        }
+    };
+    Some(ServiceReport {
+        name,
+        action,
+        details,
+    })
 }
 
 /// Sweeps `ours`, names of `ns` that this user owns, the creations of `creators_first`
@@ -337,6 +414,7 @@ fn sweep_names<O: Os>(
         report.segments.push(seg);
     }
     report.segments.sort_by(|a, b| a.name.cmp(&b.name));
+    report.services.sort_by(|a, b| a.name.cmp(&b.name));
     report
 }
 

@@ -143,6 +143,54 @@ fn exclusive_create_refuses_an_existing_name<H: Harness>() {
     assert!(scratch.listed().is_empty());
 }
 
+fn link_gives_a_second_name_exclusively<H: Harness>() {
+    let world = H::world();
+    let os = H::process(&world);
+    let scratch = Scratch::new(&os, "link");
+    let (name, file) = scratch.create(4096);
+    let map = os.map(&file, 4096).unwrap();
+    map.words(1).unwrap()[0].store(42, Ordering::SeqCst);
+    let second = scratch.name();
+    os.shm_link(&name, &second).unwrap();
+    // Both names are the same object.
+    let again = os.shm_open(&second).unwrap();
+    let seen = os.map(&again, 4096).unwrap();
+    assert_eq!(seen.words(1).unwrap()[0].load(Ordering::SeqCst), 42);
+    // Exclusive: a name that exists is refused, and still names its own object.
+    let (third, _other) = scratch.create(8192);
+    match os.shm_link(&name, &third) {
+        Err(Error::Os { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::AlreadyExists, "{source}")
+        }
+        other => panic!("link over an existing name: {other:?}"),
+    }
+    assert_eq!(os.stat(&os.shm_open(&third).unwrap()).unwrap().len, 8192);
+    // Unlinking the first name leaves the second.
+    os.shm_unlink(&name).unwrap();
+    let kept = os.shm_open(&second).unwrap();
+    assert_eq!(os.stat(&kept).unwrap().len, 4096);
+    // A missing name cannot be linked: gone.
+    match os.shm_link(&name, &scratch.name()) {
+        Err(Error::Gone { segment }) => assert_eq!(segment, name),
+        other => panic!("link of a missing name: {other:?}"),
+    }
+    assert!(matches!(
+        os.shm_link(&second, "a/b"),
+        Err(Error::InvalidArgument(_))
+    ));
+    // Any other refusal of the kernel's is its errno, named: a name past NAME_MAX.
+    match os.shm_link(&second, &"n".repeat(300)) {
+        Err(Error::Os { call, source }) => {
+            assert_eq!(call, "link");
+            assert_eq!(source.raw_os_error(), Some(libc::ENAMETOOLONG), "{source}");
+        }
+        other => panic!("link to a name past NAME_MAX: {other:?}"),
+    }
+    os.shm_unlink(&second).unwrap();
+    os.shm_unlink(&third).unwrap();
+    assert!(scratch.listed().is_empty());
+}
+
 fn open_and_unlink_of_a_missing_name_are_gone<H: Harness>() {
     let world = H::world();
     let os = H::process(&world);
@@ -585,6 +633,7 @@ macro_rules! conformance {
     ($backend:ident, $harness:ty) => {
         conformance!(@tests $backend, $harness;
             exclusive_create_refuses_an_existing_name,
+            link_gives_a_second_name_exclusively,
             open_and_unlink_of_a_missing_name_are_gone,
             list_finds_exactly_the_names_with_the_prefix,
             allocate_sets_the_length_and_stat_reports_len_uid_and_mode_0600,

@@ -25,7 +25,8 @@ enum Command {
     /// Run the demo: workers share buffers with both strategies, one is SIGKILLed,
     /// a sweep reclaims its references, and a ledger shows nothing leaked.
     Demo(crate::demo::DemoArgs),
-    /// List this user's shmrc segments with their holders.
+    /// List this user's shmrc segments with their holders, and its publish/subscribe
+    /// services with their publisher, subscribers and samples.
     Ls {
         /// Only this namespace prefix (default: every shmrc namespace of this user).
         #[arg(long)]
@@ -217,14 +218,45 @@ fn ls(namespace: Option<&str>, json: bool) -> Result<()> {
             seg.state.clone(),
         ]);
     }
+    let mut services = Table::new([
+        "SERVICE",
+        "PUBLISHER",
+        "SUBSCRIBERS live/max",
+        "SAMPLES made/max",
+        "SIZE",
+        "STATE",
+    ]);
+    for service in listing.namespaces.iter().flat_map(|ns| &ns.services) {
+        let pair = |a: Option<usize>, b: Option<usize>| match (a, b) {
+            (Some(a), Some(b)) => format!("{a}/{b}"),
+            _ => "-".into(),
+        };
+        services.row([
+            service.name.clone(),
+            service.publisher.as_ref().map_or("-".into(), |p| {
+                format!("{} ({})", p.pid, if p.alive { "alive" } else { "dead" })
+            }),
+            pair(service.subscribers, service.subscriber_entries),
+            pair(service.samples, service.sample_rows),
+            service.size.map_or("-".into(), bytes),
+            service.state.clone(),
+        ]);
+    }
     // A notice, not the listing: on stderr.
     eprintln!("{}", crate::status::manager_line());
-    if table.is_empty() {
+    if table.is_empty() && services.is_empty() {
         println!(
             "no shmrc segments of this user in /dev/shm (file_descriptor buffers never appear here)"
         );
-    } else {
+    }
+    if !table.is_empty() {
         table.print();
+    }
+    if !services.is_empty() {
+        if !table.is_empty() {
+            println!();
+        }
+        services.print();
     }
     Ok(())
 }
@@ -241,6 +273,9 @@ fn sweep(namespace: Option<&str>, dry_run: bool, json: bool) -> Result<()> {
             seg.reclaimed.to_string(),
             seg.state.clone(),
         ]);
+    }
+    for service in swept.namespaces.iter().flat_map(|ns| &ns.services) {
+        table.row([service.name.clone(), "-".into(), service.state.clone()]);
     }
     eprintln!("{}", crate::status::manager_line());
     if !table.is_empty() {

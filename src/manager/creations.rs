@@ -11,6 +11,13 @@
 //! trusted — inotify unavailable, the queue overflowed, a client with more than
 //! [`MAX_CREATED`] live names — its creations are unknown ([`Index::forget`] says
 //! `None`) and its death's sweep lists `/dev/shm` instead, as it always could.
+//!
+//! A publish/subscribe service's name carries no token (its publisher is in its
+//! header, its subscribers in its entries), so the index keeps every service name of
+//! the user that exists ([`Index::services`]: listed once when the watch starts, then
+//! followed), and a death's sweep judges the services of the namespaces it sweeps; a
+//! temporary service file's name carries its creator's token, and counts as its
+//! creation.
 
 use std::collections::{BTreeSet, HashMap};
 use std::os::fd::{AsFd, BorrowedFd};
@@ -20,6 +27,9 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use super::log::warning;
 use crate::namespace::{DEFAULT_PREFIX, Namespace};
+use crate::os::Os;
+use crate::os::posix::PosixOs;
+use crate::service_segment;
 use crate::token::Token;
 
 /// The most live names one client's creations are known by; past it, they are
@@ -42,6 +52,8 @@ pub(super) struct Index {
     uid: u32,
     pid_namespace: u64,
     clients: HashMap<Token, Known>,
+    /// The user's service names that exist (of every namespace).
+    services: Known,
 }
 
 impl Index {
@@ -53,7 +65,25 @@ impl Index {
             uid,
             pid_namespace,
             clients: HashMap::new(),
+            services: Known::Names(BTreeSet::new()),
         }
+    }
+
+    /// Sets the service names that exist (a listing's, once the watch is on), or
+    /// makes them unknown (`None`: the listing failed).
+    pub(super) fn services(&mut self, listed: Option<BTreeSet<String>>) {
+        self.services = match listed {
+            Some(names) if names.len() <= MAX_CREATED => Known::Names(names),
+            _ => Known::Unknown,
+        };
+    }
+
+    fn is_service(&self, name: &str) -> bool {
+        name.starts_with(DEFAULT_PREFIX)
+            && matches!(
+                service_segment::namespace_of(name, self.uid),
+                Some((_, None))
+            )
     }
 
     /// From now on, keeps `token`'s creations (kept as they are if it was watched).
@@ -65,6 +95,16 @@ impl Index {
 
     /// The name `name` appeared in `/dev/shm`.
     pub(super) fn created(&mut self, name: &str) {
+        if self.is_service(name) {
+            if let Known::Names(names) = &mut self.services {
+                if names.len() >= MAX_CREATED {
+                    self.services = Known::Unknown;
+                } else {
+                    names.insert(name.to_owned());
+                }
+            }
+            return;
+        }
         let Some(known) = self.creator(name).and_then(|t| self.clients.get_mut(&t)) else {
             return;
         };
@@ -79,6 +119,9 @@ impl Index {
 
     /// The name `name` went from `/dev/shm`.
     pub(super) fn removed(&mut self, name: &str) {
+        if let Known::Names(services) = &mut self.services {
+            services.remove(name);
+        }
         let creator = self.creator(name);
         if let Some(Known::Names(names)) = creator.and_then(|t| self.clients.get_mut(&t)) {
             names.remove(name);
@@ -90,13 +133,19 @@ impl Index {
         for known in self.clients.values_mut() {
             *known = Known::Unknown;
         }
+        self.services = Known::Unknown;
     }
 
-    /// Forgets the clients `dead`, returning the names they created that exist, or
-    /// `None` when that is not known for every one of them.
+    /// Forgets the clients `dead`, returning the names they created that exist and
+    /// every service name that exists, or `None` when that is not known for every one
+    /// of them.
     pub(super) fn forget(&mut self, dead: &[Token]) -> Option<BTreeSet<String>> {
         let mut all = BTreeSet::new();
         let mut known = true;
+        match &self.services {
+            Known::Names(services) => all.extend(services.iter().cloned()),
+            Known::Unknown => known = false,
+        }
         for token in dead {
             match self.clients.remove(token) {
                 Some(Known::Names(names)) => all.extend(names),
@@ -106,12 +155,16 @@ impl Index {
         known.then_some(all)
     }
 
-    /// The creator a name of this user's shape names, if it is of this pid namespace.
+    /// The creator a name of this user's shape names (a segment's or a temporary
+    /// service file's), if it is of this pid namespace.
     fn creator(&self, name: &str) -> Option<Token> {
         if !name.starts_with(DEFAULT_PREFIX) {
             return None;
         }
-        let (_, parts) = Namespace::of_segment(name, self.uid).ok()?;
+        let parts = match Namespace::of_segment(name, self.uid) {
+            Ok((_, parts)) => parts,
+            Err(_) => service_segment::namespace_of(name, self.uid)?.1?,
+        };
         (parts.pid_namespace == self.pid_namespace).then_some(parts.creator)
     }
 }
@@ -139,10 +192,12 @@ impl Creations {
                 None
             }
         };
-        Creations {
-            inotify,
-            index: Index::new(uid, pid_namespace),
+        let mut index = Index::new(uid, pid_namespace);
+        if inotify.is_some() {
+            // Once the watch is on, so that no service name falls between the two.
+            index.services(list_services(uid));
         }
+        Creations { inotify, index }
     }
 
     /// The descriptor to poll: readable when events wait.
@@ -177,6 +232,8 @@ impl Creations {
             for event in events {
                 if event.mask.contains(AddWatchFlags::IN_Q_OVERFLOW) {
                     self.index.lost();
+                    // The watch is still on: the services can be known again.
+                    self.index.services(list_services(self.index.uid));
                 }
                 let Some(name) = event.name.as_ref().and_then(|n| n.to_str()) else {
                     continue;
@@ -200,11 +257,30 @@ impl Creations {
     }
 }
 
+/// The service names of user `uid` in `/dev/shm` (`None`, logged, if it cannot be
+/// listed).
+fn list_services(uid: u32) -> Option<BTreeSet<String>> {
+    let listed = PosixOs.shm_list_owned(DEFAULT_PREFIX, &mut |name| {
+        matches!(service_segment::namespace_of(name, uid), Some((_, None)))
+    });
+    match listed {
+        Ok(listed) => Some(
+            listed
+                .into_iter()
+                .filter(|l| l.owner == uid)
+                .map(|l| l.name)
+                .collect(),
+        ),
+        Err(e) => {
+            warning!("cannot list /dev/shm's services ({e}): every death's sweep lists it");
+            None
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::os::Os;
-    use crate::os::posix::PosixOs;
 
     const UID: u32 = 1000;
     const PIDNS: u64 = 4026531836;
@@ -255,6 +331,53 @@ mod tests {
         assert_eq!(index.forget(&[token(1)]), Some([a, b].into()));
         assert_eq!(index.forget(&[token(1)]), None, "forgotten: not known");
         assert_eq!(index.forget(&[token(2)]).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn every_existing_service_and_a_dead_creators_temporary_file_come_with_a_death() {
+        let ns = Namespace::new("shmrc-x").unwrap();
+        let service = |s: &str| service_segment::service_name(&ns, UID, s).unwrap();
+        let temporary = |t: Token| service_segment::temporary_name(&ns, UID, PIDNS, t, 9);
+        let mut index = Index::new(UID, PIDNS);
+        index.services(Some([service("old")].into()));
+        index.watch(token(1));
+        index.watch(token(2));
+        for n in [service("new"), service("gone"), temporary(token(1))] {
+            index.created(&n);
+        }
+        index.created(&temporary(token(2)));
+        index.removed(&service("gone"));
+        // Another user's service is none of ours.
+        index.created(&service_segment::service_name(&ns, UID + 1, "theirs").unwrap());
+        let expected = [service("old"), service("new"), temporary(token(1))].into();
+        assert_eq!(index.forget(&[token(1)]), Some(expected));
+        index.services(None);
+        assert_eq!(
+            index.forget(&[token(2)]),
+            None,
+            "services unknown: a listing"
+        );
+        let mut index = Index::new(UID, PIDNS);
+        index.watch(token(3));
+        index.lost();
+        index.watch(token(4));
+        assert_eq!(
+            index.forget(&[token(4)]),
+            None,
+            "lost events: services unknown"
+        );
+        index.services(Some(BTreeSet::new()));
+        index.watch(token(4));
+        assert_eq!(index.forget(&[token(4)]), Some(BTreeSet::new()));
+        // Past MAX_CREATED services (listed or created), they are unknown.
+        let many = |n: usize| (0..n).map(|i| service(&format!("s{i}"))).collect();
+        index.services(Some(many(MAX_CREATED + 1)));
+        index.watch(token(5));
+        assert_eq!(index.forget(&[token(5)]), None);
+        index.services(Some(many(MAX_CREATED)));
+        index.created(&service("one-more"));
+        index.watch(token(6));
+        assert_eq!(index.forget(&[token(6)]), None);
     }
 
     #[test]

@@ -28,6 +28,7 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::namespace::Namespace;
 use crate::os::{Listed, Os};
+use crate::service_segment;
 use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed, sweep_named};
 use crate::token::Token;
 
@@ -198,20 +199,26 @@ pub fn namespaces_found<O: Os>(os: &O) -> Result<Vec<Namespace>> {
 }
 
 /// The segment names of every shmrc namespace of user `os.uid()`, by namespace, from
-/// one listing: a name counts only when it parses as a segment of the user's and the
-/// user owns it. Another user can create any number of files whose names parse so (an
+/// one listing: a name counts only when it parses as a segment, a publish/subscribe
+/// service or a temporary service file of the user's and the user owns it. Another user can create any number of files whose names parse so (an
 /// empty file is enough); they are never opened, and count for no namespace.
 pub fn segments_found<O: Os>(os: &O) -> Result<BTreeMap<Namespace, Vec<String>>> {
     let uid = os.uid();
+    let namespace_of = |name: &str| {
+        Namespace::of_segment(name, uid)
+            .map(|(ns, _)| ns)
+            .ok()
+            .or_else(|| service_segment::namespace_of(name, uid).map(|(ns, _)| ns))
+    };
     let listed = os.shm_list_owned(crate::namespace::DEFAULT_PREFIX, &mut |name| {
-        Namespace::of_segment(name, uid).is_ok()
+        namespace_of(name).is_some()
     })?;
     let mut found: BTreeMap<Namespace, Vec<String>> = BTreeMap::new();
     for Listed { name, owner } in listed {
         if owner != uid {
             continue;
         }
-        if let Ok((ns, _)) = Namespace::of_segment(&name, uid) {
+        if let Some(ns) = namespace_of(&name) {
             found.entry(ns).or_default().push(name);
         }
     }

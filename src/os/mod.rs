@@ -15,6 +15,10 @@
 //! - `shm_create` is exclusive (`O_CREAT|O_EXCL`, mode 0600) and fails with
 //!   [`Error::Os`](crate::Error::Os) carrying `AlreadyExists` when the name exists;
 //! - `shm_open`/`shm_unlink` of a missing name fail with [`Error::Gone`](crate::Error::Gone);
+//! - `shm_link` gives an existing object a second name exclusively: `AlreadyExists`
+//!   when the new name exists, [`Error::Gone`](crate::Error::Gone) when the old one
+//!   does not; the object stays until its last name is unlinked (and nothing else
+//!   holds it);
 //! - `allocate` reserves the bytes (`posix_fallocate`): a full file system is
 //!   [`Error::NoSpace`](crate::Error::NoSpace) there, never a fault on first touch;
 //! - `map` maps exactly the length given; a length of 0 or beyond the file's length is
@@ -156,6 +160,12 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     fn shm_open(&self, name: &str) -> Result<Self::File>;
     /// Removes `name`; existing files and mappings stay valid.
     fn shm_unlink(&self, name: &str) -> Result<()>;
+    /// Gives the named object `name` the second name `new_name` (`link`: as
+    /// exclusive as [`Os::shm_create`], [`Error::Os`](crate::Error::Os) carrying
+    /// `AlreadyExists` when `new_name` exists; [`Error::Gone`](crate::Error::Gone) when
+    /// `name` does not). So a file is made whole under a name nobody else uses, then
+    /// appears under its public name in one step.
+    fn shm_link(&self, name: &str, new_name: &str) -> Result<()>;
     /// The names of all named objects that start with `start` (no leading `/`).
     fn shm_list(&self, start: &str) -> Result<Vec<String>>;
     /// The named objects whose names start with `start` and that `wanted` accepts, in
@@ -314,6 +324,9 @@ impl<L: Layer> Os for L {
     }
     fn shm_unlink(&self, name: &str) -> Result<()> {
         self.inner().shm_unlink(name)
+    }
+    fn shm_link(&self, name: &str, new_name: &str) -> Result<()> {
+        self.inner().shm_link(name, new_name)
     }
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         self.inner().shm_list(start)

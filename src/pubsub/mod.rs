@@ -215,14 +215,6 @@
 //! does nothing.
 //!
 //! Left:
-//! - a publisher killed between creating the service's name and publishing its header
-//!   leaves a half-created service, which `Publisher::create` and `Subscriber::join`
-//!   (after waiting 100 ms for a creator still at work) and the sweep refuse as
-//!   [`Error::HalfCreated`](crate::Error::HalfCreated) naming it (its creator cannot be
-//!   judged: the token is not written yet): remove it by hand;
-//! - the manager's targeted sweeps after deaths (of the dead's own segments) do not
-//!   look at service segments (its whole-namespace sweep and a user's sweep do);
-//!   `shmrc ls` does not list them;
 //! - a received sample costs two small allocations (the take's views) and a lock,
 //!   a publish two (its views), a lock and a hash lookup: together about 3% of a
 //!   publish→take loop in a profile (`bench/iceoryx2/examples/pubsub_loop.rs`), left;

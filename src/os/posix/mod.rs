@@ -130,6 +130,10 @@ impl Os for PosixOs {
         shm::unlink(name)
     }
 
+    fn shm_link(&self, name: &str, new_name: &str) -> Result<()> {
+        shm::link(name, new_name)
+    }
+
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         shm::list(start)
     }

@@ -1,4 +1,4 @@
-//! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, the
+//! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, `link`, the
 //! listing, with each wanted name's owner), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
 //! `posix_fallocate`), `fstat`, and `fstatfs` (is a received descriptor in memory, or a
 //! file on a disk?).
@@ -97,6 +97,29 @@ pub(super) fn unlink(name: &str) -> Result<()> {
             segment: name.to_owned(),
         }),
         Err(e) => Err(Error::os("shm_unlink", e)),
+    }
+}
+
+/// [`Os::shm_link`]: `linkat` of `/dev/shm/<name>` to `/dev/shm/<new_name>`, not
+/// following a symbolic link.
+pub(super) fn link(name: &str, new_name: &str) -> Result<()> {
+    let from = format!("{SHM_DIR}{}", shm_path(name)?);
+    let to = format!("{SHM_DIR}{}", shm_path(new_name)?);
+    let linked = retry_eintr(|| {
+        nix::unistd::linkat(
+            AT_FDCWD,
+            from.as_str(),
+            AT_FDCWD,
+            to.as_str(),
+            AtFlags::empty(),
+        )
+    });
+    match linked {
+        Ok(()) => Ok(()),
+        Err(Errno::ENOENT) => Err(Error::Gone {
+            segment: name.to_owned(),
+        }),
+        Err(e) => Err(Error::os("link", e)),
     }
 }
 

@@ -110,6 +110,10 @@ impl Os for SimOs {
         objects::shm_unlink(self, name)
     }
 
+    fn shm_link(&self, name: &str, new_name: &str) -> Result<()> {
+        objects::shm_link(self, name, new_name)
+    }
+
     fn shm_list(&self, start: &str) -> Result<Vec<String>> {
         objects::shm_list(self, start)
     }

@@ -1,6 +1,6 @@
 //! Objects and files: the shared-memory [`Object`] (named or a memfd) and its
 //! reference counts, the open [`SimFile`], and the file half of `Os`: creating,
-//! opening, unlinking and listing named objects, memfds and their size seal, `dup` and
+//! opening, linking, unlinking and listing named objects, memfds and their size seal, `dup` and
 //! `fstat`.
 
 use std::fmt;
@@ -189,8 +189,10 @@ pub(super) fn shm_unlink(os: &SimOs, name: &str) -> Result<()> {
         // finds the name gone.
         let removed = st.names.remove(name);
         if let Some(object) = removed {
+            // Named while any other name links it still.
+            let named = st.names.values().any(|&other| other == object);
             if let Some(o) = st.objects.get_mut(&object) {
-                o.named = false;
+                o.named = named;
             }
             st.collect(object, garbage);
         }
@@ -200,6 +202,23 @@ pub(super) fn shm_unlink(os: &SimOs, name: &str) -> Result<()> {
                 segment: name.to_owned(),
             }),
         }
+    })
+}
+
+/// [`Os::shm_link`](crate::os::Os::shm_link): one step, as `link` is.
+pub(super) fn shm_link(os: &SimOs, name: &str, new_name: &str) -> Result<()> {
+    check_name(name, "link")?;
+    check_name(new_name, "link")?;
+    os.with(|st, _| {
+        st.caller(os.pid)?;
+        let object = *st.names.get(name).ok_or_else(|| Error::Gone {
+            segment: name.to_owned(),
+        })?;
+        if st.names.contains_key(new_name) {
+            return Err(os_error("link", libc::EEXIST));
+        }
+        st.names.insert(new_name.to_owned(), object);
+        Ok(())
     })
 }
 
