@@ -207,7 +207,9 @@ def get_all_sharing_strategies():
 
 def ls(namespace=None):
     """This user's shmrc segments (of ``namespace``, or of every shmrc namespace), with
-    their holders and the manager: the same data as ``shmrc ls --json``."""
+    their holders, the publish/subscribe services (each namespace's ``services``: name,
+    publisher and whether it lives, subscribers, samples, size, state) and the manager:
+    the same data as ``shmrc ls --json``."""
     return json.loads(_shmrc.ls_json(_check_namespace(namespace)))
 
 
