@@ -31,6 +31,7 @@ use shmrc::Token;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
 use shmrc_testkit::process::output_within;
+use shmrc_testkit::users::namespaces_unavailable;
 
 /// The variable that tells a copy of this binary which role to play.
 const ROLE: &str = "SHMRC_LIVENESS_ROLE";
@@ -40,25 +41,6 @@ const PROBE_LIMIT: Duration = Duration::from_secs(30);
 const TARGET_LIFE: Duration = Duration::from_secs(20);
 /// How long a target may take to say its token, or a state to be reached.
 const STEP_LIMIT: Duration = Duration::from_secs(10);
-
-/// Why namespaces cannot be used here, if they cannot.
-fn namespaces_unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: cannot make pid or mount namespaces".into());
-    }
-    for tool in ["unshare", "mount"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!("util-linux's {tool} is not installed"));
-        }
-    }
-    None
-}
 
 /// Whether a namespace test can run; panics when it cannot and `SHMRC_REQUIRE_ROOT=1`.
 fn can_use_namespaces(test: &str) -> bool {

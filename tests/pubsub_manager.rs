@@ -24,7 +24,7 @@
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::io::BufRead;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
@@ -37,6 +37,7 @@ use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::{DefaultOs, Namespace};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::{Talker, output_within, test_role};
+use shmrc_testkit::users::namespaces_unavailable;
 
 const ROLE: &str = "SHMRC_TEST_PSMGR_ROLE";
 const PREFIX: &str = "SHMRC_TEST_PSMGR_PREFIX";
@@ -44,25 +45,6 @@ const SERVICE: &str = "watched";
 const LIMIT: Duration = Duration::from_secs(20);
 /// Set in the copy of a test that runs in a private `/dev/shm`.
 const PRIVATE_SHM: &str = "SHMRC_TEST_PSMGR_PRIVATE_SHM";
-
-/// Why a private `/dev/shm` cannot be made here, if it cannot.
-fn private_shm_unavailable() -> Option<String> {
-    if !nix::unistd::geteuid().is_root() {
-        return Some("not root: cannot make a mount namespace".into());
-    }
-    for tool in ["unshare", "mount"] {
-        let found = Command::new(tool)
-            .arg("--version")
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !found {
-            return Some(format!("util-linux's {tool} is not installed"));
-        }
-    }
-    None
-}
 
 /// Runs test `test` again, in a mount namespace of its own with an empty tmpfs on
 /// `/dev/shm`, and fails if that copy fails; `true` when it did (the caller returns).
@@ -72,7 +54,7 @@ fn ran_in_private_shm(test: &str) -> bool {
     if std::env::var_os(PRIVATE_SHM).is_some() {
         return false;
     }
-    if let Some(why) = private_shm_unavailable() {
+    if let Some(why) = namespaces_unavailable() {
         let required = std::env::var("SHMRC_REQUIRE_ROOT").is_ok_and(|v| v == "1");
         assert!(!required, "SHMRC_REQUIRE_ROOT=1 but {why}");
         eprintln!("{test}: NOT ISOLATED, runs in the real /dev/shm: {why}");

@@ -7,20 +7,9 @@
 
 mod common;
 
-use common::{file_system_buf, held_only_by, shmrc_within, start_workers};
+use common::{file_system_buf, held_only_by, shmrc_ok, shmrc_within, start_workers};
 use serde_json::Value;
 use shmrc_testkit::names::TestNamespace;
-
-/// Runs `shmrc args`, which must succeed; its stdout.
-fn shmrc(args: &[&str]) -> String {
-    let out = shmrc_within(args, &[]);
-    assert!(
-        out.status.success(),
-        "shmrc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
 
 #[test]
 fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
@@ -31,7 +20,7 @@ fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
     // The last holder dies without releasing: the segment leaks until a sweep.
     workers.remove(0).kill();
 
-    let ls = shmrc(&["ls", "--namespace", &ns]);
+    let ls = shmrc_ok(&["ls", "--namespace", &ns]);
     println!("{ls}");
     let row = ls
         .lines()
@@ -48,7 +37,7 @@ fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
     );
     assert!(row.contains("unheld"), "{row}");
 
-    let dry = shmrc(&["sweep", "--dry-run", "--namespace", &ns]);
+    let dry = shmrc_ok(&["sweep", "--dry-run", "--namespace", &ns]);
     println!("{dry}");
     assert!(
         dry.contains("would reclaim 1 dead holder slot(s), would unlink 1 segment(s)"),
@@ -56,14 +45,14 @@ fn ls_and_sweep_show_and_clean_a_dead_holders_segment() {
     );
     assert_eq!(t.names(), vec![name.clone()], "a dry run changes nothing");
 
-    let swept = shmrc(&["sweep", "--namespace", &ns]);
+    let swept = shmrc_ok(&["sweep", "--namespace", &ns]);
     println!("{swept}");
     assert!(
         swept.contains("reclaimed 1 dead holder slot(s), unlinked 1 segment(s)"),
         "{swept}"
     );
     assert!(t.names().is_empty());
-    assert!(shmrc(&["ls", "--namespace", &ns]).contains("no shmrc segments"));
+    assert!(shmrc_ok(&["ls", "--namespace", &ns]).contains("no shmrc segments"));
 }
 
 #[test]
@@ -104,7 +93,7 @@ fn a_failing_command_exits_1_naming_the_cause() {
 
 /// `shmrc args` (which must succeed) as JSON.
 fn shmrc_json(args: &[&str]) -> Value {
-    let out = shmrc(args);
+    let out = shmrc_ok(args);
     serde_json::from_str(&out).unwrap_or_else(|e| panic!("shmrc {args:?}: not JSON ({e}): {out}"))
 }
 

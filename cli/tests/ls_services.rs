@@ -11,21 +11,10 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use common::shmrc_within;
+use common::shmrc_ok;
 use serde_json::Value;
 use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc_testkit::names::{TestNamespace, current_uid};
-
-/// Runs `shmrc args`, which must succeed; its stdout.
-fn shmrc(args: &[&str]) -> String {
-    let out = shmrc_within(args, &[]);
-    assert!(
-        out.status.success(),
-        "shmrc {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).expect("utf-8 output")
-}
 
 /// The service `service` of the only namespace of a `--json` document.
 fn service<'a>(doc: &'a Value, name: &str) -> &'a Value {
@@ -71,7 +60,7 @@ fn ls_lists_services_with_publisher_subscribers_samples_and_size() {
     std::fs::write(&path, zero_states(bytes, 4, 3, size)).unwrap();
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
 
-    let table = shmrc(&["ls", "--namespace", &prefix]);
+    let table = shmrc_ok(&["ls", "--namespace", &prefix]);
     println!("{table}");
     let row = |name: &str| {
         table
@@ -105,7 +94,7 @@ fn ls_lists_services_with_publisher_subscribers_samples_and_size() {
     assert!(dead_row.contains("a sweep unlinks it"), "{dead_row}");
 
     let doc: Value =
-        serde_json::from_str(&shmrc(&["ls", "--json", "--namespace", &prefix])).unwrap();
+        serde_json::from_str(&shmrc_ok(&["ls", "--json", "--namespace", &prefix])).unwrap();
     let seen = service(&doc, &live);
     assert_eq!(
         seen,
@@ -136,7 +125,7 @@ fn ls_lists_services_with_publisher_subscribers_samples_and_size() {
     );
 
     let swept: Value =
-        serde_json::from_str(&shmrc(&["sweep", "--json", "--namespace", &prefix])).unwrap();
+        serde_json::from_str(&shmrc_ok(&["sweep", "--json", "--namespace", &prefix])).unwrap();
     assert_eq!(service(&swept, &dead)["action"], "unlinked", "{swept:#}");
     assert_eq!(service(&swept, &live)["action"], "kept", "{swept:#}");
     assert!(!t.names().contains(&dead), "{:?}", t.names());

@@ -2,7 +2,8 @@
 //! user (no home, no login shell) that only one test uses, and removes it when dropped,
 //! whatever the test's outcome. [`cannot_attack`] is how a test that could not set up
 //! its attack says so: loudly, and as a failure where the run requires the attack
-//! (`SHMRC_REQUIRE_ROOT=1`, as `.ci/run` sets it).
+//! (`SHMRC_REQUIRE_ROOT=1`, as `.ci/run` sets it). [`namespaces_unavailable`] says why
+//! a test cannot make the pid or mount namespaces it isolates itself in, if it cannot.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -110,4 +111,24 @@ pub fn cannot_attack(test: &str, why: &str) {
         "{test}: SHMRC_REQUIRE_ROOT=1 but the attack could not be set up: {why}"
     );
     eprintln!("{test}: SKIPPED, the attack was NOT run: {why}");
+}
+
+/// Why pid or mount namespaces cannot be made here, if they cannot: they need root and
+/// util-linux's `unshare` and `mount`.
+pub fn namespaces_unavailable() -> Option<String> {
+    if !nix::unistd::geteuid().is_root() {
+        return Some("not root: cannot make pid or mount namespaces".into());
+    }
+    for tool in ["unshare", "mount"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !found {
+            return Some(format!("util-linux's {tool} is not installed"));
+        }
+    }
+    None
 }

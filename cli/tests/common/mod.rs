@@ -58,6 +58,17 @@ pub fn shmrc_within(args: &[&str], env: &[(&str, String)]) -> Output {
     )
 }
 
+/// Runs `shmrc args`, which must succeed; its stdout.
+pub fn shmrc_ok(args: &[&str]) -> String {
+    let out = shmrc_within(args, &[]);
+    assert!(
+        out.status.success(),
+        "shmrc {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf-8 output")
+}
+
 /// One worker process started by this test.
 pub struct Worker {
     pub child: Child,
