@@ -5,11 +5,11 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, Policy, Published, Queue, subscriber_slot};
+use super::queue::{self, Descriptor, EntryState, Policy, Published, Queue, subscriber_slot};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, in_flight_word};
@@ -21,6 +21,7 @@ use crate::pool::{Loan, PoolLimits, PoolStats, ShmPool};
 use crate::segment::Header;
 use crate::service_segment::{self as service, Config, Created, Service};
 use crate::strategy::Strategy;
+use crate::sync::Ordering::SeqCst;
 
 /// How a service is made: its subscriber entries, ring capacity, sample count, slow
 /// subscriber policy and namespace (chosen by the publisher that creates it).
@@ -144,11 +145,22 @@ impl<T: Pod> Delivery<T> {
 
 type Map = <DefaultOs as Os>::Map;
 
-/// The publisher's own record of its sample table: row by segment.
+/// How long a publish trusts a subscriber it saw alive before it asks again (a
+/// liveness check is a system call: the `poll` of a kept pidfd). A subscriber killed
+/// with samples queued has them back at the first publish after this period (or at a
+/// reclaim, at a publish that finds its ring full, at a loan that finds no free sample).
+pub(crate) const LIVENESS_PERIOD: Duration = Duration::from_millis(1);
+
+/// The publisher's own record of its sample table (row by segment) and of its
+/// subscribers' liveness.
 struct Table {
     row_of: HashMap<SegmentKey, usize>,
     /// Each row's mapping and holder-slot count, to view its slots in a publish.
     rows: Vec<(Arc<Map>, usize)>,
+    /// Per entry, the state word of a subscriber seen alive at `asked` (`FREE`: none).
+    alive: Vec<u64>,
+    /// When the liveness of every joined subscriber was last asked.
+    asked: Option<Instant>,
 }
 
 /// The one publisher of a service (see the module docs of `shmrc::pubsub`).
@@ -222,6 +234,8 @@ impl Publisher {
             table: Mutex::new(Table {
                 row_of: HashMap::new(),
                 rows: Vec::new(),
+                alive: vec![FREE; config.entries],
+                asked: None,
             }),
         })
     }
@@ -241,28 +255,45 @@ impl Publisher {
     /// [`Publisher::reclaim`]).
     pub fn loan<T: Pod>(&self, len: usize) -> Result<Loan<T>> {
         self.check_holder()?;
+        if let Some(loan) = self.loan_in_table(len)? {
+            return Ok(loan);
+        }
+        // No free sample: a dead subscriber's queued samples may be what is missing
+        // (the publishes trusted it for up to `LIVENESS_PERIOD`). Ask every joined
+        // subscriber, drain the dead, and look once more if that freed any.
+        let loan = match self.reclaim()?.freed {
+            0 => None,
+            _ => self.loan_in_table(len)?,
+        };
+        loan.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "service {}: all {} samples are loaned, queued, held by subscribers or of \
+                 another length (raise PublisherOptions::samples)",
+                self.service.name, self.service.config.rows
+            ))
+        })
+    }
+
+    /// A loan of a sample that has (or now gets) a row of the table; `None` if the
+    /// pool had none free and the table has no row left for a new one.
+    fn loan_in_table<T: Pod>(&self, len: usize) -> Result<Option<Loan<T>>> {
         let loan = self.pool.loan::<T>(len)?;
         let mut table = self.lock();
         let key = loan.buf().key();
         if table.row_of.contains_key(&key) {
-            return Ok(loan);
+            return Ok(Some(loan));
         }
         let row = table.rows.len();
         if row >= self.service.config.rows {
             drop(table);
-            let why = format!(
-                "service {}: all {} samples are loaned, queued, held by subscribers or of \
-                 another length (raise PublisherOptions::samples)",
-                self.service.name, self.service.config.rows
-            );
             self.pool.give_back_segment(loan.into_buf())?;
-            return Err(Error::InvalidArgument(why));
+            return Ok(None);
         }
         self.service
             .add_row(row, key.nonce, loan.buf().fields().share_key);
         table.rows.push(loan.buf().slot_watch());
         table.row_of.insert(key, row);
-        Ok(loan)
+        Ok(Some(loan))
     }
 
     /// Publishes `loan` to every joined subscriber (zero-copy: each gets a reference
@@ -272,7 +303,7 @@ impl Publisher {
     /// [`Error::InvalidArgument`].
     pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
         self.check_holder()?;
-        let table = self.lock();
+        let mut table = self.lock();
         let Some(&row) = table.row_of.get(&loan.buf().key()) else {
             return Err(Error::InvalidArgument(format!(
                 "a loan that is not of service {}'s publisher",
@@ -282,7 +313,8 @@ impl Publisher {
         let descriptor = Descriptor::new(row, loan.generation()).ok_or_else(|| {
             Error::InvalidArgument(format!("sample row {row} beyond the descriptor's range"))
         })?;
-        let published = self.run(&table, Some(descriptor))?;
+        self.refresh_liveness(&mut table);
+        let published = self.run(&table, Some(descriptor), &table.alive)?;
         drop(table);
         match published.full {
             Some(entry) => Ok(Delivery::Full { loan, entry }),
@@ -298,7 +330,29 @@ impl Publisher {
     pub fn reclaim(&self) -> Result<Sent> {
         self.check_holder()?;
         let table = self.lock();
-        self.run(&table, None).map(Sent::of)
+        // Trusts nobody: every joined subscriber's liveness is asked.
+        self.run(&table, None, &[]).map(Sent::of)
+    }
+
+    /// Asks every joined subscriber's liveness again if `LIVENESS_PERIOD` has passed
+    /// since the last time: what a publish may trust until then.
+    fn refresh_liveness(&self, table: &mut Table) {
+        let now = Instant::now();
+        let fresh = table
+            .asked
+            .is_some_and(|asked| now.saturating_duration_since(asked) < LIVENESS_PERIOD);
+        if fresh || (cfg!(shmrc_plant = "pubsub_trust_forever") && table.asked.is_some()) {
+            return;
+        }
+        for (e, alive) in table.alive.iter_mut().enumerate() {
+            // SeqCst: as the publish's own load of the state word.
+            let word = self.service.entry_words(e)[0].load(SeqCst);
+            *alive = match EntryState::decode(word) {
+                EntryState::Joined(t) if self.os.is_alive(t) => word,
+                _ => FREE,
+            };
+        }
+        table.asked = Some(now);
     }
 
     /// [`Error::NotHolder`] naming the service in a child forked from the publisher's
@@ -314,7 +368,7 @@ impl Publisher {
         }
     }
 
-    fn run(&self, table: &Table, sample: Option<Descriptor>) -> Result<Published> {
+    fn run(&self, table: &Table, sample: Option<Descriptor>, alive: &[u64]) -> Result<Published> {
         let capacity = subscriber_slot(self.service.config.entries);
         let holders: Vec<Holders<'_>> = table
             .rows
@@ -330,7 +384,7 @@ impl Publisher {
             })
             .collect::<Result<_>>()?;
         let entries = super::entries(&self.service);
-        let q = Queue::new(&entries, &holders, self.service.wake());
+        let q = Queue::new(&entries, &holders, self.service.wake()).trusting(alive);
         queue::publish(&self.os, &q, sample, self.policy())
     }
 

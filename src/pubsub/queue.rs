@@ -195,12 +195,14 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// The queue of one service: its entries, its samples' holder words, its wake word.
+/// The queue of one service: its entries, its samples' holder words, its wake word,
+/// and the publisher's recent sightings of its subscribers alive ([`Queue::trusting`]).
 #[derive(Copy, Clone)]
 pub struct Queue<'a> {
     entries: &'a [Entry<'a>],
     samples: &'a [Holders<'a>],
     wake: &'a AtomicU64,
+    alive: &'a [u64],
 }
 
 impl<'a> Queue<'a> {
@@ -211,7 +213,23 @@ impl<'a> Queue<'a> {
             entries,
             samples,
             wake,
+            alive: &[],
         }
+    }
+
+    /// The same view, with `alive[e]` the state word of entry `e` whose subscriber the
+    /// publisher saw alive recently ([`FREE`]: none): a [`Publish`] that loads exactly
+    /// that word delivers without asking the subscriber's liveness (a system call),
+    /// unless the ring is full. A subscriber that died since is drained by the first
+    /// publish that asks again (the publisher's cache ages out within a millisecond:
+    /// `Publisher`), by a reclaim, or when its ring fills.
+    pub fn trusting(self, alive: &'a [u64]) -> Self {
+        Queue { alive, ..self }
+    }
+
+    /// Whether entry `e`'s state word `seen` is one the publisher saw alive recently.
+    fn trusted(&self, e: usize, seen: u64) -> bool {
+        seen != FREE && self.alive.get(e) == Some(&seen)
     }
 
     /// The wake word's value (what a blocking receiver waits to see change).
@@ -315,8 +333,9 @@ pub enum PublishAt {
     CheckRoom(usize, Token),
     /// Load entry `.0`'s state and decide: deliver, drain or pass.
     State(usize),
-    /// Load entry `.0`'s head: room, or a full ring.
-    Room(usize),
+    /// Load entry `.0`'s head: room, or a full ring. `.1`: the subscriber's token when
+    /// its liveness was not asked (trusted, [`Queue::trusting`]): a full ring asks it.
+    Room(usize, Option<Token>),
     /// Drop-oldest: load the descriptor at `head`.
     PopRead {
         /// The entry.
@@ -490,19 +509,29 @@ impl Publish {
                     let seen = entry.state.load(SeqCst);
                     match EntryState::decode(seen) {
                         EntryState::Free => self.next_entry(e, q),
+                        // A reclaim trusts nobody: it asks every joined subscriber.
+                        EntryState::Joined(t) if self.sample.is_some() && q.trusted(e, seen) => {
+                            PublishAt::Room(e, Some(t))
+                        }
                         EntryState::Joined(t) if os.is_alive(t) => match self.sample {
-                            Some(_) => PublishAt::Room(e),
+                            Some(_) => PublishAt::Room(e, None),
                             None => self.next_entry(e, q),
                         },
                         _ => Self::drain_next(e, 0, seen, q),
                     }
                 }
             },
-            PublishAt::Room(e) => {
+            PublishAt::Room(e, trusted) => {
                 let entry = &q.entries[e];
                 // SeqCst: the subscriber's pops; the tail is ours.
                 let (head, tail) = (entry.head.load(SeqCst), entry.tail.load(SeqCst));
-                if !entry.in_bounds(head, tail) {
+                let full = entry.in_bounds(head, tail) && tail - head >= entry.capacity();
+                let ask = full && !cfg!(shmrc_plant = "pubsub_trust_full_ring");
+                // Trusted, but dead: a full ring is never left to a dead subscriber.
+                let dead = trusted.filter(|&t| ask && !os.is_alive(t));
+                if let Some(t) = dead {
+                    Self::drain_next(e, 0, held_word(t), q)
+                } else if !entry.in_bounds(head, tail) {
                     self.done.skipped += 1;
                     self.next_entry(e, q)
                 } else if tail - head < entry.capacity() {
@@ -534,7 +563,7 @@ impl Publish {
                 {
                     PublishAt::GiveBack { entry, word }
                 } else {
-                    PublishAt::Room(entry)
+                    PublishAt::Room(entry, None)
                 }
             }
             PublishAt::GiveBack { entry, word } => {
@@ -545,7 +574,7 @@ impl Publish {
                 if given_back {
                     self.done.dropped += 1;
                 }
-                PublishAt::Room(entry)
+                PublishAt::Room(entry, None)
             }
             PublishAt::Reference(e) => {
                 let sample = self.sample.map_or(0, |d| d.sample as usize);

@@ -33,10 +33,74 @@ use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Fields, Header};
 use crate::service_segment::{self as service, Service};
-use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::sync::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use crate::token::Token;
 
+use super::publisher::LIVENESS_PERIOD;
+
 type Map = <DefaultOs as Os>::Map;
+
+/// When a subscriber (and its received samples) last saw the publisher alive: a
+/// release within [`LIVENESS_PERIOD`] of that trusts it and makes no system call. A
+/// release that trusted a publisher killed meanwhile leaves its sample to the
+/// subscriber's next look that finds the publisher dead (a release after the period,
+/// [`Subscriber::publisher_alive`], `recv`'s check every 100 ms, the subscriber's
+/// drop), which finalizes every sample segment the subscriber opened and no longer
+/// holds, or, if the process never looks again, to a sweep.
+struct PublisherSeen {
+    epoch: Instant,
+    /// Nanoseconds after `epoch`, plus one, when the publisher was last found alive
+    /// (0: never, or the subscriber is gone: ask every time).
+    alive_at: AtomicU64,
+}
+
+impl PublisherSeen {
+    fn new() -> PublisherSeen {
+        PublisherSeen {
+            epoch: Instant::now(),
+            alive_at: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        // 2^64 ns is 584 years: the cast cannot truncate in a process's life.
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Whether `service`'s publisher is gone (dropped: its tombstone, a load; or dead:
+    /// asked unless it was found alive within the period).
+    fn gone(&self, os: &DefaultOs, service: &Service<DefaultOs>) -> bool {
+        if service.publisher_word() != service.publisher.word() {
+            return true;
+        }
+        // Relaxed: a hint of this process's own; the answer it caches is a syscall's.
+        let seen = self.alive_at.load(Relaxed);
+        let now = self.now();
+        let period = LIVENESS_PERIOD.as_nanos() as u64;
+        if seen != 0 && now.saturating_sub(seen) < period {
+            return false;
+        }
+        self.ask(os, service, now)
+    }
+
+    /// Asks whether the publisher is dead, and remembers a live answer.
+    fn ask(&self, os: &DefaultOs, service: &Service<DefaultOs>, now: u64) -> bool {
+        if os.is_alive(service.publisher) {
+            self.alive_at.store(now, Relaxed);
+            false
+        } else {
+            true
+        }
+    }
+
+    /// From now on every release asks (the subscriber that would look later is gone).
+    fn forget(&self) {
+        self.alive_at.store(0, Relaxed);
+    }
+}
 
 /// A sample segment of the service, opened and checked against its table row.
 struct SampleSegment {
@@ -71,6 +135,7 @@ pub struct Subscriber {
     namespace: Namespace,
     uid: u32,
     service: Arc<Service<DefaultOs>>,
+    seen: Arc<PublisherSeen>,
     entry: usize,
     segments: Mutex<Segments>,
     /// Slot words for a row that could not be opened: always free, so a take fails.
@@ -121,6 +186,7 @@ impl Subscriber {
             namespace: namespace.clone(),
             uid,
             service,
+            seen: Arc::new(PublisherSeen::new()),
             entry,
             segments: Mutex::new(Segments::default()),
             nobody,
@@ -203,10 +269,35 @@ impl Subscriber {
         }
     }
 
-    /// Whether the service's publisher is alive (a dropped publisher counts as dead).
+    /// Whether the service's publisher is alive (a dropped publisher counts as dead):
+    /// always asked. Found gone, the sample segments this subscriber opened and no
+    /// longer holds are finalized (unlinked once nobody holds them): the samples its
+    /// releases left while they trusted a publisher killed meanwhile, and the killed
+    /// publisher's idle ones.
     pub fn publisher_alive(&self) -> bool {
-        self.service.publisher_word() == self.service.publisher.word()
-            && self.os.is_alive(self.service.publisher)
+        let gone = self.service.publisher_word() != self.service.publisher.word()
+            || self.seen.ask(&self.os, &self.service, self.seen.now());
+        if gone {
+            self.finalize_opened();
+        }
+        !gone
+    }
+
+    /// Finalizes every sample segment this subscriber opened (the publisher is gone:
+    /// nobody recycles them): each is unlinked once no live process holds it, and a
+    /// sample a live holder (this subscriber's own received samples included) still
+    /// holds is left to that holder's release.
+    fn finalize_opened(&self) {
+        let opened: Vec<Arc<SampleSegment>> = self.lock().rows.iter().flatten().cloned().collect();
+        for segment in opened {
+            // A failure (only the simulated kernel's kill) leaves it to a sweep.
+            let _ = holders::finalize(
+                &self.os,
+                &segment.holders(),
+                &segment.name,
+                holders::Reclaim::UntilLive,
+            );
+        }
     }
 
     /// The subscriber entry this subscriber holds.
@@ -316,10 +407,10 @@ impl Subscriber {
         let received = Received {
             os: self.os,
             service: Arc::clone(&self.service),
+            seen: Arc::clone(&self.seen),
             segment,
             slot: subscriber_slot(self.entry),
             holder: self.os.current(),
-            publisher: self.service.publisher,
             generation: d.generation,
             item: PhantomData,
         };
@@ -348,6 +439,11 @@ impl Drop for Subscriber {
         // A failure (only the simulated kernel's kill) leaves an entry the publisher
         // drains once this process is dead.
         let _ = queue::leave(&self.os, &q, self.entry);
+        drop(entries);
+        // Nobody looks for the publisher's death after this: the samples still received
+        // ask at their release, and what earlier releases left is finalized now.
+        self.seen.forget();
+        let _ = self.publisher_alive();
     }
 }
 
@@ -369,10 +465,11 @@ pub struct Received<T: Pod> {
     os: DefaultOs,
     /// The service, to tell whether its publisher is gone.
     service: Arc<Service<DefaultOs>>,
+    /// When the subscriber last saw the publisher alive.
+    seen: Arc<PublisherSeen>,
     segment: Arc<SampleSegment>,
     slot: usize,
     holder: Token,
-    publisher: Token,
     generation: u64,
     item: PhantomData<T>,
 }
@@ -464,8 +561,7 @@ impl<T: Pod> Drop for Received<T> {
         // A failure (only the simulated kernel's kill) leaves a dead holder's slot that
         // the pool's next recycle reclaims.
         if let Ok(true) = holders::vacate(&self.os, &h, self.slot, held_word(self.holder)) {
-            let gone = self.service.publisher_word() != self.publisher.word();
-            if gone || !self.os.is_alive(self.publisher) {
+            if self.seen.gone(&self.os, &self.service) {
                 // Nobody recycles the sample any more: the last holder unlinks it.
                 let _ = holders::finalize(
                     &self.os,
