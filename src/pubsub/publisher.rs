@@ -246,7 +246,9 @@ impl Publisher {
     }
 
     /// A sample of `len` items of `T` to write (see [`ShmPool::loan`]): a segment of
-    /// the pool that nobody holds any more, or a new one. Refused when the sample
+    /// the pool that nobody holds any more, or a new one. A loan that finds none free
+    /// and no row left asks every joined subscriber's liveness first ([`Publisher::reclaim`]:
+    /// a dead one's queued samples come back) and tries once more. Refused when the sample
     /// table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
     /// held or of another length): [`Error::InvalidArgument`] naming the count.
     ///
@@ -299,7 +301,9 @@ impl Publisher {
     /// Publishes `loan` to every joined subscriber (zero-copy: each gets a reference
     /// to the same segment), under the service's slow-subscriber policy, then wakes
     /// the blocked receivers. Departed and dead subscribers' entries are freed on the
-    /// way (their queued samples given back). A loan of another publisher's pool is
+    /// way (their queued samples given back). A subscriber's liveness is asked at most
+    /// once a millisecond (a system call; see the module docs): one killed since is
+    /// still delivered to until then, unless its queue is full. A loan of another publisher's pool is
     /// [`Error::InvalidArgument`].
     pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
         self.check_holder()?;

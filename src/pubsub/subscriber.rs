@@ -458,9 +458,11 @@ impl fmt::Debug for Subscriber {
 
 /// A sample received by a [`Subscriber`], read as `&[T]` (`Deref`) with no `unsafe`:
 /// the same segment the publisher wrote and every other subscriber reads. Dropping
-/// it gives the subscriber's reference back (and, if the publisher died, unlinks the
-/// segment once nobody holds it); a subscriber killed while holding it leaves a dead
-/// reference that the publisher's next loan reclaims.
+/// it gives the subscriber's reference back (and, if the publisher is gone, unlinks the
+/// segment once nobody holds it; a publisher the subscriber saw alive less than 1 ms
+/// ago is not asked, and the subscriber unlinks the segment when it next finds the
+/// publisher gone); a subscriber killed while holding it leaves a dead reference that
+/// the publisher's next loan reclaims.
 pub struct Received<T: Pod> {
     os: DefaultOs,
     /// The service, to tell whether its publisher is gone.
