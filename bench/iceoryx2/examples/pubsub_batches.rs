@@ -9,7 +9,7 @@
 //! build it first.
 //!
 //!     cargo build --release --manifest-path bench/iceoryx2/Cargo.toml --bins --examples
-//!     target/release/examples/pubsub_batches SIZE [ROUNDS [blocking|polling]]
+//!     target/release/examples/pubsub_batches SIZE [ROUNDS [blocking|polling [SUBSCRIBERS]]]
 
 use std::path::PathBuf;
 use std::time::Instant;
@@ -23,13 +23,14 @@ fn main() -> Result<()> {
     let size: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1 << 20);
     let rounds: u64 = args.next().and_then(|a| a.parse().ok()).unwrap_or(20_000);
     let receive = Receive::parse(&args.next().unwrap_or_else(|| "blocking".into()))?;
+    let subscribers: usize = args.next().and_then(|a| a.parse().ok()).unwrap_or(1);
     // The comparison binary beside this example's directory.
     let program: PathBuf = std::env::current_exe()?
         .parent()
         .and_then(|examples| examples.parent())
         .map(|release| release.join("shmrc-iceoryx2-compare"))
         .ok_or_else(|| Error::BadArgument("no directory above the example".into()))?;
-    let mut contender = PubSub::start(&program, receive, size, 1)?;
+    let mut contender = PubSub::start(&program, receive, size, subscribers)?;
     // As the comparison runs a configuration: single round trips first, 4 untimed
     // batches, then the timed ones.
     let batch = THROUGHPUT_BATCH as u64;
@@ -61,7 +62,7 @@ fn main() -> Result<()> {
     };
     let first = (times.len()).min(37);
     println!(
-        "{size} B, {receive:?}: {:.0} samples a second over the median of the first {first} batches, {:.0} over all {rounds}",
+        "{size} B, {receive:?}, {subscribers} subscriber(s): {:.0} samples a second over the median of the first {first} batches, {:.0} over all {rounds}",
         rate(&mut times[..first].to_vec()),
         rate(&mut times)
     );
