@@ -446,6 +446,32 @@ fn a_killed_publishers_samples_are_finalized_by_their_subscriber() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+/// A sample that outlives its subscriber asks at its release whether the publisher
+/// lives, however recently the subscriber saw it alive (nobody would look later): a
+/// publisher SIGKILLed after the subscriber's drop, the sample dropped at once, is
+/// unlinked by that release.
+#[test]
+fn a_sample_that_outlives_its_subscriber_asks_at_its_release() {
+    let t = TestNamespace::new("ps-orphan");
+    let mut publisher = start("publisher-on-cue", &t, "orphan", 1);
+    publisher.expect("created");
+    let subscriber = Subscriber::join_in(&t.ns, "orphan").unwrap();
+    publisher.tell("go");
+    publisher.expect("published");
+    let held = subscriber.recv_timeout::<u64>(LIMIT).unwrap();
+    assert!(subscriber.publisher_alive(), "seen alive just now");
+    drop(subscriber);
+    publisher.kill();
+    drop(held);
+    let names = t.names();
+    assert!(
+        names.len() == 1 && names[0].ends_with(".service.orphan"),
+        "the sample should be gone with its release: {names:?}"
+    );
+    shmrc::sweep(&t.ns).unwrap();
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 #[test]
 fn drop_oldest_leaves_a_gap_and_backpressure_refuses() {
     let t = TestNamespace::new("ps-slow");

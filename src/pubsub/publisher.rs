@@ -247,9 +247,9 @@ impl Publisher {
 
     /// A sample of `len` items of `T` to write (see [`ShmPool::loan`]): a segment of
     /// the pool that nobody holds any more, or a new one. A loan that finds none free
-    /// and no row left asks every joined subscriber's liveness first ([`Publisher::reclaim`]:
-    /// a dead one's queued samples come back) and tries once more. Refused when the sample
-    /// table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
+    /// and no row left asks every joined subscriber's liveness ([`Publisher::reclaim`]:
+    /// a dead one's queued samples come back) and, if that freed any, tries once more.
+    /// Refused when the sample table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
     /// held or of another length): [`Error::InvalidArgument`] naming the count.
     ///
     /// In a child forked from the publisher's process: [`Error::NotHolder`] (the
@@ -303,8 +303,8 @@ impl Publisher {
     /// the blocked receivers. Departed and dead subscribers' entries are freed on the
     /// way (their queued samples given back). A subscriber's liveness is asked at most
     /// once a millisecond (a system call; see the module docs): one killed since is
-    /// still delivered to until then, unless its queue is full. A loan of another publisher's pool is
-    /// [`Error::InvalidArgument`].
+    /// still delivered to until then, unless its queue is full. A loan of another
+    /// publisher's pool is [`Error::InvalidArgument`].
     pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
         self.check_holder()?;
         let mut table = self.lock();

@@ -53,9 +53,12 @@ type Map = <DefaultOs as Os>::Map;
 struct PublisherSeen {
     epoch: Instant,
     /// Nanoseconds after `epoch`, plus one, when the publisher was last found alive
-    /// (0: never, or the subscriber is gone: ask every time).
+    /// (0: never; [`FORGOTTEN`]: the subscriber is gone, ask every time from now on).
     alive_at: AtomicU64,
 }
+
+/// `PublisherSeen::alive_at` once the subscriber is dropped.
+const FORGOTTEN: u64 = u64::MAX;
 
 impl PublisherSeen {
     fn new() -> PublisherSeen {
@@ -80,16 +83,21 @@ impl PublisherSeen {
         let seen = self.alive_at.load(Relaxed);
         let now = self.now();
         let period = LIVENESS_PERIOD.as_nanos() as u64;
-        if seen != 0 && now.saturating_sub(seen) < period {
+        if seen != 0 && seen != FORGOTTEN && now.saturating_sub(seen) < period {
             return false;
         }
         self.ask(os, service, now)
     }
 
-    /// Asks whether the publisher is dead, and remembers a live answer.
+    /// Asks whether the publisher is dead, and remembers a live answer (unless the
+    /// subscriber is gone: then nothing is remembered).
     fn ask(&self, os: &DefaultOs, service: &Service<DefaultOs>, now: u64) -> bool {
         if os.is_alive(service.publisher) {
-            self.alive_at.store(now, Relaxed);
+            let seen = self.alive_at.load(Relaxed);
+            if seen != FORGOTTEN {
+                // Lost to another thread's answer, or to `forget`: either stands.
+                let _ = self.alive_at.compare_exchange(seen, now, Relaxed, Relaxed);
+            }
             false
         } else {
             true
@@ -98,7 +106,7 @@ impl PublisherSeen {
 
     /// From now on every release asks (the subscriber that would look later is gone).
     fn forget(&self) {
-        self.alive_at.store(0, Relaxed);
+        self.alive_at.store(FORGOTTEN, Relaxed);
     }
 }
 
