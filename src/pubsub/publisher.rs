@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, EntryState, Policy, Published, Queue, subscriber_slot};
+use super::queue::{
+    self, Descriptor, EntryState, Policy, Published, Queue, SampleViews, subscriber_slot,
+};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, in_flight_word};
@@ -163,6 +165,22 @@ struct Table {
     asked: Option<Instant>,
 }
 
+/// The table's rows as the queue's samples: a row's holder view is made when a step
+/// names its sample (each row's slots were checked against its mapping when the row
+/// was added).
+struct RowViews<'t>(&'t [(Arc<Map>, usize)]);
+
+impl SampleViews for RowViews<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn view(&self, row: usize) -> Option<Holders<'_>> {
+        let (map, slots) = self.0.get(row)?;
+        Header::of(&**map, *slots).map(|header| header.holders())
+    }
+}
+
 /// The one publisher of a service (see the module docs of `shmrc::pubsub`).
 ///
 /// ```
@@ -291,9 +309,18 @@ impl Publisher {
             self.pool.give_back_segment(loan.into_buf())?;
             return Ok(None);
         }
+        let (map, slots) = loan.buf().slot_watch();
+        if slots != subscriber_slot(self.service.config.entries)
+            || Header::of(&*map, slots).is_none()
+        {
+            return Err(Error::Corrupted {
+                segment: self.service.name.clone(),
+                what: "a sample segment's slots lie outside its mapping".into(),
+            });
+        }
         self.service
             .add_row(row, key.nonce, loan.buf().fields().share_key);
-        table.rows.push(loan.buf().slot_watch());
+        table.rows.push((map, slots));
         table.row_of.insert(key, row);
         Ok(Some(loan))
     }
@@ -373,22 +400,9 @@ impl Publisher {
     }
 
     fn run(&self, table: &Table, sample: Option<Descriptor>, alive: &[u64]) -> Result<Published> {
-        let capacity = subscriber_slot(self.service.config.entries);
-        let holders: Vec<Holders<'_>> = table
-            .rows
-            .iter()
-            .map(|(map, slots)| {
-                Header::of(&**map, *slots)
-                    .filter(|_| *slots == capacity)
-                    .map(|h| h.holders())
-                    .ok_or_else(|| Error::Corrupted {
-                        segment: self.service.name.clone(),
-                        what: "a sample segment's slots lie outside its mapping".into(),
-                    })
-            })
-            .collect::<Result<_>>()?;
         let entries = super::entries(&self.service);
-        let q = Queue::new(&entries, &holders, self.service.wake()).trusting(alive);
+        let rows = RowViews(&table.rows);
+        let q = Queue::with_lookup(&entries, &rows, self.service.wake()).trusting(alive);
         queue::publish(&self.os, &q, sample, self.policy())
     }
 

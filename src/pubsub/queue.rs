@@ -195,12 +195,47 @@ impl<'a> Entry<'a> {
     }
 }
 
+/// Makes a sample's holder view when a step names the sample ([`Queue::with_lookup`]).
+pub trait SampleViews {
+    /// How many samples the table holds.
+    fn count(&self) -> usize;
+    /// Sample `s`'s view; `None` if it has none (the steps treat it as no such sample).
+    fn view(&self, s: usize) -> Option<Holders<'_>>;
+}
+
+/// The samples' holder views: a slice of them all, or a lookup that makes one when a
+/// step names its sample (production's: a publish touches one sample, a take one, and
+/// a view per row and its `Vec` for every operation were a tenth of a publish→take
+/// loop).
+#[derive(Copy, Clone)]
+enum Samples<'a> {
+    All(&'a [Holders<'a>]),
+    Lookup(&'a dyn SampleViews),
+}
+
+impl<'a> Samples<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Samples::All(all) => all.len(),
+            Samples::Lookup(views) => views.count(),
+        }
+    }
+
+    /// Sample `s`'s view, `None` past the table (or a row the lookup cannot view).
+    fn get(&self, s: usize) -> Option<Holders<'a>> {
+        match *self {
+            Samples::All(all) => all.get(s).copied(),
+            Samples::Lookup(views) => (s < views.count()).then(|| views.view(s)).flatten(),
+        }
+    }
+}
+
 /// The queue of one service: its entries, its samples' holder words, its wake word,
 /// and the publisher's recent sightings of its subscribers alive ([`Queue::trusting`]).
 #[derive(Copy, Clone)]
 pub struct Queue<'a> {
     entries: &'a [Entry<'a>],
-    samples: &'a [Holders<'a>],
+    samples: Samples<'a>,
     wake: &'a AtomicU64,
     alive: &'a [u64],
 }
@@ -211,7 +246,22 @@ impl<'a> Queue<'a> {
     pub fn new(entries: &'a [Entry<'a>], samples: &'a [Holders<'a>], wake: &'a AtomicU64) -> Self {
         Queue {
             entries,
-            samples,
+            samples: Samples::All(samples),
+            wake,
+            alive: &[],
+        }
+    }
+
+    /// The view with each sample's holders made by `samples` when a step names it; the
+    /// same requirements as [`Queue::new`].
+    pub fn with_lookup(
+        entries: &'a [Entry<'a>],
+        samples: &'a dyn SampleViews,
+        wake: &'a AtomicU64,
+    ) -> Self {
+        Queue {
+            entries,
+            samples: Samples::Lookup(samples),
             wake,
             alive: &[],
         }
@@ -569,7 +619,7 @@ impl Publish {
             PublishAt::GiveBack { entry, word } => {
                 let d = Descriptor::decode(word);
                 let given_back = q.samples.get(d.sample as usize).is_some_and(|h| {
-                    d.matches(h) && holders::transfer_step(h, subscriber_slot(entry), mine, FREE)
+                    d.matches(&h) && holders::transfer_step(&h, subscriber_slot(entry), mine, FREE)
                 });
                 if given_back {
                     self.done.dropped += 1;
@@ -582,7 +632,7 @@ impl Publish {
                 let slots_ok = q
                     .samples
                     .get(sample)
-                    .is_some_and(|h| holders::transfer_step(h, subscriber_slot(e), FREE, mine));
+                    .is_some_and(|h| holders::transfer_step(&h, subscriber_slot(e), FREE, mine));
                 if slots_ok && cfg!(shmrc_plant = "pubsub_descriptor_first") {
                     self.next_entry(e, q)
                 } else if slots_ok {
@@ -617,7 +667,10 @@ impl Publish {
                 sample,
                 seen,
             } => {
-                if holders::transfer_step(&q.samples[sample], subscriber_slot(entry), mine, FREE) {
+                let given_back = q.samples.get(sample).is_some_and(|h| {
+                    holders::transfer_step(&h, subscriber_slot(entry), mine, FREE)
+                });
+                if given_back {
                     self.done.given_back += 1;
                 }
                 Self::drain_next(entry, sample + 1, seen, q)
@@ -809,12 +862,12 @@ impl Take {
                     return Poll::Ready(Taken::Lost);
                 };
                 let mine = held_word(os.current());
-                if !holders::transfer_step(h, slot, in_flight_word(self.publisher), mine) {
+                if !holders::transfer_step(&h, slot, in_flight_word(self.publisher), mine) {
                     return Poll::Ready(Taken::Lost);
                 }
                 // The generation word is the publisher's recycle's, which rolls back
                 // at the slot we now hold: read after the transfer, as an attach does.
-                if cfg!(shmrc_plant = "pubsub_take_skips_generation") || d.matches(h) {
+                if cfg!(shmrc_plant = "pubsub_take_skips_generation") || d.matches(&h) {
                     return Poll::Ready(Taken::Sample(d));
                 }
                 TakeAt::Untake { word }
@@ -827,7 +880,7 @@ impl Take {
                 let d = Descriptor::decode(word);
                 if let Some(h) = q.samples.get(d.sample as usize) {
                     let back = in_flight_word(self.publisher);
-                    holders::transfer_step(h, slot, held_word(os.current()), back);
+                    holders::transfer_step(&h, slot, held_word(os.current()), back);
                 }
                 return Poll::Ready(Taken::Stale);
             }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, Queue, Take, TakeAt, Taken, subscriber_slot};
+use super::queue::{self, Descriptor, Queue, SampleViews, Take, TakeAt, Taken, subscriber_slot};
 use crate::buf::view;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, held_word};
@@ -133,6 +133,25 @@ impl SampleSegment {
 #[derive(Default)]
 struct Segments {
     rows: Vec<Option<Arc<SampleSegment>>>,
+}
+
+/// The opened rows as the queue's samples: a row's holder view is made when the take
+/// names its sample; a row not opened has `nobody`'s slots (always free: a take of it
+/// fails).
+struct OpenedViews<'s> {
+    rows: &'s [Option<Arc<SampleSegment>>],
+    nobody: Holders<'s>,
+}
+
+impl SampleViews for OpenedViews<'_> {
+    fn count(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn view(&self, row: usize) -> Option<Holders<'_>> {
+        let opened = self.rows.get(row)?;
+        Some(opened.as_ref().map_or(self.nobody, |s| s.holders()))
+    }
 }
 
 /// A joined subscriber of a service (see the module docs of `shmrc::pubsub`). It
@@ -327,36 +346,26 @@ impl Subscriber {
         let entries = super::entries(&self.service);
         let mut take = Take::new(self.entry, self.service.publisher);
         let mut named = None;
-        let mut holders = self.holders(&segments);
         loop {
             if let TakeAt::Pop { word, .. } = take.at() {
                 let row = Descriptor::decode(word).sample as usize;
                 if named != Some(row) {
                     named = Some(row);
-                    drop(holders);
                     self.open_named_row(&mut segments, row)?;
-                    holders = self.holders(&segments);
                 }
             }
-            let q = Queue::new(&entries, &holders, self.service.wake());
+            let opened = OpenedViews {
+                rows: &segments.rows,
+                nobody: Holders::new(&self.nobody, &self.unused[0], &self.unused[1])
+                    .with_generation(&self.unused[2]),
+            };
+            let q = Queue::with_lookup(&entries, &opened, self.service.wake());
             self.os.crash_point()?;
             if let Poll::Ready(taken) = take.step(&self.os, &q) {
                 let segment = named.and_then(|row| segments.rows.get(row).cloned().flatten());
                 return Ok((taken, segment));
             }
         }
-    }
-
-    /// Views of the opened rows' holder slots (a placeholder with no slot taken for a
-    /// row that could not be opened).
-    fn holders<'a>(&'a self, segments: &'a Segments) -> Vec<Holders<'a>> {
-        let nobody = Holders::new(&self.nobody, &self.unused[0], &self.unused[1])
-            .with_generation(&self.unused[2]);
-        segments
-            .rows
-            .iter()
-            .map(|s| s.as_ref().map_or(nobody, |s| s.holders()))
-            .collect()
     }
 
     /// Opens row `row` of the table if it was not: a row past the table's used rows (a
