@@ -188,8 +188,8 @@
 //!   namespace is named (the service and sample segments are namespace segments).
 //! - **P3** Once a subscriber left and the publisher ran its next publish, or died and
 //!   the publisher ran a publish that asked its liveness (the first 1 ms after the
-//!   last ask, or one that found its ring full) or a reclaim, no reference of that entry remains but the held ones of a departed,
-//!   still-living subscriber: every sample it had queued is recyclable, every sample it
+//!   last ask, or one that found its ring full) or a reclaim, no reference of that
+//!   entry remains but the held ones of a departed, still-living subscriber: every sample it had queued is recyclable, every sample it
 //!   held is recyclable once it is dead, and the entry is `FREE` again. A dead
 //!   publisher's references are dead words the existing sweep reclaims.
 //! - **P4** A subscriber that finds a descriptor naming no sample, a generation other
@@ -255,8 +255,8 @@
 //!   1 subscriber, 1.51 → 1.14 µs with 4), the rest left;
 //! - a release that trusted a publisher killed within the last millisecond leaves its
 //!   sample to the subscriber's next look (above); a process that never looks again
-//!   (never receives, never drops its subscriber) leaves it to a sweep, as the dead
-//!   publisher's idle samples always were;
+//!   (no `recv`, `publisher_alive` or release after the period, its subscriber never
+//!   dropped) leaves it to a sweep, as the dead publisher's idle samples always were;
 //!
 //! Built besides the steps: the wake-ups (**Wake** and **Sleep** above).
 //! `queue::take_within` reads the wake word, takes, and if the ring was empty announces
