@@ -30,7 +30,7 @@ use std::time::Instant;
 
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
-use pubsub_words::{Words, loan_and_publish};
+use pubsub_words::{Words, loan_and_publish, loan_and_publish_trusting};
 use shmrc::Error;
 use shmrc::checkers::holders::{FREE, held_word, in_flight_word, vacate};
 use shmrc::checkers::os::Os;
@@ -66,6 +66,11 @@ enum Op {
     Publish {
         sample: usize,
     },
+    /// A publish that trusts every joined entry's subscriber alive (the publisher's
+    /// liveness cache at its worst: never expiring).
+    PublishTrusting {
+        sample: usize,
+    },
     Reclaim,
     Take {
         sub: usize,
@@ -97,7 +102,8 @@ fn op() -> impl Strategy<Value = Op> {
     let sub = 0..SUBSCRIBERS;
     prop_oneof![
         15 => (sub.clone(), crash()).prop_map(|(sub, crash)| Op::Join { sub, crash }),
-        30 => (0..SAMPLES).prop_map(|sample| Op::Publish { sample }),
+        20 => (0..SAMPLES).prop_map(|sample| Op::Publish { sample }),
+        10 => (0..SAMPLES).prop_map(|sample| Op::PublishTrusting { sample }),
         5 => Just(Op::Reclaim),
         30 => (sub.clone(), crash()).prop_map(|(sub, crash)| Op::Take { sub, crash }),
         15 => (sub.clone(), 0..4usize, crash())
@@ -271,6 +277,37 @@ impl Run {
                 if real.is_some_and(|p| p.full.is_none()) {
                     self.check_drained()?;
                 }
+            }
+            Op::PublishTrusting { sample } => {
+                if !self.model.publisher_alive {
+                    return Ok(());
+                }
+                let alive: Vec<u64> = (0..ENTRIES).map(|e| self.words.state(e)).collect();
+                let trusted: [bool; ENTRIES] = std::array::from_fn(|e| {
+                    matches!(self.model.entries[e].state, model::EntryState::Joined(_))
+                });
+                let real = loan_and_publish_trusting(
+                    &self.publisher,
+                    &self.words,
+                    sample,
+                    self.policy,
+                    &alive,
+                )
+                .map_err(|e| format!("trusting publish: {e:?}"))?;
+                let expected = self.model.recycle(sample).map(|generation| {
+                    self.model
+                        .publish_trusting(Some(Desc { sample, generation }), trusted)
+                });
+                let real = real.map(published);
+                if let Some(p) = real {
+                    self.counts.dropped += u64::from(p.dropped);
+                    self.counts.drained += u64::from(p.drained);
+                    self.counts.refused += u64::from(p.full.is_some());
+                }
+                ensure!(
+                    real == expected,
+                    "loan and trusting publish of sample {sample}: {real:?}, the model {expected:?}"
+                );
             }
             Op::Reclaim => {
                 if !self.model.publisher_alive {

@@ -59,6 +59,8 @@ fn start(role: &str, t: &TestNamespace, service: &str, count: usize) -> Talker {
 ///   waits for a line on stdin, drops them and leaves;
 /// - `holder`: joins, receives `COUNT` samples and holds them until it is killed;
 /// - `publisher`: creates the service and waits to be killed;
+/// - `publisher-on-cue`: creates the service, publishes `COUNT` samples once told to,
+///   and waits to be killed;
 /// - `intruder` (another user): must not reach the owner's service;
 /// - `fork-publisher`: forks a child that must be refused the publisher's calls.
 #[test]
@@ -98,6 +100,23 @@ fn child() {
             fill(&mut loan, 7);
             let _ = publisher.publish(loan).unwrap();
             println!("created");
+            std::thread::sleep(LIMIT * 3);
+        }
+        "publisher-on-cue" => {
+            let publisher =
+                Publisher::create(&service, PublisherOptions::new().namespace(ns)).expect("create");
+            println!("created");
+            let mut line = String::new();
+            std::io::stdin().lock().read_line(&mut line).unwrap();
+            for i in 0..count {
+                let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+                fill(&mut loan, i as u64);
+                assert_eq!(
+                    publisher.publish(loan).unwrap().sent().unwrap().delivered,
+                    1
+                );
+            }
+            println!("published");
             std::thread::sleep(LIMIT * 3);
         }
         "forker" => {
@@ -317,6 +336,139 @@ fn a_subscriber_killed_holding_samples_gives_them_all_back_with_no_call() {
     assert!(back < LIMIT);
     drop(loans);
     drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// The publisher trusts a subscriber it saw alive for at most `LIVENESS_PERIOD` (1 ms):
+/// a SIGKILLed subscriber's queued samples come back at the first publish after that,
+/// with no reclaim, no loan failure and its ring far from full.
+#[test]
+fn a_subscriber_killed_with_samples_queued_has_them_back_at_a_publish_within_milliseconds() {
+    let t = TestNamespace::new("ps-trust");
+    let publisher = Publisher::create("trust", options(&t).queue(64).samples(64)).unwrap();
+    let holder = start("holder", &t, "trust", 0);
+    holder.expect("holding 0");
+    let publish = |i: u64| {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        publisher.publish(loan).unwrap().sent().unwrap()
+    };
+    assert_eq!(publish(0).delivered, 1, "queued for the holder");
+    let killed = Instant::now();
+    holder.kill();
+    // 40 publishes 2 ms apart: the ring (64) never fills, the pool (64) never runs out.
+    let freed_at = (1..=40).find(|&i| {
+        std::thread::sleep(Duration::from_millis(2));
+        publish(i).freed == 1
+    });
+    let back = killed.elapsed();
+    let freed_at = freed_at.unwrap_or_else(|| {
+        panic!("the dead subscriber's entry was not freed by 40 publishes over {back:?}")
+    });
+    println!(
+        "a SIGKILLed subscriber's queued samples were back at publish {freed_at}, {back:?} after the kill"
+    );
+    // Every sample is back: the next loans recycle, none is created.
+    let created = publisher.pool_stats().created;
+    let loans: Vec<_> = (0..created)
+        .map(|_| publisher.loan::<u64>(ITEMS).unwrap())
+        .collect();
+    assert_eq!(publisher.pool_stats().created, created);
+    drop(loans);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// A loan that finds no free sample asks every subscriber's liveness at once (a
+/// reclaim), whatever the publisher's cache says: a SIGKILLed subscriber's queued
+/// samples are loaned again with no publish and no reclaim call.
+#[test]
+fn a_loan_that_finds_no_free_sample_drains_a_killed_subscribers_queue() {
+    let t = TestNamespace::new("ps-loan");
+    let publisher = Publisher::create("loan", options(&t).queue(8).samples(3)).unwrap();
+    let holder = start("holder", &t, "loan", 0);
+    holder.expect("holding 0");
+    for i in 0..3 {
+        let mut loan = publisher.loan::<u64>(ITEMS).unwrap();
+        fill(&mut loan, i);
+        assert_eq!(
+            publisher.publish(loan).unwrap().sent().unwrap().delivered,
+            1
+        );
+    }
+    holder.kill();
+    let loans: Vec<_> = (0..3)
+        .map(|_| {
+            publisher
+                .loan::<u64>(ITEMS)
+                .expect("a queued sample of the dead, loaned again")
+        })
+        .collect();
+    assert!(loans.iter().all(|l| l.generation() == 1));
+    // The first of them found none free and made a fourth segment, which the full
+    // table refused (given back) before it asked.
+    let stats = publisher.pool_stats();
+    assert_eq!((stats.created, stats.given_back), (4, 1));
+    drop(loans);
+    drop(publisher);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// A publisher SIGKILLed: its samples are finalized by the subscriber, with no sweep:
+/// the one it held at its release or at its drop (a release within 1 ms of its last
+/// look at a live publisher trusts it), and the two it had released while the
+/// publisher lived (idle in the dead publisher's pool) once it finds the publisher
+/// dead. Only the service segment is left, for the sweep.
+#[test]
+fn a_killed_publishers_samples_are_finalized_by_their_subscriber() {
+    let t = TestNamespace::new("ps-pubkill");
+    let mut publisher = start("publisher-on-cue", &t, "pubkill", 3);
+    publisher.expect("created");
+    let subscriber = Subscriber::join_in(&t.ns, "pubkill").unwrap();
+    publisher.tell("go");
+    publisher.expect("published");
+    let mut received: Vec<_> = (0..3)
+        .map(|_| subscriber.recv_timeout::<u64>(LIMIT).unwrap())
+        .collect();
+    let held = received.pop().unwrap();
+    drop(received); // back to the live publisher's pool, idle
+    assert!(subscriber.publisher_alive());
+    publisher.kill();
+    assert_eq!(held[0], 2000, "a held sample stays readable");
+    drop(held);
+    drop(subscriber);
+    let names = t.names();
+    assert!(
+        names.len() == 1 && names[0].ends_with(".service.pubkill"),
+        "only the service should be left: {names:?}"
+    );
+    shmrc::sweep(&t.ns).unwrap();
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
+/// A sample that outlives its subscriber asks at its release whether the publisher
+/// lives, however recently the subscriber saw it alive (nobody would look later): a
+/// publisher SIGKILLed after the subscriber's drop, the sample dropped at once, is
+/// unlinked by that release.
+#[test]
+fn a_sample_that_outlives_its_subscriber_asks_at_its_release() {
+    let t = TestNamespace::new("ps-orphan");
+    let mut publisher = start("publisher-on-cue", &t, "orphan", 1);
+    publisher.expect("created");
+    let subscriber = Subscriber::join_in(&t.ns, "orphan").unwrap();
+    publisher.tell("go");
+    publisher.expect("published");
+    let held = subscriber.recv_timeout::<u64>(LIMIT).unwrap();
+    assert!(subscriber.publisher_alive(), "seen alive just now");
+    drop(subscriber);
+    publisher.kill();
+    drop(held);
+    let names = t.names();
+    assert!(
+        names.len() == 1 && names[0].ends_with(".service.orphan"),
+        "the sample should be gone with its release: {names:?}"
+    );
+    shmrc::sweep(&t.ns).unwrap();
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 

@@ -61,6 +61,10 @@ struct Config {
     /// finalizes every sample concurrently with the subscribers, as the manager's
     /// sweep after its death does).
     victim: usize,
+    /// Whether the publishes trust every joined entry's subscriber alive without asking
+    /// (`Queue::trusting` with the entry's state word: the publisher's liveness cache
+    /// at its worst, never expiring; a full ring still asks). The final reclaim asks.
+    trusting: bool,
 }
 
 impl Config {
@@ -239,6 +243,17 @@ fn step_publisher(cfg: &Config, w: &mut World) {
     };
     let head_before = w.entry_b.map(|e| cfg.head(&w.words, e));
     let mut p = w.publisher;
+    // The cache at its worst: whatever word an entry holds is trusted (only a joined
+    // one is ever trusted by the step).
+    let trusted: Vec<u64> = (0..ENTRIES)
+        .map(|e| {
+            if cfg.trusting {
+                cfg.state(&w.words, e)
+            } else {
+                FREE
+            }
+        })
+        .collect();
     let next = with_views(cfg, &mut w.words, |q, samples| match &mut p {
         Pub::Loan {
             round,
@@ -257,7 +272,7 @@ fn step_publisher(cfg: &Config, w: &mut World) {
             // Every sample lent: the round is skipped (a pool would create one).
             Poll::Ready(Recycled::Held) => after_round(cfg, *round, *sample),
         },
-        Pub::Publish { round, op } => match op.step(&os, q) {
+        Pub::Publish { round, op } => match op.step(&os, &q.trusting(&trusted)) {
             Poll::Pending => p,
             Poll::Ready(published) => {
                 assert_eq!(published.skipped, 0, "no hostile word here: {published:?}");
@@ -633,6 +648,7 @@ fn drop_oldest_with_a_ring_of_one_every_interleaving_and_kill() {
         rounds: 3,
         policy: Policy::DropOldest,
         victim: A,
+        trusting: false,
     });
 }
 
@@ -643,6 +659,7 @@ fn backpressure_with_a_ring_of_one_every_interleaving_and_kill() {
         rounds: 3,
         policy: Policy::Backpressure,
         victim: A,
+        trusting: false,
     });
 }
 
@@ -653,6 +670,7 @@ fn drop_oldest_with_a_ring_of_two_every_interleaving_and_kill() {
         rounds: 3,
         policy: Policy::DropOldest,
         victim: A,
+        trusting: false,
     });
 }
 
@@ -666,7 +684,93 @@ fn a_publisher_killed_at_every_step_with_a_sweeper_racing_the_subscribers() {
         rounds: if cfg!(debug_assertions) { 1 } else { 2 },
         policy: Policy::DropOldest,
         victim: PUBLISHER,
+        trusting: false,
     });
+}
+
+#[test]
+fn drop_oldest_trusting_every_joined_subscriber_every_interleaving_and_kill() {
+    run(Config {
+        cap: 1,
+        rounds: 3,
+        policy: Policy::DropOldest,
+        victim: A,
+        trusting: true,
+    });
+}
+
+#[test]
+fn backpressure_trusting_every_joined_subscriber_every_interleaving_and_kill() {
+    run(Config {
+        cap: 1,
+        rounds: 3,
+        policy: Policy::Backpressure,
+        victim: A,
+        trusting: true,
+    });
+}
+
+/// A publish that trusts a subscriber (the publisher's liveness cache) delivers to it
+/// without asking, even dead; a full ring asks, and a dead one's is drained there; a
+/// reclaim asks every joined subscriber and drains the dead one's queued sample.
+#[test]
+fn a_trusted_dead_subscriber_is_drained_at_its_full_ring_or_the_next_reclaim() {
+    let cfg = Config {
+        cap: 2,
+        rounds: 0,
+        policy: Policy::DropOldest,
+        victim: A,
+        trusting: true,
+    };
+    let a_dead = Kernel {
+        me: PUBLISHER,
+        alive: [true, false, true, true],
+    };
+    let publish_trusting = |words: &mut [u64], s: usize, trusted: &[u64]| {
+        with_views(&cfg, words, |q, _| {
+            let mut op = Publish::new(Descriptor::new(s, 0).unwrap(), Policy::DropOldest);
+            until_ready(|| op.step(&a_dead, &q.trusting(trusted)))
+        })
+    };
+    // A joins and is killed; the publisher still trusts its entry's word.
+    let mut words = initial(&cfg).words;
+    let e = join_now(&cfg, &mut words, A);
+    let trusted = [cfg.state(&words, e), FREE];
+    let first = publish_trusting(&mut words, 0, &trusted);
+    assert_eq!(
+        (first.delivered, first.drained),
+        (1, 0),
+        "trusted: delivered"
+    );
+    // A word other than the one trusted (here: none trusted) is asked: drained.
+    let mut asked = words.clone();
+    let other = publish_trusting(&mut asked, 1, &[FREE, FREE]);
+    assert_eq!((other.delivered, other.drained), (0, 1), "{other:?}");
+    // The ring fills; the publish that finds it full asks, and drains it.
+    let second = publish_trusting(&mut words, 1, &trusted);
+    assert_eq!((second.delivered, second.drained), (1, 0), "{second:?}");
+    let full = publish_trusting(&mut words, 0, &trusted);
+    assert_eq!(
+        (full.delivered, full.drained, full.given_back, full.dropped),
+        (0, 1, 2, 0),
+        "a dead subscriber's full ring must be drained, not dropped into: {full:?}"
+    );
+    assert_eq!(cfg.state(&words, e), FREE);
+    // The reclaim (which trusts nobody) drains what a trusted publish queued.
+    let mut words = initial(&cfg).words;
+    let e = join_now(&cfg, &mut words, A);
+    let trusted = [cfg.state(&words, e), FREE];
+    publish_trusting(&mut words, 0, &trusted);
+    let reclaimed = with_views(&cfg, &mut words, |q, _| {
+        let mut op = Publish::reclaim();
+        until_ready(|| op.step(&a_dead, &q.trusting(&trusted)))
+    });
+    assert_eq!(
+        (reclaimed.drained, reclaimed.given_back),
+        (1, 1),
+        "{reclaimed:?}"
+    );
+    assert!(recyclable(&cfg, &mut words, 0));
 }
 
 // Hostile words (P4, P5), one process at a time.
@@ -749,6 +853,7 @@ const HOSTILE: Config = Config {
     rounds: 0,
     policy: Policy::DropOldest,
     victim: A,
+    trusting: false,
 };
 
 fn ring_word(cfg: &Config, e: usize, position: u64) -> usize {
@@ -1039,6 +1144,7 @@ fn no_wake_up_is_lost_every_interleaving_of_two_sleepers_and_a_publisher() {
         rounds: WAKE_ROUNDS,
         policy: Policy::DropOldest,
         victim: A,
+        trusting: false,
     };
     let mut words = initial(&cfg).words;
     let entries = [join_now(&cfg, &mut words, A), join_now(&cfg, &mut words, B)];

@@ -292,6 +292,19 @@ impl PubSub {
 
     /// A publish of `sample` (its loan recycled it), or with `None` a reclaim pass.
     pub fn publish(&mut self, sample: Option<Desc>) -> Published {
+        self.publish_trusting(sample, [false; ENTRIES])
+    }
+
+    /// A publish that trusts the subscriber of every entry `e` with `trusted[e]` (joined
+    /// when the publish begins) alive without asking, as the publisher's liveness cache
+    /// does: it is delivered to even if it died, unless its ring is full (then it is
+    /// asked, and drained if dead). A reclaim (`None`) trusts nobody.
+    pub fn publish_trusting(
+        &mut self,
+        sample: Option<Desc>,
+        trusted: [bool; ENTRIES],
+    ) -> Published {
+        let trusted = trusted.map(|t| t && sample.is_some());
         let mut done = Published::default();
         if sample.is_some() && self.policy == Policy::Backpressure {
             if let Some(e) =
@@ -301,9 +314,15 @@ impl PubSub {
                 return done;
             }
         }
-        for e in 0..ENTRIES {
+        for (e, trusted) in trusted.into_iter().enumerate() {
+            let full = self.entries[e].ring.len() >= CAP;
             match self.entries[e].state {
                 EntryState::Free => {}
+                EntryState::Joined(_) if trusted && !full => {
+                    if let Some(d) = sample {
+                        self.deliver(e, d, &mut done);
+                    }
+                }
                 _ if self.live(e) => {
                     if let Some(d) = sample {
                         self.deliver(e, d, &mut done);

@@ -28,7 +28,8 @@
 //!
 //! # The service segment
 //! A named segment `<prefix>.<uid>.service.<service>` of the namespace (one per service
-//! name, mode 0600, created `O_EXCL`; layout, validation and sweep in
+//! name, mode 0600, made whole under a temporary name and then linked to its own, which
+//! fails if the name exists, as `O_EXCL` would; layout, validation and sweep in
 //! `service_segment.rs`), written by the publisher that creates it:
 //! - a header: magic, layout version, the configuration (entry count `E`, ring capacity
 //!   `C`, sample count `N`, the slow-subscriber `queue::Policy`), the publisher's token,
@@ -89,8 +90,13 @@
 //!   not push, so the check stays true). The pass reads a joined entry's ring first and
 //!   asks whether its subscriber lives only when the ring is full (a liveness check is
 //!   a system call; a dead subscriber's full ring is drained below, never waited for). Then for each entry `e`, in order:
-//!   1. load its state. `FREE`: next entry. Not a live subscriber: **drain** it (below).
-//!   2. load `head` (`tail` is the publisher's own word). A full ring under
+//!   1. load its state. `FREE`: next entry. The exact word of a subscriber the
+//!      publisher saw alive less than `LIVENESS_PERIOD` (1 ms) ago (**trusted**,
+//!      `queue::Queue::trusting`): deliver without asking. Else not a live subscriber
+//!      (asked): **drain** it (below).
+//!   2. load `head` (`tail` is the publisher's own word). A full ring of a trusted
+//!      subscriber: ask now, and a dead one's entry is drained (a full ring is never
+//!      left to a dead subscriber). A full ring under
 //!      drop-oldest: load the oldest descriptor, CAS `head` one on (lost to the
 //!      subscriber's own pop: load again), then give its reference back (CAS slot
 //!      `1 + e` of that sample, `IN_FLIGHT | me → FREE`, if it is still in the
@@ -119,7 +125,15 @@
 //!   reclaimed its reference, or the word was forged). Only a successful take reads the
 //!   sample's data.
 //! - **Release**: the existing `vacate` of slot `1 + e` (held word → `FREE`); if the
-//!   publisher is dead, then the existing `finalize` (nobody recycles the sample).
+//!   publisher is gone (its tombstone, or asked dead; a publisher the subscriber saw
+//!   alive less than 1 ms ago is not asked), then the existing `finalize` (nobody
+//!   recycles the sample).
+//! - **Finalize after the publisher** (the subscriber, when it finds the publisher gone:
+//!   `Subscriber::publisher_alive`, `recv`'s check every 100 ms, a release that asks,
+//!   its drop): the existing `finalize` of every sample segment it opened. It unlinks
+//!   what a release left while it trusted a publisher killed meanwhile, and the dead
+//!   publisher's idle samples it had opened; a sample a live process holds is left to
+//!   that holder.
 //! - **Leave**: CAS the state word from my token to `LEFT | my token`. A subscriber does
 //!   nothing with the queue after it; the samples it still holds it releases as above.
 //! - **Wake** (the publisher, after a publish that delivered): load the wake word `w`,
@@ -149,10 +163,16 @@
 //! # How fast a dead subscriber's samples come back
 //! - taken (held by its dead token): at the pool's next recycle of the sample, which
 //!   the publisher's next loan makes (one liveness check per slot);
-//! - queued (in-flight references of the publisher): at the publisher's next publish
-//!   (or `queue::Publish::reclaim`), which drains the entry: `N` CASes, then the
-//!   sample's next recycle as above. A publisher that publishes every few milliseconds
-//!   has them back within one period; no call by anyone else, no manager.
+//! - queued (in-flight references of the publisher): at the publisher's first publish
+//!   1 ms (`LIVENESS_PERIOD`) or more after it last asked the subscriber's liveness
+//!   (it asks every joined subscriber at most once a period: a `poll` of a pidfd each,
+//!   where it asked at every publish), at once if its ring is full, at a
+//!   `queue::Publish::reclaim` (which trusts nobody), or at a loan that finds no free
+//!   sample (it reclaims, then tries once more), which drains the entry: `N` CASes,
+//!   then the sample's next recycle as above. A publisher that publishes every few
+//!   milliseconds has them back within one period; no call by anyone else, no manager.
+//!   A departed subscriber's entry (`LEFT | token`: not a trusted word) is drained at
+//!   the next publish.
 //! - popped but not yet taken over (killed between its pop and its transfer): the
 //!   reference is still the publisher's in-flight word in the dead entry's column, so
 //!   the drain gives it back like a queued one.
@@ -167,9 +187,10 @@
 //! - **P2** The drain, the give-back and the take CAS only slot `1 + e` of the
 //!   service's own samples from the exact word they expect; nothing outside the
 //!   namespace is named (the service and sample segments are namespace segments).
-//! - **P3** Once a subscriber died or left and the publisher ran its next publish (or
-//!   reclaim), no reference of that entry remains but the held ones of a departed,
-//!   still-living subscriber: every sample it had queued is recyclable, every sample it
+//! - **P3** Once a subscriber left and the publisher ran its next publish, or died and
+//!   the publisher ran a publish that asked its liveness (the first 1 ms after the
+//!   last ask, or one that found its ring full) or a reclaim, no reference of that
+//!   entry remains but the held ones of a departed, still-living subscriber: every sample it had queued is recyclable, every sample it
 //!   held is recyclable once it is dead, and the entry is `FREE` again. A dead
 //!   publisher's references are dead words the existing sweep reclaims.
 //! - **P4** A subscriber that finds a descriptor naming no sample, a generation other
@@ -183,14 +204,15 @@
 //!
 //! Checked by `tests/pubsub_interleavings.rs` (every interleaving of a publisher and
 //! two subscribers over these very steps, with a subscriber, or the publisher while a
-//! sweeper finalizes its samples, killed at every step), `tests/sim_pubsub.rs`,
+//! sweeper finalizes its samples, killed at every step; and with a publisher that
+//! trusts every joined entry, its cache never expiring), `tests/sim_pubsub.rs`,
 //! `tests/shuttle_pubsub.rs`, `tests/loom_pubsub.rs` (weak memory, the wake word) and
 //! `tests/model_pubsub.rs` (against the reference model `shmrc_model::pubsub`)
 //! (`docs/VERIFICATION.md` says what each checks).
 //!
 //! # Status
 //! Built: the steps above (`queue`) and their checks; the service segment (creation
-//! `O_EXCL`, a dead publisher's taken over by a CAS of its publisher word to a
+//! under a temporary name linked into place, a dead publisher's taken over by a CAS of its publisher word to a
 //! tombstone, then unlink, and a tombstone whose holder died before its unlink taken
 //! over by a CAS to this process's tombstone, then unlink; validation on join: owner, mode 0600, length against
 //! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
@@ -215,14 +237,19 @@
 //! does nothing.
 //!
 //! Left:
-//! - a received sample costs two small allocations (the take's views) and a lock,
-//!   a publish two (its views), a lock and a hash lookup: together about 3% of a
-//!   publish→take loop in a profile (`bench/iceoryx2/examples/pubsub_loop.rs`), left;
-//! - every publish asks each joined subscriber's liveness (a `poll` of its kept pidfd:
-//!   what lets a dead subscriber's queued samples come back at the next publish), and a
-//!   release asks the publisher's (a dead publisher's sample is finalized by its last
-//!   holder): two polls of the one-subscriber loop, about half its time
-//!   (docs/PERFORMANCE.md, "shmrc against iceoryx2"), left;
+//! - a received sample costs one small allocation (the entries' views) and a lock, a
+//!   publish one, a lock and two hash lookups (the loan's and the publish's, SipHash),
+//!   and each of a loan, a publish and a release reads the clock: with the liveness
+//!   checks gone from the loop they were its largest parts (a profile of
+//!   `bench/iceoryx2/examples/pubsub_loop.rs`, 1 subscriber, 0.53 µs a loop: the clock
+//!   10%, the views' `Vec`s and `malloc`/`free` 10%, the hashing 8%); the samples'
+//!   views are now made only for the sample a step names (`queue::SampleViews`), where
+//!   every operation made one per row in a `Vec` (the loop's median 0.61 → 0.48 µs with
+//!   1 subscriber, 1.51 → 1.14 µs with 4), the rest left;
+//! - a release that trusted a publisher killed within the last millisecond leaves its
+//!   sample to the subscriber's next look (above); a process that never looks again
+//!   (no `recv`, `publisher_alive` or release after the period, its subscriber never
+//!   dropped) leaves it to a sweep, as the dead publisher's idle samples always were;
 //!
 //! Built besides the steps: the wake-ups (**Wake** and **Sleep** above).
 //! `queue::take_within` reads the wake word, takes, and if the ring was empty announces

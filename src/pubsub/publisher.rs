@@ -5,11 +5,13 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, Policy, Published, Queue, subscriber_slot};
+use super::queue::{
+    self, Descriptor, EntryState, Policy, Published, Queue, SampleViews, subscriber_slot,
+};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, in_flight_word};
@@ -21,6 +23,7 @@ use crate::pool::{Loan, PoolLimits, PoolStats, ShmPool};
 use crate::segment::Header;
 use crate::service_segment::{self as service, Config, Created, Service};
 use crate::strategy::Strategy;
+use crate::sync::Ordering::SeqCst;
 
 /// How a service is made: its subscriber entries, ring capacity, sample count, slow
 /// subscriber policy and namespace (chosen by the publisher that creates it).
@@ -144,11 +147,38 @@ impl<T: Pod> Delivery<T> {
 
 type Map = <DefaultOs as Os>::Map;
 
-/// The publisher's own record of its sample table: row by segment.
+/// How long a publish trusts a subscriber it saw alive before it asks again (a
+/// liveness check is a system call: the `poll` of a kept pidfd). A subscriber killed
+/// with samples queued has them back at the first publish after this period (or at a
+/// reclaim, at a publish that finds its ring full, at a loan that finds no free sample).
+pub(crate) const LIVENESS_PERIOD: Duration = Duration::from_millis(1);
+
+/// The publisher's own record of its sample table (row by segment) and of its
+/// subscribers' liveness.
 struct Table {
     row_of: HashMap<SegmentKey, usize>,
     /// Each row's mapping and holder-slot count, to view its slots in a publish.
     rows: Vec<(Arc<Map>, usize)>,
+    /// Per entry, the state word of a subscriber seen alive at `asked` (`FREE`: none).
+    alive: Vec<u64>,
+    /// When the liveness of every joined subscriber was last asked.
+    asked: Option<Instant>,
+}
+
+/// The table's rows as the queue's samples: a row's holder view is made when a step
+/// names its sample (each row's slots were checked against its mapping when the row
+/// was added).
+struct RowViews<'t>(&'t [(Arc<Map>, usize)]);
+
+impl SampleViews for RowViews<'_> {
+    fn count(&self) -> usize {
+        self.0.len()
+    }
+
+    fn view(&self, row: usize) -> Option<Holders<'_>> {
+        let (map, slots) = self.0.get(row)?;
+        Header::of(&**map, *slots).map(|header| header.holders())
+    }
 }
 
 /// The one publisher of a service (see the module docs of `shmrc::pubsub`).
@@ -222,6 +252,8 @@ impl Publisher {
             table: Mutex::new(Table {
                 row_of: HashMap::new(),
                 rows: Vec::new(),
+                alive: vec![FREE; config.entries],
+                asked: None,
             }),
         })
     }
@@ -232,8 +264,10 @@ impl Publisher {
     }
 
     /// A sample of `len` items of `T` to write (see [`ShmPool::loan`]): a segment of
-    /// the pool that nobody holds any more, or a new one. Refused when the sample
-    /// table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
+    /// the pool that nobody holds any more, or a new one. A loan that finds none free
+    /// and no row left asks every joined subscriber's liveness ([`Publisher::reclaim`]:
+    /// a dead one's queued samples come back) and, if that freed any, tries once more.
+    /// Refused when the sample table is full ([`PublisherOptions::samples`] segments, all loaned, queued,
     /// held or of another length): [`Error::InvalidArgument`] naming the count.
     ///
     /// In a child forked from the publisher's process: [`Error::NotHolder`] (the
@@ -241,38 +275,66 @@ impl Publisher {
     /// [`Publisher::reclaim`]).
     pub fn loan<T: Pod>(&self, len: usize) -> Result<Loan<T>> {
         self.check_holder()?;
+        if let Some(loan) = self.loan_in_table(len)? {
+            return Ok(loan);
+        }
+        // No free sample: a dead subscriber's queued samples may be what is missing
+        // (the publishes trusted it for up to `LIVENESS_PERIOD`). Ask every joined
+        // subscriber, drain the dead, and look once more if that freed any.
+        let loan = match self.reclaim()?.freed {
+            0 => None,
+            _ => self.loan_in_table(len)?,
+        };
+        loan.ok_or_else(|| {
+            Error::InvalidArgument(format!(
+                "service {}: all {} samples are loaned, queued, held by subscribers or of \
+                 another length (raise PublisherOptions::samples)",
+                self.service.name, self.service.config.rows
+            ))
+        })
+    }
+
+    /// A loan of a sample that has (or now gets) a row of the table; `None` if the
+    /// pool had none free and the table has no row left for a new one.
+    fn loan_in_table<T: Pod>(&self, len: usize) -> Result<Option<Loan<T>>> {
         let loan = self.pool.loan::<T>(len)?;
         let mut table = self.lock();
         let key = loan.buf().key();
         if table.row_of.contains_key(&key) {
-            return Ok(loan);
+            return Ok(Some(loan));
         }
         let row = table.rows.len();
         if row >= self.service.config.rows {
             drop(table);
-            let why = format!(
-                "service {}: all {} samples are loaned, queued, held by subscribers or of \
-                 another length (raise PublisherOptions::samples)",
-                self.service.name, self.service.config.rows
-            );
             self.pool.give_back_segment(loan.into_buf())?;
-            return Err(Error::InvalidArgument(why));
+            return Ok(None);
+        }
+        let (map, slots) = loan.buf().slot_watch();
+        if slots != subscriber_slot(self.service.config.entries)
+            || Header::of(&*map, slots).is_none()
+        {
+            return Err(Error::Corrupted {
+                segment: self.service.name.clone(),
+                what: "a sample segment's slots lie outside its mapping".into(),
+            });
         }
         self.service
             .add_row(row, key.nonce, loan.buf().fields().share_key);
-        table.rows.push(loan.buf().slot_watch());
+        table.rows.push((map, slots));
         table.row_of.insert(key, row);
-        Ok(loan)
+        Ok(Some(loan))
     }
 
     /// Publishes `loan` to every joined subscriber (zero-copy: each gets a reference
     /// to the same segment), under the service's slow-subscriber policy, then wakes
     /// the blocked receivers. Departed and dead subscribers' entries are freed on the
-    /// way (their queued samples given back). A loan of another publisher's pool is
-    /// [`Error::InvalidArgument`].
+    /// way (their queued samples given back). A subscriber's liveness is asked at most
+    /// once a millisecond (a system call; see the module docs): one killed since is
+    /// still delivered to until then, unless its queue is full. A loan of another
+    /// publisher's pool is [`Error::InvalidArgument`].
     pub fn publish<T: Pod>(&self, loan: Loan<T>) -> Result<Delivery<T>> {
         self.check_holder()?;
-        let table = self.lock();
+        let mut table = self.lock();
         let Some(&row) = table.row_of.get(&loan.buf().key()) else {
             return Err(Error::InvalidArgument(format!(
                 "a loan that is not of service {}'s publisher",
@@ -282,7 +344,8 @@ impl Publisher {
         let descriptor = Descriptor::new(row, loan.generation()).ok_or_else(|| {
             Error::InvalidArgument(format!("sample row {row} beyond the descriptor's range"))
         })?;
-        let published = self.run(&table, Some(descriptor))?;
+        self.refresh_liveness(&mut table);
+        let published = self.run(&table, Some(descriptor), &table.alive)?;
         drop(table);
         match published.full {
             Some(entry) => Ok(Delivery::Full { loan, entry }),
@@ -298,7 +361,29 @@ impl Publisher {
     pub fn reclaim(&self) -> Result<Sent> {
         self.check_holder()?;
         let table = self.lock();
-        self.run(&table, None).map(Sent::of)
+        // Trusts nobody: every joined subscriber's liveness is asked.
+        self.run(&table, None, &[]).map(Sent::of)
+    }
+
+    /// Asks every joined subscriber's liveness again if `LIVENESS_PERIOD` has passed
+    /// since the last time: what a publish may trust until then.
+    fn refresh_liveness(&self, table: &mut Table) {
+        let now = Instant::now();
+        let fresh = table
+            .asked
+            .is_some_and(|asked| now.saturating_duration_since(asked) < LIVENESS_PERIOD);
+        if fresh || (cfg!(shmrc_plant = "pubsub_trust_forever") && table.asked.is_some()) {
+            return;
+        }
+        for (e, alive) in table.alive.iter_mut().enumerate() {
+            // SeqCst: as the publish's own load of the state word.
+            let word = self.service.entry_words(e)[0].load(SeqCst);
+            *alive = match EntryState::decode(word) {
+                EntryState::Joined(t) if self.os.is_alive(t) => word,
+                _ => FREE,
+            };
+        }
+        table.asked = Some(now);
     }
 
     /// [`Error::NotHolder`] naming the service in a child forked from the publisher's
@@ -314,23 +399,10 @@ impl Publisher {
         }
     }
 
-    fn run(&self, table: &Table, sample: Option<Descriptor>) -> Result<Published> {
-        let capacity = subscriber_slot(self.service.config.entries);
-        let holders: Vec<Holders<'_>> = table
-            .rows
-            .iter()
-            .map(|(map, slots)| {
-                Header::of(&**map, *slots)
-                    .filter(|_| *slots == capacity)
-                    .map(|h| h.holders())
-                    .ok_or_else(|| Error::Corrupted {
-                        segment: self.service.name.clone(),
-                        what: "a sample segment's slots lie outside its mapping".into(),
-                    })
-            })
-            .collect::<Result<_>>()?;
+    fn run(&self, table: &Table, sample: Option<Descriptor>, alive: &[u64]) -> Result<Published> {
         let entries = super::entries(&self.service);
-        let q = Queue::new(&entries, &holders, self.service.wake());
+        let rows = RowViews(&table.rows);
+        let q = Queue::with_lookup(&entries, &rows, self.service.wake()).trusting(alive);
         queue::publish(&self.os, &q, sample, self.policy())
     }
 

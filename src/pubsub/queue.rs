@@ -195,12 +195,49 @@ impl<'a> Entry<'a> {
     }
 }
 
-/// The queue of one service: its entries, its samples' holder words, its wake word.
+/// Makes a sample's holder view when a step names the sample ([`Queue::with_lookup`]).
+pub trait SampleViews {
+    /// How many samples the table holds.
+    fn count(&self) -> usize;
+    /// Sample `s`'s view; `None` if it has none (the steps treat it as no such sample).
+    fn view(&self, s: usize) -> Option<Holders<'_>>;
+}
+
+/// The samples' holder views: a slice of them all, or a lookup that makes one when a
+/// step names its sample (production's: a publish touches one sample, a take one, and
+/// a view per row and its `Vec` for every operation were a tenth of a publish→take
+/// loop).
+#[derive(Copy, Clone)]
+enum Samples<'a> {
+    All(&'a [Holders<'a>]),
+    Lookup(&'a dyn SampleViews),
+}
+
+impl<'a> Samples<'a> {
+    fn len(&self) -> usize {
+        match self {
+            Samples::All(all) => all.len(),
+            Samples::Lookup(views) => views.count(),
+        }
+    }
+
+    /// Sample `s`'s view, `None` past the table (or a row the lookup cannot view).
+    fn get(&self, s: usize) -> Option<Holders<'a>> {
+        match *self {
+            Samples::All(all) => all.get(s).copied(),
+            Samples::Lookup(views) => (s < views.count()).then(|| views.view(s)).flatten(),
+        }
+    }
+}
+
+/// The queue of one service: its entries, its samples' holder words, its wake word,
+/// and the publisher's recent sightings of its subscribers alive ([`Queue::trusting`]).
 #[derive(Copy, Clone)]
 pub struct Queue<'a> {
     entries: &'a [Entry<'a>],
-    samples: &'a [Holders<'a>],
+    samples: Samples<'a>,
     wake: &'a AtomicU64,
+    alive: &'a [u64],
 }
 
 impl<'a> Queue<'a> {
@@ -209,9 +246,40 @@ impl<'a> Queue<'a> {
     pub fn new(entries: &'a [Entry<'a>], samples: &'a [Holders<'a>], wake: &'a AtomicU64) -> Self {
         Queue {
             entries,
-            samples,
+            samples: Samples::All(samples),
             wake,
+            alive: &[],
         }
+    }
+
+    /// The view with each sample's holders made by `samples` when a step names it; the
+    /// same requirements as [`Queue::new`].
+    pub fn with_lookup(
+        entries: &'a [Entry<'a>],
+        samples: &'a dyn SampleViews,
+        wake: &'a AtomicU64,
+    ) -> Self {
+        Queue {
+            entries,
+            samples: Samples::Lookup(samples),
+            wake,
+            alive: &[],
+        }
+    }
+
+    /// The same view, with `alive[e]` the state word of entry `e` whose subscriber the
+    /// publisher saw alive recently ([`FREE`]: none): a [`Publish`] that loads exactly
+    /// that word delivers without asking the subscriber's liveness (a system call),
+    /// unless the ring is full. A subscriber that died since is drained by the first
+    /// publish that asks again (the publisher's cache ages out within a millisecond:
+    /// `Publisher`), by a reclaim, or when its ring fills.
+    pub fn trusting(self, alive: &'a [u64]) -> Self {
+        Queue { alive, ..self }
+    }
+
+    /// Whether entry `e`'s state word `seen` is one the publisher saw alive recently.
+    fn trusted(&self, e: usize, seen: u64) -> bool {
+        seen != FREE && self.alive.get(e) == Some(&seen)
     }
 
     /// The wake word's value (what a blocking receiver waits to see change).
@@ -315,8 +383,9 @@ pub enum PublishAt {
     CheckRoom(usize, Token),
     /// Load entry `.0`'s state and decide: deliver, drain or pass.
     State(usize),
-    /// Load entry `.0`'s head: room, or a full ring.
-    Room(usize),
+    /// Load entry `.0`'s head: room, or a full ring. `.1`: the subscriber's token when
+    /// its liveness was not asked (trusted, [`Queue::trusting`]): a full ring asks it.
+    Room(usize, Option<Token>),
     /// Drop-oldest: load the descriptor at `head`.
     PopRead {
         /// The entry.
@@ -490,19 +559,29 @@ impl Publish {
                     let seen = entry.state.load(SeqCst);
                     match EntryState::decode(seen) {
                         EntryState::Free => self.next_entry(e, q),
+                        // A reclaim trusts nobody: it asks every joined subscriber.
+                        EntryState::Joined(t) if self.sample.is_some() && q.trusted(e, seen) => {
+                            PublishAt::Room(e, Some(t))
+                        }
                         EntryState::Joined(t) if os.is_alive(t) => match self.sample {
-                            Some(_) => PublishAt::Room(e),
+                            Some(_) => PublishAt::Room(e, None),
                             None => self.next_entry(e, q),
                         },
                         _ => Self::drain_next(e, 0, seen, q),
                     }
                 }
             },
-            PublishAt::Room(e) => {
+            PublishAt::Room(e, trusted) => {
                 let entry = &q.entries[e];
                 // SeqCst: the subscriber's pops; the tail is ours.
                 let (head, tail) = (entry.head.load(SeqCst), entry.tail.load(SeqCst));
-                if !entry.in_bounds(head, tail) {
+                let full = entry.in_bounds(head, tail) && tail - head >= entry.capacity();
+                let ask = full && !cfg!(shmrc_plant = "pubsub_trust_full_ring");
+                // Trusted, but dead: a full ring is never left to a dead subscriber.
+                let dead = trusted.filter(|&t| ask && !os.is_alive(t));
+                if let Some(t) = dead {
+                    Self::drain_next(e, 0, held_word(t), q)
+                } else if !entry.in_bounds(head, tail) {
                     self.done.skipped += 1;
                     self.next_entry(e, q)
                 } else if tail - head < entry.capacity() {
@@ -534,18 +613,18 @@ impl Publish {
                 {
                     PublishAt::GiveBack { entry, word }
                 } else {
-                    PublishAt::Room(entry)
+                    PublishAt::Room(entry, None)
                 }
             }
             PublishAt::GiveBack { entry, word } => {
                 let d = Descriptor::decode(word);
                 let given_back = q.samples.get(d.sample as usize).is_some_and(|h| {
-                    d.matches(h) && holders::transfer_step(h, subscriber_slot(entry), mine, FREE)
+                    d.matches(&h) && holders::transfer_step(&h, subscriber_slot(entry), mine, FREE)
                 });
                 if given_back {
                     self.done.dropped += 1;
                 }
-                PublishAt::Room(entry)
+                PublishAt::Room(entry, None)
             }
             PublishAt::Reference(e) => {
                 let sample = self.sample.map_or(0, |d| d.sample as usize);
@@ -553,7 +632,7 @@ impl Publish {
                 let slots_ok = q
                     .samples
                     .get(sample)
-                    .is_some_and(|h| holders::transfer_step(h, subscriber_slot(e), FREE, mine));
+                    .is_some_and(|h| holders::transfer_step(&h, subscriber_slot(e), FREE, mine));
                 if slots_ok && cfg!(shmrc_plant = "pubsub_descriptor_first") {
                     self.next_entry(e, q)
                 } else if slots_ok {
@@ -588,7 +667,10 @@ impl Publish {
                 sample,
                 seen,
             } => {
-                if holders::transfer_step(&q.samples[sample], subscriber_slot(entry), mine, FREE) {
+                let given_back = q.samples.get(sample).is_some_and(|h| {
+                    holders::transfer_step(&h, subscriber_slot(entry), mine, FREE)
+                });
+                if given_back {
                     self.done.given_back += 1;
                 }
                 Self::drain_next(entry, sample + 1, seen, q)
@@ -780,12 +862,12 @@ impl Take {
                     return Poll::Ready(Taken::Lost);
                 };
                 let mine = held_word(os.current());
-                if !holders::transfer_step(h, slot, in_flight_word(self.publisher), mine) {
+                if !holders::transfer_step(&h, slot, in_flight_word(self.publisher), mine) {
                     return Poll::Ready(Taken::Lost);
                 }
                 // The generation word is the publisher's recycle's, which rolls back
                 // at the slot we now hold: read after the transfer, as an attach does.
-                if cfg!(shmrc_plant = "pubsub_take_skips_generation") || d.matches(h) {
+                if cfg!(shmrc_plant = "pubsub_take_skips_generation") || d.matches(&h) {
                     return Poll::Ready(Taken::Sample(d));
                 }
                 TakeAt::Untake { word }
@@ -798,7 +880,7 @@ impl Take {
                 let d = Descriptor::decode(word);
                 if let Some(h) = q.samples.get(d.sample as usize) {
                     let back = in_flight_word(self.publisher);
-                    holders::transfer_step(h, slot, held_word(os.current()), back);
+                    holders::transfer_step(&h, slot, held_word(os.current()), back);
                 }
                 return Poll::Ready(Taken::Stale);
             }

@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, Queue, Take, TakeAt, Taken, subscriber_slot};
+use super::queue::{self, Descriptor, Queue, SampleViews, Take, TakeAt, Taken, subscriber_slot};
 use crate::buf::view;
 use crate::error::{Error, Result};
 use crate::holders::{self, FREE, Holders, held_word};
@@ -33,10 +33,82 @@ use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
 use crate::segment::{self, Fields, Header};
 use crate::service_segment::{self as service, Service};
-use crate::sync::{AtomicU64, Ordering::SeqCst};
+use crate::sync::{
+    AtomicU64,
+    Ordering::{Relaxed, SeqCst},
+};
 use crate::token::Token;
 
+use super::publisher::LIVENESS_PERIOD;
+
 type Map = <DefaultOs as Os>::Map;
+
+/// When a subscriber (and its received samples) last saw the publisher alive: a
+/// release within [`LIVENESS_PERIOD`] of that trusts it and makes no system call. A
+/// release that trusted a publisher killed meanwhile leaves its sample to the
+/// subscriber's next look that finds the publisher dead (a release after the period,
+/// [`Subscriber::publisher_alive`], `recv`'s check every 100 ms, the subscriber's
+/// drop), which finalizes every sample segment the subscriber opened and no longer
+/// holds, or, if the process never looks again, to a sweep.
+struct PublisherSeen {
+    epoch: Instant,
+    /// Nanoseconds after `epoch`, plus one, when the publisher was last found alive
+    /// (0: never; [`FORGOTTEN`]: the subscriber is gone, ask every time from now on).
+    alive_at: AtomicU64,
+}
+
+/// `PublisherSeen::alive_at` once the subscriber is dropped.
+const FORGOTTEN: u64 = u64::MAX;
+
+impl PublisherSeen {
+    fn new() -> PublisherSeen {
+        PublisherSeen {
+            epoch: Instant::now(),
+            alive_at: AtomicU64::new(0),
+        }
+    }
+
+    fn now(&self) -> u64 {
+        // 2^64 ns is 584 years: the cast cannot truncate in a process's life.
+        self.epoch.elapsed().as_nanos() as u64 + 1
+    }
+
+    /// Whether `service`'s publisher is gone (dropped: its tombstone, a load; or dead:
+    /// asked unless it was found alive within the period).
+    fn gone(&self, os: &DefaultOs, service: &Service<DefaultOs>) -> bool {
+        if service.publisher_word() != service.publisher.word() {
+            return true;
+        }
+        // Relaxed: a hint of this process's own; the answer it caches is a syscall's.
+        let seen = self.alive_at.load(Relaxed);
+        let now = self.now();
+        let period = LIVENESS_PERIOD.as_nanos() as u64;
+        if seen != 0 && seen != FORGOTTEN && now.saturating_sub(seen) < period {
+            return false;
+        }
+        self.ask(os, service, now)
+    }
+
+    /// Asks whether the publisher is dead, and remembers a live answer (unless the
+    /// subscriber is gone: then nothing is remembered).
+    fn ask(&self, os: &DefaultOs, service: &Service<DefaultOs>, now: u64) -> bool {
+        if os.is_alive(service.publisher) {
+            let seen = self.alive_at.load(Relaxed);
+            if seen != FORGOTTEN {
+                // Lost to another thread's answer, or to `forget`: either stands.
+                let _ = self.alive_at.compare_exchange(seen, now, Relaxed, Relaxed);
+            }
+            false
+        } else {
+            true
+        }
+    }
+
+    /// From now on every release asks (the subscriber that would look later is gone).
+    fn forget(&self) {
+        self.alive_at.store(FORGOTTEN, Relaxed);
+    }
+}
 
 /// A sample segment of the service, opened and checked against its table row.
 struct SampleSegment {
@@ -63,6 +135,25 @@ struct Segments {
     rows: Vec<Option<Arc<SampleSegment>>>,
 }
 
+/// The opened rows as the queue's samples: a row's holder view is made when the take
+/// names its sample; a row not opened has `nobody`'s slots (always free: a take of it
+/// fails).
+struct OpenedViews<'s> {
+    rows: &'s [Option<Arc<SampleSegment>>],
+    nobody: Holders<'s>,
+}
+
+impl SampleViews for OpenedViews<'_> {
+    fn count(&self) -> usize {
+        self.rows.len()
+    }
+
+    fn view(&self, row: usize) -> Option<Holders<'_>> {
+        let opened = self.rows.get(row)?;
+        Some(opened.as_ref().map_or(self.nobody, |s| s.holders()))
+    }
+}
+
 /// A joined subscriber of a service (see the module docs of `shmrc::pubsub`). It
 /// leaves the service when dropped; the samples it received stay readable until they
 /// are dropped.
@@ -71,6 +162,7 @@ pub struct Subscriber {
     namespace: Namespace,
     uid: u32,
     service: Arc<Service<DefaultOs>>,
+    seen: Arc<PublisherSeen>,
     entry: usize,
     segments: Mutex<Segments>,
     /// Slot words for a row that could not be opened: always free, so a take fails.
@@ -121,6 +213,7 @@ impl Subscriber {
             namespace: namespace.clone(),
             uid,
             service,
+            seen: Arc::new(PublisherSeen::new()),
             entry,
             segments: Mutex::new(Segments::default()),
             nobody,
@@ -203,10 +296,35 @@ impl Subscriber {
         }
     }
 
-    /// Whether the service's publisher is alive (a dropped publisher counts as dead).
+    /// Whether the service's publisher is alive (a dropped publisher counts as dead):
+    /// always asked. Found gone, the sample segments this subscriber opened and no
+    /// longer holds are finalized (unlinked once nobody holds them): the samples its
+    /// releases left while they trusted a publisher killed meanwhile, and the killed
+    /// publisher's idle ones.
     pub fn publisher_alive(&self) -> bool {
-        self.service.publisher_word() == self.service.publisher.word()
-            && self.os.is_alive(self.service.publisher)
+        let gone = self.service.publisher_word() != self.service.publisher.word()
+            || self.seen.ask(&self.os, &self.service, self.seen.now());
+        if gone {
+            self.finalize_opened();
+        }
+        !gone
+    }
+
+    /// Finalizes every sample segment this subscriber opened (the publisher is gone:
+    /// nobody recycles them): each is unlinked once no live process holds it, and a
+    /// sample a live holder (this subscriber's own received samples included) still
+    /// holds is left to that holder's release.
+    fn finalize_opened(&self) {
+        let opened: Vec<Arc<SampleSegment>> = self.lock().rows.iter().flatten().cloned().collect();
+        for segment in opened {
+            // A failure (only the simulated kernel's kill) leaves it to a sweep.
+            let _ = holders::finalize(
+                &self.os,
+                &segment.holders(),
+                &segment.name,
+                holders::Reclaim::UntilLive,
+            );
+        }
     }
 
     /// The subscriber entry this subscriber holds.
@@ -228,36 +346,26 @@ impl Subscriber {
         let entries = super::entries(&self.service);
         let mut take = Take::new(self.entry, self.service.publisher);
         let mut named = None;
-        let mut holders = self.holders(&segments);
         loop {
             if let TakeAt::Pop { word, .. } = take.at() {
                 let row = Descriptor::decode(word).sample as usize;
                 if named != Some(row) {
                     named = Some(row);
-                    drop(holders);
                     self.open_named_row(&mut segments, row)?;
-                    holders = self.holders(&segments);
                 }
             }
-            let q = Queue::new(&entries, &holders, self.service.wake());
+            let opened = OpenedViews {
+                rows: &segments.rows,
+                nobody: Holders::new(&self.nobody, &self.unused[0], &self.unused[1])
+                    .with_generation(&self.unused[2]),
+            };
+            let q = Queue::with_lookup(&entries, &opened, self.service.wake());
             self.os.crash_point()?;
             if let Poll::Ready(taken) = take.step(&self.os, &q) {
                 let segment = named.and_then(|row| segments.rows.get(row).cloned().flatten());
                 return Ok((taken, segment));
             }
         }
-    }
-
-    /// Views of the opened rows' holder slots (a placeholder with no slot taken for a
-    /// row that could not be opened).
-    fn holders<'a>(&'a self, segments: &'a Segments) -> Vec<Holders<'a>> {
-        let nobody = Holders::new(&self.nobody, &self.unused[0], &self.unused[1])
-            .with_generation(&self.unused[2]);
-        segments
-            .rows
-            .iter()
-            .map(|s| s.as_ref().map_or(nobody, |s| s.holders()))
-            .collect()
     }
 
     /// Opens row `row` of the table if it was not: a row past the table's used rows (a
@@ -316,10 +424,10 @@ impl Subscriber {
         let received = Received {
             os: self.os,
             service: Arc::clone(&self.service),
+            seen: Arc::clone(&self.seen),
             segment,
             slot: subscriber_slot(self.entry),
             holder: self.os.current(),
-            publisher: self.service.publisher,
             generation: d.generation,
             item: PhantomData,
         };
@@ -348,6 +456,11 @@ impl Drop for Subscriber {
         // A failure (only the simulated kernel's kill) leaves an entry the publisher
         // drains once this process is dead.
         let _ = queue::leave(&self.os, &q, self.entry);
+        drop(entries);
+        // Nobody looks for the publisher's death after this: the samples still received
+        // ask at their release, and what earlier releases left is finalized now.
+        self.seen.forget();
+        let _ = self.publisher_alive();
     }
 }
 
@@ -362,17 +475,20 @@ impl fmt::Debug for Subscriber {
 
 /// A sample received by a [`Subscriber`], read as `&[T]` (`Deref`) with no `unsafe`:
 /// the same segment the publisher wrote and every other subscriber reads. Dropping
-/// it gives the subscriber's reference back (and, if the publisher died, unlinks the
-/// segment once nobody holds it); a subscriber killed while holding it leaves a dead
-/// reference that the publisher's next loan reclaims.
+/// it gives the subscriber's reference back (and, if the publisher is gone, unlinks the
+/// segment once nobody holds it; a publisher the subscriber saw alive less than 1 ms
+/// ago is not asked, and the subscriber unlinks the segment when it next finds the
+/// publisher gone); a subscriber killed while holding it leaves a dead reference that
+/// the publisher's next loan reclaims.
 pub struct Received<T: Pod> {
     os: DefaultOs,
     /// The service, to tell whether its publisher is gone.
     service: Arc<Service<DefaultOs>>,
+    /// When the subscriber last saw the publisher alive.
+    seen: Arc<PublisherSeen>,
     segment: Arc<SampleSegment>,
     slot: usize,
     holder: Token,
-    publisher: Token,
     generation: u64,
     item: PhantomData<T>,
 }
@@ -464,8 +580,7 @@ impl<T: Pod> Drop for Received<T> {
         // A failure (only the simulated kernel's kill) leaves a dead holder's slot that
         // the pool's next recycle reclaims.
         if let Ok(true) = holders::vacate(&self.os, &h, self.slot, held_word(self.holder)) {
-            let gone = self.service.publisher_word() != self.publisher.word();
-            if gone || !self.os.is_alive(self.publisher) {
+            if self.seen.gone(&self.os, &self.service) {
                 // Nobody recycles the sample any more: the last holder unlinks it.
                 let _ = holders::finalize(
                     &self.os,

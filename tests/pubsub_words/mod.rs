@@ -197,6 +197,19 @@ pub fn loan_and_publish_in<O: Os>(
     queue::publish(os, q, Some(d), policy).map(Some)
 }
 
+/// [`loan_and_publish_in`] over `words`, the publish trusting the subscribers whose
+/// entries hold the words of `alive` (`Queue::trusting`: the publisher's liveness cache).
+#[allow(dead_code)] // Only the model-based test trusts.
+pub fn loan_and_publish_trusting<O: Os>(
+    os: &O,
+    words: &Words,
+    s: usize,
+    policy: Policy,
+    alive: &[u64],
+) -> Result<Option<Published>> {
+    words.with(|q, samples| loan_and_publish_in(os, &q.trusting(alive), samples, s, policy))
+}
+
 /// [`loan_and_publish_in`] over `words`.
 pub fn loan_and_publish<O: Os>(
     os: &O,

@@ -106,6 +106,16 @@ impl PubSub {
         set_manager_mode(ManagerMode::Off);
         let service = format!("data-{}", crate::iox::fresh_tag());
         let publisher = Publisher::create(&service, options(subscribers, SAMPLES)?)?;
+        // Every sample made now, as iceoryx2 preallocates its pool: a pool that grows on
+        // demand grows in the middle of timed rounds, one segment at a time (a blocking
+        // pair runs in lock step, one sample at a time, until it has enough; each new
+        // segment of 1 MiB or more then takes long enough to bring the lock step back):
+        // at 1 MiB, the first 50 rounds of 8 after the round trips took 57 µs each where
+        // the later ones took 19 (`examples/pubsub_batches.rs`).
+        let made = (0..THROUGHPUT_BATCH + 2)
+            .map(|_| publisher.loan::<u8>(size))
+            .collect::<shmrc::Result<Vec<_>>>()?;
+        drop(made);
         let mut peers = Vec::with_capacity(subscribers);
         for index in 0..subscribers {
             peers.push(Peer::spawn(
