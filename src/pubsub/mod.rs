@@ -250,6 +250,14 @@
 //!   sample to the subscriber's next look (above); a process that never looks again
 //!   (no `recv`, `publisher_alive` or release after the period, its subscriber never
 //!   dropped) leaves it to a sweep, as the dead publisher's idle samples always were;
+//! - a blocking receive (`Subscriber::recv_timeout`) takes again for 20 µs, yielding the
+//!   CPU before each look, before it announces itself and sleeps: with 4 subscribers
+//!   on 2 busy vCPUs the scheduler's switches and wake-ups were most of a round (29 and
+//!   12 context switches a round of 8, 5.0 with the spin; 47–60k → 167–218k samples a
+//!   second, docs/PERFORMANCE.md). Left: the bound is fixed, not adapted to how
+//!   often a spin catches a sample, so a receiver fed slower than every 20 µs pays 20
+//!   µs of yields per receive for nothing; `queue::take_within` (the checkers' sleep
+//!   over a fixed table) does not spin;
 //!
 //! Built besides the steps: the wake-ups (**Wake** and **Sleep** above).
 //! `queue::take_within` reads the wake word, takes, and if the ring was empty announces

@@ -261,9 +261,9 @@ impl Subscriber {
     }
 
     /// The oldest queued sample, waiting for one for `timeout` at most
-    /// ([`Error::Timeout`] then): an empty ring is looked at again for [`SPIN`] (20 µs)
-    /// at most, the CPU yielded between looks, then the receive sleeps (a futex wait on
-    /// the service's wake word) until a publish wakes it.
+    /// ([`Error::Timeout`] then): an empty ring is looked at again for 20 µs at most
+    /// (within the timeout), the CPU yielded before each look, then the receive sleeps
+    /// (a futex wait on the service's wake word) until a publish wakes it.
     pub fn recv_timeout<T: Pod>(&self, timeout: Duration) -> Result<Received<T>> {
         // A timeout too long to add to now (`Duration::MAX`) is no deadline.
         let deadline = Instant::now().checked_add(timeout);
