@@ -388,6 +388,18 @@ impl<'a> Holders<'a> {
         }
     }
 
+    /// The mark as the seal handshake reads it: by a read-modify-write (adding 0), which
+    /// reads the latest value even where `SeqCst` loads are not ordered with the stores
+    /// before them (loom's model takes `SeqCst` for `AcqRel`): a finalizer's re-read
+    /// after its seal, which a claim's raise and read of the finalizer word mirror.
+    fn mark_latest(&self) -> usize {
+        // SeqCst: the seal handshake (docs/PROTOCOL.md §5, "The mark").
+        self.mark.map_or(self.slots.len(), |m| {
+            usize::try_from(m.fetch_add(0, SeqCst))
+                .map_or(self.slots.len(), |m| m.min(self.slots.len()))
+        })
+    }
+
     /// The high-water mark: every slot at or above it is `FREE`, since a claim raises
     /// it before its CAS and nothing lowers it. A word above the capacity (only a hostile writer makes one)
     /// counts as the capacity (P4); the capacity without a mark word.
@@ -637,7 +649,10 @@ impl Claim {
                 // SeqCst: read after our read (or raise) of the mark, in the one order a
                 // sealing finalizer's seal and re-read of the mark share: it sees the
                 // mark that covers our slot, or we see its seal (docs/PROTOCOL.md §5).
-                let finalizer = h.finalizer.load(SeqCst);
+                // A read-modify-write (adding 0), as the finalizer's re-read: two
+                // read-modify-writes of the finalizer word are ordered by the word
+                // itself, so the handshake holds without relying on store-load order.
+                let finalizer = h.finalizer.fetch_add(0, SeqCst);
                 if is_committed(finalizer) {
                     // Destroyed for good: every slot below the mark is a tombstone.
                     return Poll::Ready(Err(ClaimError::Gone));
@@ -1019,8 +1034,8 @@ impl Recycle {
                 }
             }
             RecycleAt::CheckMark => {
-                // SeqCst (in `mark`): after the seal.
-                let mark = h.mark();
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
                 if mark <= self.bound {
                     RecycleAt::Bump
                 } else {
@@ -1551,8 +1566,8 @@ impl Finalize {
                 }
             }
             FinalizeAt::CheckMark => {
-                // SeqCst (in `mark`): after the seal (see `Seal`).
-                let mark = h.mark();
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
                 if mark <= self.bound {
                     FinalizeAt::Commit { sealed: true }
                 } else {

@@ -530,12 +530,12 @@ fn an_opener_racing_a_creator_never_sees_a_torn_header() {
 
 /// (h) Claims against a finalize over the mark (`concurrency::MarkRace`): P releases
 /// the only reference (slot 0, the mark at 1), H claims a slot and releases it, B
-/// claims one and keeps it; nobody is killed. At rest every taken slot is below the
-/// mark, B's slot holds its word, and no tombstone or finalizer word is left unless
-/// committed (P5). Not checked here: that B's segment is never committed (P1) and
-/// that the releases alone commit it (P3): the seal handshake is Dekker's pattern,
-/// which loom's `SeqCst` (taken for `AcqRel`, see [`conclude`]) breaks; shuttle's
-/// `mark_race` and the exhaustive check state them.
+/// claims one and keeps it; nobody is killed. B keeps a segment never committed (P1);
+/// at rest every taken slot is below the mark and no tombstone or finalizer word is
+/// left unless committed (P5). The seal handshake reads by read-modify-writes on both
+/// sides, so loom's `SeqCst` (taken for `AcqRel`) checks it; P3 while processes live
+/// (the releases alone commit it) rests on the pending handshake, which it does not
+/// (see [`conclude`]): shuttle's `mark_race` checks that.
 #[test]
 fn claims_racing_a_finalize_over_the_mark_never_hold_a_destroyed_segment() {
     let builder = builder(PREEMPTIONS_3);

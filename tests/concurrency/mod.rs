@@ -777,15 +777,14 @@ impl MarkRace {
         }
     }
 
-    /// At rest (every thread joined, nobody killed): B's slot, if its claim got one,
-    /// holds its word; every taken slot is below the mark; a segment not committed has
-    /// no tombstone and no finalizer word (P5). With `sequentially_consistent` (the
-    /// order of `SeqCst` accesses hardware gives, which shuttle keeps and loom does not:
-    /// loom takes `SeqCst` for `AcqRel`, so the seal handshake, a store then a load of
-    /// two words on each side, Dekker's pattern, has executions there that no hardware
-    /// has), also: B holds a segment never committed to destruction (P1), and a segment
-    /// B does not hold is committed (P3 while processes live).
-    pub fn check(&self, b: &SimOs, b_slot: Option<usize>, sequentially_consistent: bool) {
+    /// At rest (every thread joined, nobody killed): B, if its claim got a slot, holds
+    /// a segment never committed to destruction, its word in that slot (P1); every
+    /// taken slot is below the mark; a segment not committed has no tombstone and no
+    /// finalizer word (P5). With `releases_alone`, also: a segment B does not hold is
+    /// committed (P3 while processes live; it rests on the pending handshake, a store
+    /// then a load of two words on each side, which loom's `SeqCst`, taken for
+    /// `AcqRel`, does not order: not under loom).
+    pub fn check(&self, b: &SimOs, b_slot: Option<usize>, releases_alone: bool) {
         let load = |w: &shmrc::checkers::sync::AtomicU64| w.load(Ordering::SeqCst);
         let words: Vec<u64> = self.slots.iter().map(load).collect();
         let finalizer = load(&self.finalizer);
@@ -800,7 +799,7 @@ impl MarkRace {
         }
         if let Some(j) = b_slot {
             assert!(
-                !committed || !sequentially_consistent,
+                !committed,
                 "P1 violated: B holds slot {j} of a segment committed to destruction: \
                  slots {words:x?}, mark {mark}"
             );
@@ -822,7 +821,7 @@ impl MarkRace {
                 );
             }
             assert!(
-                !sequentially_consistent || b_slot.is_some(),
+                !releases_alone || b_slot.is_some(),
                 "P3 violated: nobody holds the segment and nobody died, yet it is not \
                  committed: slots {words:x?}, mark {mark}"
             );
