@@ -138,6 +138,17 @@ struct Counts {
     drained: u64,
 }
 
+impl Counts {
+    /// Counts what a publish (if the recycle let it run) dropped, drained and refused.
+    fn tally(&mut self, publish: Option<model::Published>) {
+        if let Some(p) = publish {
+            self.dropped += u64::from(p.dropped);
+            self.drained += u64::from(p.drained);
+            self.refused += u64::from(p.full.is_some());
+        }
+    }
+}
+
 fn policy_of(p: model::Policy) -> Policy {
     match p {
         model::Policy::DropOldest => Policy::DropOldest,
@@ -265,11 +276,7 @@ impl Run {
                     .recycle(sample)
                     .map(|generation| self.model.publish(Some(Desc { sample, generation })));
                 let real = real.map(published);
-                if let Some(p) = real {
-                    self.counts.dropped += u64::from(p.dropped);
-                    self.counts.drained += u64::from(p.drained);
-                    self.counts.refused += u64::from(p.full.is_some());
-                }
+                self.counts.tally(real);
                 ensure!(
                     real == expected,
                     "loan and publish of sample {sample}: {real:?}, the model {expected:?}"
@@ -299,11 +306,7 @@ impl Run {
                         .publish_trusting(Some(Desc { sample, generation }), trusted)
                 });
                 let real = real.map(published);
-                if let Some(p) = real {
-                    self.counts.dropped += u64::from(p.dropped);
-                    self.counts.drained += u64::from(p.drained);
-                    self.counts.refused += u64::from(p.full.is_some());
-                }
+                self.counts.tally(real);
                 ensure!(
                     real == expected,
                     "loan and trusting publish of sample {sample}: {real:?}, the model {expected:?}"
