@@ -437,10 +437,16 @@ fn a_killed_publishers_samples_are_finalized_by_their_subscriber() {
     assert_eq!(held[0], 2000, "a held sample stays readable");
     drop(held);
     drop(subscriber);
+    only_the_service_is_left_then_swept(&t, "pubkill", "only the service should be left");
+}
+
+/// Asserts that of `t`'s names only service `service`'s file is left (`why` says what
+/// else should have gone), then that a sweep removes it.
+fn only_the_service_is_left_then_swept(t: &TestNamespace, service: &str, why: &str) {
     let names = t.names();
     assert!(
-        names.len() == 1 && names[0].ends_with(".service.pubkill"),
-        "only the service should be left: {names:?}"
+        names.len() == 1 && names[0].ends_with(&format!(".service.{service}")),
+        "{why}: {names:?}"
     );
     shmrc::sweep(&t.ns).unwrap();
     assert!(t.names().is_empty(), "{:?}", t.names());
@@ -463,13 +469,7 @@ fn a_sample_that_outlives_its_subscriber_asks_at_its_release() {
     drop(subscriber);
     publisher.kill();
     drop(held);
-    let names = t.names();
-    assert!(
-        names.len() == 1 && names[0].ends_with(".service.orphan"),
-        "the sample should be gone with its release: {names:?}"
-    );
-    shmrc::sweep(&t.ns).unwrap();
-    assert!(t.names().is_empty(), "{:?}", t.names());
+    only_the_service_is_left_then_swept(&t, "orphan", "the sample should be gone with its release");
 }
 
 #[test]
