@@ -7,7 +7,7 @@
 
 mod common;
 
-use common::{file_system_buf, held_only_by, shmrc_ok, shmrc_within, start_workers};
+use common::{file_system_buf, held_only_by, listed, shmrc_ok, shmrc_within, start_workers};
 use serde_json::Value;
 use shmrc_testkit::names::TestNamespace;
 
@@ -107,12 +107,7 @@ fn only_namespace<'a>(doc: &'a Value, t: &TestNamespace) -> &'a Value {
 
 /// The segment `name` of a namespace of a `--json` document.
 fn segment<'a>(ns: &'a Value, name: &str) -> &'a Value {
-    ns["segments"]
-        .as_array()
-        .expect("segments")
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("{name} is not listed: {ns:#}"))
+    listed(ns, "segments", name)
 }
 
 #[test]

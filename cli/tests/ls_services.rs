@@ -11,7 +11,7 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 
-use common::shmrc_ok;
+use common::{listed, shmrc_ok};
 use serde_json::Value;
 use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc_testkit::names::{TestNamespace, current_uid};
@@ -20,12 +20,7 @@ use shmrc_testkit::names::{TestNamespace, current_uid};
 fn service<'a>(doc: &'a Value, name: &str) -> &'a Value {
     let namespaces = doc["namespaces"].as_array().expect("namespaces");
     assert_eq!(namespaces.len(), 1, "{doc:#}");
-    namespaces[0]["services"]
-        .as_array()
-        .expect("services")
-        .iter()
-        .find(|s| s["name"] == name)
-        .unwrap_or_else(|| panic!("{name} is not listed: {doc:#}"))
+    listed(&namespaces[0], "services", name)
 }
 
 #[test]

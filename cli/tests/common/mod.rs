@@ -190,3 +190,14 @@ impl Drop for Unclaimed {
         }
     }
 }
+
+/// The entry named `name` of the array `key` of a `--json` document's object `parent`
+/// (a namespace's `segments` or `services`).
+pub fn listed<'a>(parent: &'a serde_json::Value, key: &str, name: &str) -> &'a serde_json::Value {
+    parent[key]
+        .as_array()
+        .unwrap_or_else(|| panic!("no {key} array: {parent:#}"))
+        .iter()
+        .find(|s| s["name"] == name)
+        .unwrap_or_else(|| panic!("{name} is not listed: {parent:#}"))
+}
