@@ -12,7 +12,8 @@
 //! - stream ([`stream`]): the same with up to a window of buffers in flight.
 //! - fill ([`stream`] with [`Payload::Fill`], peer mode [`Mode::Fill`]): the stream,
 //!   the producer writing every byte of each buffer and the peer checking every byte
-//!   ([`crate::payload`]) and acking with the buffer's seed.
+//!   ([`crate::payload`]) and acking with the buffer's seed; its floors also run with
+//!   objects as long as shmrc's segment ([`AtSegmentLength`]), the fill goals' bound.
 //! - pooled rows: the same workloads with buffers from a [`ShmPool`] ([`Shmrc::pooled`]),
 //!   against the bare floor ([`FloorReused`]: segments created, reserved and faulted
 //!   once, outside the timing, and reused), the peer attaching each one as usual.
