@@ -36,7 +36,7 @@ pub struct BenchOptions {
     pub json: bool,
     /// Run only this workload (one of [`WORKLOADS`]).
     pub only: Option<String>,
-    /// Run the growth sweep instead ([`growth`]): each workload against size, holder
+    /// Run the growth sweep instead (`growth` below): each workload against size, holder
     /// count and segments per namespace, with its floor.
     pub growth: bool,
 }
