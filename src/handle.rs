@@ -133,6 +133,14 @@ pub fn encode(decoded: &Decoded) -> Vec<u8> {
 
 /// Decodes and validates a handle for a process of user `uid`.
 pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
+    decode_asking(bytes, || uid)
+}
+
+/// [`decode`], asking `uid` for this process's effective uid only when the handle
+/// names a segment (a file_system handle's name must be of this user's namespace): a
+/// file_descriptor handle is checked against its owner when its memfd is opened, so
+/// decoding one costs no `geteuid`.
+pub(crate) fn decode_asking(bytes: &[u8], uid: impl FnOnce() -> u32) -> Result<Decoded> {
     let malformed = |why: String| Error::Malformed {
         what: "share handle",
         why,
@@ -213,7 +221,7 @@ pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
         Strategy::FileSystem => {
             let name = std::str::from_utf8(&bytes[FIXED_LEN..])
                 .map_err(|_| malformed("name is not UTF-8".into()))?;
-            let (_, parts) = Namespace::of_segment(name, uid)?;
+            let (_, parts) = Namespace::of_segment(name, uid())?;
             if parts.creator != creator || parts.nonce != nonce {
                 return Err(malformed(
                     "name does not agree with the handle's creator and nonce".into(),
@@ -431,7 +439,7 @@ impl<O: Os> ShareHandle<O> {
     /// process of this user; it owns the in-flight reference they carry.
     #[doc(hidden)]
     pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
-        let decoded = decode(bytes, os.uid())?;
+        let decoded = decode_asking(bytes, || os.uid())?;
         match decoded.name {
             Some(name) => Ok(ShareHandle {
                 os: os.clone(),
@@ -635,7 +643,7 @@ impl ShareHandle {
     /// ```
     pub fn from_fd_parts(bytes: &[u8], fd: OwnedFd) -> Result<ShareHandle> {
         let os = DefaultOs::default();
-        let decoded = decode(bytes, os.uid())?;
+        let decoded = decode_asking(bytes, || os.uid())?;
         if decoded.meta.strategy != Strategy::FileDescriptor || decoded.name.is_some() {
             // A file_system handle's bytes still carry their in-flight reference: the
             // caller can pass them to `from_bytes`.
@@ -683,6 +691,35 @@ mod tests {
     fn a_handle_round_trips() {
         let d = sample();
         assert_eq!(decode(&encode(&d), 1000).unwrap(), d);
+    }
+
+    #[test]
+    fn the_uid_is_asked_only_for_a_named_handle_and_then_once() {
+        let asked = std::cell::Cell::new(0);
+        let ask = |uid: u32| {
+            let asked = &asked;
+            move || {
+                asked.set(asked.get() + 1);
+                uid
+            }
+        };
+        let mut fd = sample();
+        fd.meta.strategy = Strategy::FileDescriptor;
+        fd.name = None;
+        assert_eq!(decode_asking(&encode(&fd), ask(1000)).unwrap(), fd);
+        assert_eq!(
+            asked.get(),
+            0,
+            "a file_descriptor handle has no name to check"
+        );
+        assert_eq!(
+            decode_asking(&encode(&sample()), ask(1000)).unwrap(),
+            sample()
+        );
+        assert_eq!(asked.get(), 1);
+        // The answer is used: the name is of user 1000's namespace, not 1001's.
+        assert!(decode_asking(&encode(&sample()), ask(1001)).is_err());
+        assert_eq!(asked.get(), 2);
     }
 
     #[test]

@@ -462,15 +462,16 @@ pub fn create<O: Os>(
         os.check_time_namespace()?;
     }
     let me = os.current();
+    // One draw for both (one `getrandom` on the real kernel).
+    let (nonce, share_key) = os.random_u128_and_u64()?;
     let fields = Fields {
         layout,
         creator: me,
         uid: os.uid(),
         pid_namespace: os.pid_namespace(),
         created_at_nanos: os.now_unix_nanos(),
-        nonce: os.random_u128()?,
-        // 64 of 128 fresh random bits: the other 64 would be as secret, and are unused.
-        share_key: os.random_u128()? as u64,
+        nonce,
+        share_key,
     };
     match strategy {
         Strategy::FileSystem => {

@@ -239,7 +239,8 @@ pub(crate) struct MessageReader<O: Os = DefaultOs> {
     files: Vec<O::File>,
     /// The handles of the whole frames read so far of this message.
     handles: Vec<ShareHandle<O>>,
-    /// This process's uid, asked once per message and only when a handle arrives.
+    /// This process's uid, asked once per message and only when a file_system handle
+    /// arrives (a file_descriptor handle's decoder does not ask).
     uid: Option<u32>,
 }
 
@@ -376,7 +377,8 @@ impl<O: Os> MessageReader<O> {
             }
             let (bytes, tail) = tail.split_at(len);
             rest = tail;
-            let decoded = handle::decode(bytes, *self.uid.get_or_insert_with(|| os.uid()))?;
+            let uid = &mut self.uid;
+            let decoded = handle::decode_asking(bytes, || *uid.get_or_insert_with(|| os.uid()))?;
             let target = match decoded.name {
                 Some(name) => Target::Named {
                     name,

@@ -220,10 +220,10 @@ const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,224 bytes with its header \
     (file_descriptor; 4,736 with file_system's 64 holder slots): two pages where the floor \
     has one (the second page's allocation, zeroing, fault and \
     teardown were ~60% of the gap in a profile of create + fill + drop, 2026-11-27), the \
-    rest the header, the holder slot and a few system calls (getrandom twice, the size \
+    rest the header, the holder slot and a few system calls (one getrandom, the size \
     seal, geteuid); see docs/PERFORMANCE.md, 'Goals'";
 const FILL_OVER_BOUND: &str = "over the bound: writing the header and holder slot and a \
-    few system calls (getrandom twice, the size seal, geteuid; docs/PERFORMANCE.md, \
+    few system calls (one getrandom, the size seal, geteuid; docs/PERFORMANCE.md, \
     'Where fill 4 KiB and the channel spend above the floor')";
 const POOL_FIXED: &str = "the pool's recycle step, the handle and the consumer's header \
     check and slot claim, on every buffer; the consumer's mapping cache spares it the \

@@ -250,6 +250,14 @@ pub trait Os: Clone + Send + Sync + fmt::Debug + 'static {
     fn now_unix_nanos(&self) -> u64;
     /// 128 unpredictable bits (segment nonces).
     fn random_u128(&self) -> Result<u128>;
+    /// 128 and 64 unpredictable bits, independent of each other: a new segment's nonce
+    /// (which its name shows) and share key (which nothing shows). The default draws
+    /// them as two [`Os::random_u128`]; the real backend asks the kernel once for all
+    /// 192 bits (one `getrandom` per segment created, not two).
+    fn random_u128_and_u64(&self) -> Result<(u128, u64)> {
+        // 64 of 128 fresh random bits: the other 64 would be as secret, and are unused.
+        Ok((self.random_u128()?, self.random_u128()? as u64))
+    }
     /// The process-local state shared by every clone of this `Os` value.
     fn local(&self) -> &ProcessLocal;
     /// A point where a simulated process may be killed: `Err(Error::Killed)` from then
@@ -396,6 +404,9 @@ impl<L: Layer> Os for L {
     }
     fn random_u128(&self) -> Result<u128> {
         self.inner().random_u128()
+    }
+    fn random_u128_and_u64(&self) -> Result<(u128, u64)> {
+        self.inner().random_u128_and_u64()
     }
     fn local(&self) -> &ProcessLocal {
         self.inner().local()

@@ -223,6 +223,10 @@ impl Os for PosixOs {
         process::random_u128()
     }
 
+    fn random_u128_and_u64(&self) -> Result<(u128, u64)> {
+        process::random_u128_and_u64()
+    }
+
     fn local(&self) -> &ProcessLocal {
         process::local()
     }

@@ -332,18 +332,38 @@ pub(super) fn now_unix_nanos() -> u64 {
 
 /// [`Os::random_u128`](crate::os::Os::random_u128), from `getrandom`.
 pub(super) fn random_u128() -> Result<u128> {
-    let mut bytes = [0u8; 16];
-    getrandom::fill(&mut bytes).map_err(|e| {
-        let source = match e.raw_os_error() {
-            Some(errno) => io::Error::from_raw_os_error(errno),
-            None => io::Error::other(e.to_string()),
-        };
-        Error::Os {
-            call: "getrandom",
-            source,
-        }
-    })?;
-    Ok(u128::from_ne_bytes(bytes))
+    Ok(u128::from_ne_bytes(random_bytes()?))
+}
+
+/// [`Os::random_u128_and_u64`](crate::os::Os::random_u128_and_u64): the 192 bits from
+/// one `getrandom`, the first 16 bytes for the nonce and the last 8 for the key.
+pub(super) fn random_u128_and_u64() -> Result<(u128, u64)> {
+    let bytes: [u8; 24] = random_bytes()?;
+    let (nonce, key) = bytes.split_at(16);
+    Ok((
+        u128::from_ne_bytes(nonce.try_into().unwrap_or([0; 16])),
+        u64::from_ne_bytes(key.try_into().unwrap_or([0; 8])),
+    ))
+}
+
+/// `N` bytes from `getrandom` (one system call for up to 256 bytes); its failure is
+/// [`Error::Os`] naming `getrandom` and the errno.
+fn random_bytes<const N: usize>() -> Result<[u8; N]> {
+    let mut bytes = [0u8; N];
+    getrandom::fill(&mut bytes).map_err(random_error)?;
+    Ok(bytes)
+}
+
+/// A `getrandom` failure as [`Error::Os`], with the errno when there is one.
+fn random_error(e: getrandom::Error) -> Error {
+    let source = match e.raw_os_error() {
+        Some(errno) => io::Error::from_raw_os_error(errno),
+        None => io::Error::other(e.to_string()),
+    };
+    Error::Os {
+        call: "getrandom",
+        source,
+    }
 }
 
 /// [`Os::local`](crate::os::Os::local): the process-local protocol state of this process.
@@ -707,5 +727,28 @@ mod tests {
         }
         assert!(!is_alive(token));
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn one_draw_gives_a_nonce_and_a_key_that_share_no_bits() {
+        // The key must appear in no name: no part of it may come from the nonce's bytes
+        // (which the name shows), nor repeat across draws.
+        let os = PosixOs::new();
+        let draws: Vec<(u128, u64)> = (0..64).map(|_| os.random_u128_and_u64().unwrap()).collect();
+        let mut keys: Vec<u64> = draws.iter().map(|&(_, key)| key).collect();
+        let mut nonces: Vec<u128> = draws.iter().map(|&(nonce, _)| nonce).collect();
+        for &(nonce, key) in &draws {
+            let bytes = nonce.to_ne_bytes();
+            for window in bytes.windows(8) {
+                assert_ne!(window, key.to_ne_bytes(), "the key is nonce bytes");
+            }
+            assert_ne!(nonce >> 64, 0, "the nonce's high half was drawn");
+            assert_ne!(nonce as u64, 0, "the nonce's low half was drawn");
+        }
+        keys.sort_unstable();
+        keys.dedup();
+        nonces.sort_unstable();
+        nonces.dedup();
+        assert_eq!((keys.len(), nonces.len()), (64, 64), "every draw is fresh");
     }
 }
