@@ -148,8 +148,9 @@ const CHANNEL: &str = "the channel's receiver reads a non-blocking socket: a dry
     one recvmsg; plus the postcard encoding and the in-flight ledger";
 const SWEEP: &str = "the sweep opens, maps and checks each segment's holder slots before \
     unlinking it, where the floor only lists and unlinks (issue 34 item 2)";
-const FINALIZE: &str = "the last release scans every holder slot of the segment's capacity \
-    (4,096 here), not only those in use (issue 34 item 2)";
+const FINALIZE: &str = "the last release touches the slots below the mark (those ever \
+    taken: 1 here, of 4,096) and seals, re-reads and commits the header's words; the rest \
+    is the floor's munmap + close + unlink (docs/PROTOCOL.md §5, \"The mark\")";
 const GROW: &str = "the reservation of fresh pages (posix_fallocate) dominates both rows; \
     what is left is shmrc's fixed cost per buffer";
 
