@@ -413,6 +413,27 @@ impl<'a> Holders<'a> {
         })
     }
 
+    /// Raises the mark to the capacity, for a segment whose slots are written by index
+    /// rather than taken by [`claim`] (publish/subscribe's samples: the publisher moves
+    /// a reference into subscriber `e`'s own slot `e + 1`, [`transfer_step`]), so that
+    /// every finalize and recycle of it touches all its slots, as before the mark. The
+    /// caller holds a slot of the segment, so no finalize can commit meanwhile; the mark
+    /// only grows, so once is enough.
+    pub fn cover_every_slot(&self) {
+        let Some(mark) = self.mark else {
+            return;
+        };
+        let capacity = self.slots.len() as u64;
+        // SeqCst: as a claim's raise, before any slot at or above the old mark is written.
+        let mut seen = mark.load(SeqCst);
+        while seen < capacity {
+            match mark.compare_exchange(seen, capacity, SeqCst, SeqCst) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
+        }
+    }
+
     /// The same view with the segment's generation word (which [`recycle`] bumps and
     /// [`generation_is`] checks); without it, a recycle never reuses the segment.
     pub fn with_generation(self, generation: &'a AtomicU64) -> Holders<'a> {
