@@ -2476,6 +2476,34 @@ mod tests {
         assert_eq!(mark.load(SeqCst), u64::MAX);
     }
 
+    #[test]
+    fn covering_every_slot_makes_a_finalize_see_a_slot_written_by_index() {
+        let me = token(10);
+        let subscriber = token(11);
+        let os = Fixed {
+            me,
+            live: vec![subscriber],
+        };
+        let slots = words(&[held_word(me), FREE, FREE]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        h.cover_every_slot();
+        assert_eq!(h.mark(), 3);
+        // A publish's move into slot 2, by index; then the publisher lets go of slot 0.
+        assert!(transfer_step(&h, 2, FREE, held_word(subscriber)));
+        assert!(transfer_step(&h, 0, held_word(me), FREE));
+        // A release's finalize (not a sweep's, which scans the whole capacity).
+        let mut release = Finalize::new(Reclaim::UntilLive, &h);
+        let done = finalize_with(&mut release, &os, &h, |_| {});
+        assert_eq!(done.outcome, Outcome::InUse);
+        assert_eq!(slots[2].load(SeqCst), held_word(subscriber));
+        // The mark only grows: covering again, or over a higher (hostile) word, lowers nothing.
+        mark.store(u64::MAX, SeqCst);
+        h.cover_every_slot();
+        assert_eq!(mark.load(SeqCst), u64::MAX);
+    }
+
     /// Runs a finalize (`Reclaim::All`) of `h` as `os` to its end.
     fn finalize(os: &Fixed, h: &Holders<'_>) -> Finalized {
         let mut f = Finalize::new(Reclaim::All, h);
