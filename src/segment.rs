@@ -83,6 +83,9 @@ const W_MARK: usize = 16;
 /// Byte offset of the generation word (for tools that read headers raw).
 #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
+/// Byte offset of the finalizer word (for tools that read headers raw).
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
+pub const FINALIZER_OFFSET: usize = W_FINALIZER * 8;
 /// Byte offset of the mark word (for tools that read headers raw).
 #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub const MARK_OFFSET: usize = W_MARK * 8;
