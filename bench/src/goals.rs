@@ -131,8 +131,8 @@ fn show_nanos(nanos: f64) -> String {
 const KIB4: usize = 4 << 10;
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 
-const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,224 bytes with its header \
-    (file_descriptor; 4,736 with file_system's 64 holder slots): two pages where the floor \
+const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,288 bytes with its header \
+    (file_descriptor; 4,800 with file_system's 64 holder slots): two pages where the floor \
     has one (the second page's allocation, zeroing, fault and \
     teardown were ~60% of the gap in a profile of create + fill + drop, 2026-11-27), the \
     rest the header, the holder slot and a few system calls (getrandom twice, the size \
