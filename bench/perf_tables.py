@@ -11,8 +11,10 @@ Prints Markdown: one table of microseconds per buffer for each buffer workload
 the other `shmrc bench` rows, and the issue-11 targets as ratios of the same run. A
 contender a run did not measure shows as a dash. With `--goals`, from a
 `shmrc bench --json` document alone (or peers.py's, which holds one): the goal table,
-each goal's ratio in that run, met / missed / not measured, and the reason of each miss,
-as the harness judged them (bench/src/goals.rs)."""
+each goal's ratio in that run, its bound's ratios where it has one (the least the
+protocol's design must do, measured in the same run: bound ÷ baseline and this ÷ bound),
+met / missed / not measured, and the reason of each miss, as the harness judged them
+(bench/src/goals.rs)."""
 
 import argparse
 import glob
@@ -168,13 +170,23 @@ def goals_table(doc):
     goals = doc.get("shmrc_bench", doc).get("goals")
     if not goals:
         raise SystemExit("no goals in this document (a `shmrc bench --json` of 2026-11-27 or later has them)")
-    lines = ["| issue | goal | limit | this run | verdict | reason |", "|---|---|---|---|---|---|"]
+    lines = [
+        "| issue | goal | limit | this run | bound ÷ baseline | this ÷ bound | verdict | reason |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for g in goals:
         size = f" {SIZE_NAMES.get(g['size'], g['size'])}" if g["size"] else ""
         what = f"{g['workload']}{size}: {g['contender']} ÷ {g['baseline']}"
         verdict = {"met": "met", "missed": "**missed**"}.get(g["verdict"], g["verdict"])
         reason = g["reason"].replace("|", "\\|")
-        lines.append(f"| {g['issue']} | {what} | ≤ {g['limit']}× | {fmt(g['ratio'])} | {verdict} | {reason} |")
+        # The bound (the least the protocol's design must do, measured in the same run):
+        # absent from documents before bound rows, null where a goal has none or the run
+        # did not measure it.
+        bound = g.get("bound") or {}
+        over, under = fmt(bound.get("over_baseline")), fmt(bound.get("contender_over_bound"))
+        lines.append(
+            f"| {g['issue']} | {what} | ≤ {g['limit']}× | {fmt(g['ratio'])} | {over} | {under} | {verdict} | {reason} |"
+        )
     return "\n".join(lines)
 
 

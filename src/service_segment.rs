@@ -894,3 +894,64 @@ pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
         Swept::Vanished
     })
 }
+
+#[cfg(test)]
+mod tests {
+    //! The sample table's rows as a subscriber reads them back.
+
+    use super::*;
+    use crate::os::sim::SimKernel;
+
+    /// Each row reads back the nonce (both halves) and share key its publisher wrote,
+    /// and writing a row leaves the rows before it and the header as they were. Without
+    /// it, a nonce whose high half is lost or a share key written two words too early
+    /// (into the header, or the previous row) survived mutation testing: the tests
+    /// that run there open no sample by its row.
+    #[test]
+    fn each_row_reads_back_what_its_publisher_wrote_and_no_other_word_moves() {
+        let kernel = SimKernel::new(33);
+        let os = kernel.spawn(1000);
+        let config = Config {
+            entries: 2,
+            capacity: 4,
+            rows: 3,
+            backpressure: false,
+        };
+        let ns = Namespace::new("shmrc-test-rows").unwrap();
+        let name = service_name(&ns, os.uid(), "rows").unwrap();
+        let Created::New(service) = create(&os, &name, config).unwrap() else {
+            panic!("a live publisher's service under a fresh name");
+        };
+        let header: Vec<u64> = service.words()[..SERVICE_HEADER_WORDS]
+            .iter()
+            .map(|w| w.load(Ordering::Relaxed))
+            .collect();
+        let rows = [
+            (
+                0x0123_4567_89ab_cdef_fedc_ba98_7654_3210_u128,
+                0x1111_2222_3333_4444,
+            ),
+            (
+                0xaaaa_bbbb_cccc_dddd_0000_0000_0000_0001_u128,
+                0x5555_6666_7777_8888,
+            ),
+        ];
+        for (row, &(nonce, share_key)) in rows.iter().enumerate() {
+            service.add_row(row, nonce, share_key);
+            assert_eq!(service.rows_used(), row + 1);
+            for (earlier, &written) in rows[..=row].iter().enumerate() {
+                assert_eq!(
+                    service.row(earlier),
+                    written,
+                    "row {earlier} after row {row}"
+                );
+            }
+        }
+        for (w, &before) in header.iter().enumerate().filter(|&(w, _)| w != W_ROWS_USED) {
+            let now = service.words()[w].load(Ordering::Relaxed);
+            assert_eq!(now, before, "header word {w}");
+        }
+        assert!(take_over(&os, &service).unwrap());
+        assert!(kernel.names().is_empty());
+    }
+}

@@ -17,13 +17,14 @@ use shmrc::checkers::segment::{HEADER_BYTES, Layout};
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
 
 use crate::floor::{self, FloorMap};
-use crate::goals::{self, Goal, Verdict};
+use crate::goals::{self, BoundFigures, Goal, Verdict};
 use crate::kill_latency;
 use crate::payload::Payload;
 use crate::planted;
 use crate::workloads::{
-    Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE, Peer, Shmrc,
-    ShmrcChannel, attach_release, attach_release_batched, ping_pong, stream, window_for,
+    AtSegmentLength, Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE,
+    Peer, Shmrc, ShmrcChannel, attach_release, attach_release_batched, ping_pong, stream,
+    window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -35,7 +36,7 @@ pub struct BenchOptions {
     pub json: bool,
     /// Run only this workload (one of [`WORKLOADS`]).
     pub only: Option<String>,
-    /// Run the growth sweep instead ([`growth`]): each workload against size, holder
+    /// Run the growth sweep instead (`growth` below): each workload against size, holder
     /// count and segments per namespace, with its floor.
     pub growth: bool,
 }
@@ -217,6 +218,13 @@ impl BufferWorkload {
         !matches!(self, BufferWorkload::AttachRelease)
     }
 
+    /// Whether the workload also measures the reserved floor at shmrc's segment length
+    /// ([`AtSegmentLength`]), the bound of the fill goals: the fill workload, whose
+    /// cost is the bytes of the segment.
+    fn bounded(self) -> bool {
+        matches!(self, BufferWorkload::Fill)
+    }
+
     fn measure<'a, C: Contender + 'a>(self, mut c: C, peer: &'a Peer, len: usize) -> Measure<'a> {
         let window = self.window(len);
         Box::new(move |n| match self {
@@ -231,7 +239,8 @@ impl BufferWorkload {
 }
 
 /// A buffer workload at every size, for one strategy: shmrc and its two floors, and
-/// shmrc's pool and the bare floor it is compared with (index 4, a third baseline).
+/// shmrc's pool and the bare floor it is compared with (index 4, a third baseline);
+/// for the fill workload, last, the reserved floor at shmrc's segment length.
 fn buffer_workload(
     workload: BufferWorkload,
     strategy: Strategy,
@@ -260,6 +269,19 @@ fn buffer_workload(
             FloorReused::name_of(strategy).to_owned(),
         ]);
     }
+    // The fill workload's bound: the reserved floor at shmrc's segment length (the
+    // payload plus header and holder slots), last, after the pooled pair.
+    let bounded = workload.bounded();
+    if bounded {
+        names.push(match strategy {
+            Strategy::FileDescriptor => {
+                AtSegmentLength::new(FloorFd { reserve: true }, strategy).name()
+            }
+            Strategy::FileSystem => {
+                AtSegmentLength::new(FloorNamed::new(prefix.clone(), true), strategy).name()
+            }
+        });
+    }
     let baselines: &[usize] = if pooled { &[1, 2, 4] } else { &[1, 2] };
     let peers = names
         .iter()
@@ -287,6 +309,21 @@ fn buffer_workload(
             let pool = Shmrc::pooled(strategy, ns.clone(), window)?;
             measures.push(workload.measure(pool, &peers[3], len));
             measures.push(workload.measure(bare, &peers[4], len));
+        }
+        if bounded {
+            let peer = &peers[measures.len()];
+            measures.push(match strategy {
+                Strategy::FileDescriptor => workload.measure(
+                    AtSegmentLength::new(FloorFd { reserve: true }, strategy),
+                    peer,
+                    len,
+                ),
+                Strategy::FileSystem => workload.measure(
+                    AtSegmentLength::new(FloorNamed::new(prefix.clone(), true), strategy),
+                    peer,
+                    len,
+                ),
+            });
         }
         let nanos = interleaved(effort, &mut measures)?;
         out.extend(rows(
@@ -1114,6 +1151,10 @@ struct JsonGoal<'a> {
     ratio: Option<f64>,
     verdict: &'a str,
     reason: &'a str,
+    /// The goal's bound as this run measured it (its row, cost, cost over the
+    /// baseline and the contender's cost over it); `null` if the goal has none or the
+    /// run did not measure it.
+    bound: Option<&'a BoundFigures>,
 }
 
 /// The growth sweep's axis of a row, other than size.
@@ -1186,6 +1227,7 @@ fn print_json(
                 ratio: verdict.ratio(),
                 verdict: verdict.word(),
                 reason: verdict.reason(),
+                bound: verdict.bound(),
             })
             .collect(),
     };
@@ -1220,13 +1262,14 @@ mod tests {
         let names = [
             "shmrc file_system".to_owned(),
             "floor shm_open+fallocate".to_owned(),
+            "floor shm_open+fallocate, segment length".to_owned(),
         ];
         let mut fill = rows(
             "fill",
             Some(4096),
             Unit::PerSecond,
             &names,
-            &[30.0, 20.0],
+            &[30.0, 20.0, 26.0],
             &[1],
         );
         // A growth row of the same workload and size must not be taken for the goal's.
@@ -1235,7 +1278,7 @@ mod tests {
             Some(4096),
             Unit::PerSecond,
             &names,
-            &[1.0, 100.0],
+            &[1.0, 100.0, 1.0],
             &[1],
         );
         for row in &mut growth {
@@ -1254,6 +1297,19 @@ mod tests {
             verdict.reason().starts_with("1.50x > 1.2x"),
             "{}",
             verdict.reason()
+        );
+        // Its bound, the floor at shmrc's segment length, from the same run's rows.
+        assert!(
+            verdict.reason().contains(
+                "is itself 1.30x the baseline, past the 1.2x goal by itself; \
+                 shmrc file_system is 1.15x that bound"
+            ),
+            "{}",
+            verdict.reason()
+        );
+        assert_eq!(
+            verdict.bound().map(|b| b.row.as_str()),
+            Some("floor shm_open+fallocate, segment length")
         );
         // Its file_descriptor twin had no rows in this run.
         let (_, absent) = verdicts

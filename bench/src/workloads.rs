@@ -12,7 +12,8 @@
 //! - stream ([`stream`]): the same with up to a window of buffers in flight.
 //! - fill ([`stream`] with [`Payload::Fill`], peer mode [`Mode::Fill`]): the stream,
 //!   the producer writing every byte of each buffer and the peer checking every byte
-//!   ([`crate::payload`]) and acking with the buffer's seed.
+//!   ([`crate::payload`]) and acking with the buffer's seed; its floors also run with
+//!   objects as long as shmrc's segment ([`AtSegmentLength`]), the fill goals' bound.
 //! - pooled rows: the same workloads with buffers from a [`ShmPool`] ([`Shmrc::pooled`]),
 //!   against the bare floor ([`FloorReused`]: segments created, reserved and faulted
 //!   once, outside the timing, and reused), the peer attaching each one as usual.
@@ -33,6 +34,7 @@ use std::time::{Duration, Instant};
 
 use crate::floor::{self, FloorMap};
 use crate::payload::{Payload, next_seed};
+use shmrc::checkers::segment::{DEFAULT_CAPACITY, Layout};
 use shmrc::{
     CreateOptions, Error, Namespace, PoolLimits, Result, ShmBuf, ShmPool, Strategy, transport,
 };
@@ -421,6 +423,62 @@ fn consume_named(stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u
         read = payload.read(&FloorMap::new(fd.as_fd(), len)?)?;
     }
     Ok(Some((read, nanos(start.elapsed()))))
+}
+
+/// The suffix of an [`AtSegmentLength`] floor's name.
+pub const SEGMENT_LENGTH: &str = ", segment length";
+
+/// The layout of the segment shmrc makes for a fresh buffer of `len` bytes with
+/// `strategy`: a file_descriptor buffer's memfd has no holder slots (the kernel counts
+/// its references), a file_system one has the default capacity's.
+pub fn fresh_segment_layout(strategy: Strategy, len: usize) -> Result<Layout> {
+    let capacity = match strategy {
+        Strategy::FileDescriptor => 0,
+        Strategy::FileSystem => DEFAULT_CAPACITY,
+    };
+    Layout::new(len, capacity)
+}
+
+/// A floor contender whose objects are as long as shmrc's segment for the same payload
+/// ([`fresh_segment_layout`]: the payload plus the header and holder slots), mapped,
+/// written and read whole: everything else as `inner` does. It is the least that any
+/// implementation keeping shmrc's segment design pays for the raw calls: the bound that
+/// the fill goals' reasons compare shmrc with ([`crate::goals`]).
+pub struct AtSegmentLength<C> {
+    inner: C,
+    strategy: Strategy,
+}
+
+impl<C: Contender> AtSegmentLength<C> {
+    /// `inner`'s objects made as long as `strategy`'s fresh segments.
+    pub fn new(inner: C, strategy: Strategy) -> AtSegmentLength<C> {
+        AtSegmentLength { inner, strategy }
+    }
+}
+
+impl<C: Contender> Contender for AtSegmentLength<C> {
+    type Buf = C::Buf;
+
+    fn name(&self) -> String {
+        format!("{}{SEGMENT_LENGTH}", self.inner.name())
+    }
+
+    fn create(&mut self, len: usize) -> Result<C::Buf> {
+        let segment_len = fresh_segment_layout(self.strategy, len)?.total_len();
+        self.inner.create(segment_len)
+    }
+
+    fn write(&mut self, buf: &C::Buf, payload: Payload, seed: u64) -> Result<()> {
+        self.inner.write(buf, payload, seed)
+    }
+
+    fn send(&mut self, stream: &UnixStream, buf: &C::Buf, count: usize) -> Result<()> {
+        self.inner.send(stream, buf, count)
+    }
+
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
+        self.inner.consume(stream, payload)
+    }
 }
 
 /// The bare floor that [`Shmrc::pooled`] is measured against: `slots` objects of one
@@ -1111,6 +1169,61 @@ mod tests {
             "the second buffer was recycled"
         );
         drop(pool);
+        assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
+    }
+
+    #[test]
+    fn a_segment_length_floor_is_as_long_as_a_real_segment_and_checked_whole() {
+        use super::{AtSegmentLength, fresh_segment_layout};
+        use std::os::fd::AsFd;
+        let t = TestNamespace::new("bench-fill-seglen");
+        let prefix = format!("{}-floor", t.ns.prefix());
+        for len in [4096, 1 << 20] {
+            for strategy in Strategy::ALL {
+                let segment_len = fresh_segment_layout(strategy, len).unwrap().total_len();
+                // The real segment of a fresh buffer, as the kernel sizes it.
+                let buf = Shmrc::new(strategy, t.ns.clone()).create(len).unwrap();
+                let stat = match buf.name() {
+                    Some(name) => nix::sys::stat::fstat(super::floor::open_named(name).unwrap()),
+                    None => nix::sys::stat::fstat(buf.anonymous_file().unwrap().as_fd()),
+                }
+                .unwrap();
+                assert_eq!(stat.st_size as usize, segment_len, "{strategy} {len}");
+                assert!(segment_len > len, "{strategy} {len}: the header is counted");
+                drop(buf);
+            }
+            // The floor at that length maps, writes and checks all of it: a byte past
+            // the payload's length is checked too.
+            let fd_len = fresh_segment_layout(Strategy::FileDescriptor, len)
+                .unwrap()
+                .total_len();
+            let mut fd = AtSegmentLength::new(FloorFd { reserve: true }, Strategy::FileDescriptor);
+            assert_eq!(fd.name(), "floor memfd+fallocate, segment length");
+            let mut fd_reader = FloorFd { reserve: false };
+            let (seed, read) = one_filled(&mut fd, &mut fd_reader, len, |_, buf| {
+                assert_eq!(buf.1.len(), fd_len);
+            });
+            assert_eq!(read.unwrap(), seed);
+            let (_, read) = one_filled(&mut fd, &mut fd_reader, len, |_, buf| {
+                flip_floor(&buf.1, fd_len - 1);
+            });
+            assert_caught(read, fd_len - 1);
+            let fs_len = fresh_segment_layout(Strategy::FileSystem, len)
+                .unwrap()
+                .total_len();
+            let mut fs =
+                AtSegmentLength::new(FloorNamed::new(prefix.clone(), true), Strategy::FileSystem);
+            assert_eq!(fs.name(), "floor shm_open+fallocate, segment length");
+            let mut fs_reader = FloorNamed::new(prefix.clone(), false);
+            let (seed, read) = one_filled(&mut fs, &mut fs_reader, len, |_, buf| {
+                assert_eq!(buf.map.len(), fs_len);
+            });
+            assert_eq!(read.unwrap(), seed);
+            let (_, read) = one_filled(&mut fs, &mut fs_reader, len, |_, buf| {
+                flip_floor(&buf.map, fs_len - 1);
+            });
+            assert_caught(read, fs_len - 1);
+        }
         assert!(left_in_dev_shm(&t).is_empty(), "{:?}", left_in_dev_shm(&t));
     }
 

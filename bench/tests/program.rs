@@ -69,6 +69,9 @@ fn a_run_judges_the_goals_of_its_workload_met_or_missed_with_the_reason() {
     for goal in goals {
         assert_eq!(goal["workload"], "channel ping-pong", "{stdout}");
         assert_eq!(goal["limit"], 1.1, "{stdout}");
+        // The channel's goals have no bound row; the key is there, null.
+        assert!(goal["bound"].is_null(), "{stdout}");
+        assert!(goal.get("bound").is_some(), "{stdout}");
         let ratio = goal["ratio"].as_f64().expect("both rows were measured");
         let reason = goal["reason"].as_str().expect("reason");
         match goal["verdict"].as_str() {

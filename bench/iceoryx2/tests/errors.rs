@@ -6,10 +6,11 @@ use std::path::Path;
 use std::process::Command;
 
 use shmrc_iceoryx2_compare::Error;
+use shmrc_iceoryx2_compare::iox::DOMAIN_ENV;
 use shmrc_iceoryx2_compare::peer::{Peer, READY};
 use shmrc_iceoryx2_compare::rounds::{Receive, RoundTrip};
 use shmrc_iceoryx2_compare::shmrc_pool::PoolHandOff;
-use shmrc_iceoryx2_compare::shmrc_pubsub::PubSub;
+use shmrc_iceoryx2_compare::shmrc_pubsub::{NAMESPACE_ENV, PubSub};
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_shmrc-iceoryx2-compare");
 
@@ -79,7 +80,16 @@ fn sigkill(pid: u32) -> i32 {
 }
 
 fn run_with(args: &[&str]) -> (bool, String, String) {
-    let out = Command::new(PROGRAM).args(args).output().unwrap();
+    run_in(args, &[])
+}
+
+/// Runs the program with `args` and the environment variables `vars` set.
+fn run_in(args: &[&str], vars: &[(&str, &str)]) -> (bool, String, String) {
+    let out = Command::new(PROGRAM)
+        .args(args)
+        .envs(vars.iter().copied())
+        .output()
+        .unwrap();
     (
         out.status.success(),
         String::from_utf8_lossy(&out.stdout).into_owned(),
@@ -113,21 +123,34 @@ fn bad_arguments_are_refused_with_the_cause() {
     }
 }
 
+/// The run gets a shmrc namespace and an iceoryx2 domain of its own, named by this
+/// test, and only their names are looked for afterwards: the other tests of this file
+/// run at the same time in this process's own namespace and domain (the pub/sub test
+/// above holds a data service, two dead subscribers' ack services and their samples
+/// until its round fails, for up to `PEER_TIMEOUT` when its publish came within the
+/// liveness cache's millisecond), and a look at every `shmrc-compare-` name once took
+/// them for this run's leftovers (CI, 2026-11-27: 15 names, all of the test process's
+/// namespace).
 #[test]
 fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
-    let (ok, stdout, stderr) = run_with(&[
-        "run",
-        "--rounds",
-        "50",
-        "--passes",
-        "2",
-        "--sizes",
-        "4096",
-        "--subscribers",
-        "2",
-        "--recovery-trials",
-        "1",
-    ]);
+    let namespace = format!("shmrc-compare-quick-{}", std::process::id());
+    let domain = format!("shmrc_compare_quick_{}_", std::process::id());
+    let (ok, stdout, stderr) = run_in(
+        &[
+            "run",
+            "--rounds",
+            "50",
+            "--passes",
+            "2",
+            "--sizes",
+            "4096",
+            "--subscribers",
+            "2",
+            "--recovery-trials",
+            "1",
+        ],
+        &[(NAMESPACE_ENV, &namespace), (DOMAIN_ENV, &domain)],
+    );
     assert!(ok, "{stderr}");
     for contender in [
         "\"contender\":\"floor\",\"receive\":\"blocking\"",
@@ -143,11 +166,18 @@ fn a_quick_run_reports_every_contender_and_leaves_nothing_behind() {
     ] {
         assert!(stdout.contains(contender), "no {contender} in\n{stdout}");
     }
+    // A shmrc name is `NAMESPACE.UID.…`; an iceoryx2 one starts with its domain.
+    let ours = |name: &str| name.starts_with(&format!("{namespace}.")) || name.starts_with(&domain);
     let left: Vec<_> = std::fs::read_dir("/dev/shm")
         .unwrap()
         .filter_map(|e| e.ok())
         .map(|e| e.file_name().to_string_lossy().into_owned())
-        .filter(|name| name.starts_with("shmrc_compare_") || name.contains("shmrc-compare-"))
+        .filter(|name| ours(name))
         .collect();
     assert!(left.is_empty(), "left in /dev/shm: {left:?}");
+    let root = Path::new("/tmp").join(&domain);
+    assert!(
+        !root.exists(),
+        "the iceoryx2 domain's root {root:?} is left"
+    );
 }
