@@ -20,8 +20,19 @@
 //! Any other word (only a hostile writer makes one) counts as a dead holder and is
 //! reclaimed, so no slot state is unrecoverable (P5).
 //!
+//! # The mark
+//! A header word ([`Holders::with_mark`]): every slot at or above it is `FREE`. A claim
+//! raises it before it takes a slot at or above it, nothing lowers it, and finalizes
+//! and recycles touch only the slots below it, so their cost follows the slots in use,
+//! not the capacity. A finalize *seals* the finalizer word ([`SEALING`]) once the slots
+//! below the mark are its tombstones and re-reads the mark; a claim reads the
+//! finalizer word after its last read or raise of the mark and takes nothing under a
+//! seal. So a claim at or above the mark the finalize read is seen by the re-read (the
+//! finalize goes on up to the new mark), or sees the seal (`docs/PROTOCOL.md` §5).
+//!
 //! # Operations
-//! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word. All slots `TOMB`:
+//! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word, the mark raised
+//!   above it first and the finalizer word found not sealed after. All slots `TOMB`:
 //!   the segment is gone (or, not yet committed, may be revived by a rollback: a claim
 //!   of a dead sender's handle may then say `Gone` of a segment that lives on).
 //! - [`release`]: CAS my slot from my word to `FREE`, then [`finalize`].
@@ -29,9 +40,10 @@
 //!   the segment is still in the handle's use (a memfd's stops there; a named
 //!   segment's caller then finalizes).
 //! - [`finalize`] (anyone: releaser, sweeper, manager): reclaim dead holders, and if
-//!   nobody live holds a slot, take the finalizer word and turn every slot
-//!   `FREE → TOMB` in order. A slot that is held makes it roll back (`TOMB → FREE`) and
-//!   stop: the segment lives. All slots its `TOMB`: commit (CAS the finalizer word to
+//!   nobody live holds a slot, take the finalizer word and turn every slot below the
+//!   mark `FREE → TOMB` in order. A slot that is held makes it roll back (`TOMB → FREE`)
+//!   and stop: the segment lives. All its `TOMB`: seal, re-read the mark (grown: unseal
+//!   and go on up to it), commit (CAS the finalizer word to
 //!   [`COMMITTED`]; taken over meanwhile, it rolls back instead), unlink. A finalizer killed half-way
 //!   leaves its (dead) token in the finalizer word; the next one takes over, continues
 //!   from the slots already turned, or rolls them back. A *live* finalizer found at
@@ -85,6 +97,11 @@
 //! - `finalize_ignores_pending`: a finalize that rolled back and let go of the finalizer
 //!   word ends without looking at the pending flag, so a release that deferred to it
 //!   meanwhile is lost: among live processes, the last release leaves the name behind.
+//! - `claim_above_mark`: a claim takes a slot at or above the mark without raising it,
+//!   so a finalize passes over it and unlinks a held segment.
+//! - `finalize_no_mark_reread`: a finalize seals and commits without re-reading the
+//!   mark, so a claim that raised it before the seal, above the slots turned, holds a
+//!   segment that is unlinked.
 
 use std::task::Poll;
 
@@ -109,9 +126,28 @@ pub const TOMB_BY: u64 = 1 << 62;
 /// meanwhile cannot commit: its CAS fails and it backs off.
 pub const COMMITTED: u64 = 1 << 63;
 
+/// Flag of a sealing finalizer word: `SEALING | token` says that finalizer (or
+/// recycler) `token` turned every slot below the mark it read and now re-reads the
+/// mark. A claim that finds it (or [`COMMITTED`]) after its own read or raise of the
+/// mark takes no slot this round: either the finalizer's re-read sees that claim's
+/// mark, or the claim sees the seal (one total order, `docs/PROTOCOL.md` §5). Set by
+/// CAS from the plain token; then [`COMMITTED`] (the mark has not grown), or back to
+/// the plain token to turn the slots up to the new mark.
+pub const SEALING: u64 = 1 << 62;
+
 /// Whether finalizer word `word` is committed (see [`COMMITTED`]).
 pub fn is_committed(word: u64) -> bool {
     word & COMMITTED != 0 && Slot::decode(word).owner().is_some()
+}
+
+/// Whether finalizer word `word` is sealing (see [`SEALING`]).
+pub fn is_sealing(word: u64) -> bool {
+    word & (COMMITTED | SEALING) == SEALING && Token::from_word(word & !SEALING).is_some()
+}
+
+/// The process whose finalizer word `word` is: a plain token, sealing or committed.
+pub fn finalizer_owner(word: u64) -> Option<Token> {
+    Token::from_word(word & !(COMMITTED | SEALING))
 }
 
 /// The tombstone finalizer (or recycler) `token` turns a slot to. Only `token` itself
@@ -192,6 +228,7 @@ pub struct Holders<'a> {
     finalizer: &'a AtomicU64,
     pending: &'a AtomicU64,
     generation: Option<&'a AtomicU64>,
+    mark: Option<&'a AtomicU64>,
 }
 
 /// Why [`claim`] found no slot.
@@ -258,10 +295,12 @@ pub struct Finalized {
 /// How much of the slot table [`finalize`] reclaims before deciding.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum Reclaim {
-    /// Every dead holder's slot (sweeps): one liveness check per held slot.
+    /// Every dead holder's slot (sweeps): one liveness check per held slot; every slot
+    /// of the capacity is scanned, and a word above the mark (only a hostile writer's)
+    /// has the mark raised over it, to be judged as any other (the repair path, P5).
     All,
     /// Dead holders' slots up to the first live holder (releases): a release while
-    /// others hold costs one liveness check.
+    /// others hold costs one liveness check; the passes stop at the mark.
     UntilLive,
 }
 
@@ -334,6 +373,64 @@ impl<'a> Holders<'a> {
             finalizer,
             pending,
             generation: None,
+            mark: None,
+        }
+    }
+
+    /// The same view with the segment's high-water mark (see [`mark`](Holders::mark)):
+    /// claims raise it before they take a slot, so that finalizes and recycles touch
+    /// only the slots below it. Without it (pub/sub's
+    /// placeholder words, unit tests), the mark is the capacity and nothing raises it.
+    pub fn with_mark(self, mark: &'a AtomicU64) -> Holders<'a> {
+        Holders {
+            mark: Some(mark),
+            ..self
+        }
+    }
+
+    /// The mark as the seal handshake reads it: by a read-modify-write (adding 0), which
+    /// reads the latest value even where `SeqCst` loads are not ordered with the stores
+    /// before them (loom's model takes `SeqCst` for `AcqRel`): a finalizer's re-read
+    /// after its seal, which a claim's raise and read of the finalizer word mirror.
+    fn mark_latest(&self) -> usize {
+        // SeqCst: the seal handshake (docs/PROTOCOL.md §5, "The mark").
+        self.mark.map_or(self.slots.len(), |m| {
+            usize::try_from(m.fetch_add(0, SeqCst))
+                .map_or(self.slots.len(), |m| m.min(self.slots.len()))
+        })
+    }
+
+    /// The high-water mark: every slot at or above it is `FREE`, since a claim raises
+    /// it before its CAS and nothing lowers it. A word above the capacity (only a hostile writer makes one)
+    /// counts as the capacity (P4); the capacity without a mark word.
+    pub fn mark(&self) -> usize {
+        // SeqCst: the mark's raise (by a claim) and its reads (by a finalize or
+        // recycle, before and after their tombstones) share the one total order with
+        // the slot words and the finalizer word: the seal's argument (docs/PROTOCOL.md
+        // §5, "The mark") rests on it.
+        self.mark.map_or(self.slots.len(), |m| {
+            usize::try_from(m.load(SeqCst)).map_or(self.slots.len(), |m| m.min(self.slots.len()))
+        })
+    }
+
+    /// Raises the mark to the capacity, for a segment whose slots are written by index
+    /// rather than taken by [`claim`] (publish/subscribe's samples: the publisher moves
+    /// a reference into subscriber `e`'s own slot `e + 1`, [`transfer_step`]), so that
+    /// every finalize and recycle of it touches all its slots, as before the mark. The
+    /// caller holds a slot of the segment, so no finalize can commit meanwhile; the mark
+    /// only grows, so once is enough.
+    pub fn cover_every_slot(&self) {
+        let Some(mark) = self.mark else {
+            return;
+        };
+        let capacity = self.slots.len() as u64;
+        // SeqCst: as a claim's raise, before any slot at or above the old mark is written.
+        let mut seen = mark.load(SeqCst);
+        while seen < capacity {
+            match mark.compare_exchange(seen, capacity, SeqCst, SeqCst) {
+                Ok(_) => return,
+                Err(now) => seen = now,
+            }
         }
     }
 
@@ -422,9 +519,9 @@ fn alive(os: &impl StepOs, me: Token, token: Token) -> bool {
     token == me || os.is_alive(token)
 }
 
-/// Whether the word in a finalizer word or slot names a live process.
+/// Whether finalizer word `word` (a plain token, or sealing) names a live process.
 fn word_is_live(os: &impl StepOs, me: Token, word: u64) -> bool {
-    Slot::decode(word).owner().is_some_and(|t| alive(os, me, t))
+    finalizer_owner(word).is_some_and(|t| alive(os, me, t))
 }
 
 /// Whether a finalize must leave slot state `s` alone: its owner lives.
@@ -484,8 +581,29 @@ pub fn claim<O: Os>(os: &O, h: &Holders<'_>, word: u64) -> Result<Result<usize, 
 /// Where a [`Claim`] stands: at the crash point before one of its shared steps.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum ClaimAt {
+    /// Read the mark (a round's first step).
+    ReadMark,
+    /// Read the finalizer word after the mark (`index`: the slot to take next, after a
+    /// raise, with the word `seen` read from it; `None`: the round's scan is next). A
+    /// seal (or commit) there ends the round: no slot is taken under it.
+    CheckSeal {
+        /// The slot whose CAS follows, if any.
+        index: Option<usize>,
+        /// The word read from it.
+        seen: u64,
+    },
     /// Load slot `.0` and decide whether it can be taken.
     Load(usize),
+    /// Raise the mark to `index + 1` before the slot's CAS: CAS it from `mark` (the
+    /// last value read, below `index + 1`).
+    Raise {
+        /// The slot.
+        index: usize,
+        /// The word read from it.
+        seen: u64,
+        /// The mark as last read.
+        mark: u64,
+    },
     /// CAS slot `index` from the word `seen` (free, or a dead holder's) to ours.
     Cas {
         /// The slot.
@@ -503,6 +621,8 @@ pub struct Claim {
     word: u64,
     round: usize,
     all_tomb: bool,
+    /// The mark this round read (the capacity before it is read, or without a mark).
+    mark: usize,
     at: ClaimAt,
 }
 
@@ -516,7 +636,8 @@ impl Claim {
             word,
             round: 0,
             all_tomb: true,
-            at: ClaimAt::Load(0),
+            mark: usize::MAX,
+            at: ClaimAt::ReadMark,
         }
     }
 
@@ -532,6 +653,43 @@ impl Claim {
     pub fn step(&mut self, os: &impl StepOs, h: &Holders<'_>) -> Poll<Result<usize, ClaimError>> {
         let me = os.current();
         match self.at {
+            ClaimAt::ReadMark => {
+                // SeqCst (in `mark`): before the seal check below (§5's handshake).
+                self.mark = h.mark();
+                self.at = if h.mark.is_some() {
+                    ClaimAt::CheckSeal {
+                        index: None,
+                        seen: FREE,
+                    }
+                } else {
+                    ClaimAt::Load(0)
+                };
+                Poll::Pending
+            }
+            ClaimAt::CheckSeal { index, seen } => {
+                // SeqCst: read after our read (or raise) of the mark, in the one order a
+                // sealing finalizer's seal and re-read of the mark share: it sees the
+                // mark that covers our slot, or we see its seal (docs/PROTOCOL.md §5).
+                // A read-modify-write (adding 0), as the finalizer's re-read: two
+                // read-modify-writes of the finalizer word are ordered by the word
+                // itself, so the handshake holds without relying on store-load order.
+                let finalizer = h.finalizer.fetch_add(0, SeqCst);
+                if is_committed(finalizer) {
+                    // Destroyed for good: every slot below the mark is a tombstone.
+                    return Poll::Ready(Err(ClaimError::Gone));
+                }
+                // A dead finalizer's seal is no commit to come: whoever takes it over
+                // seals and re-reads the mark itself.
+                if is_sealing(finalizer) && word_is_live(os, me, finalizer) {
+                    self.all_tomb = false;
+                    return self.round_end();
+                }
+                self.at = match index {
+                    Some(index) => ClaimAt::Cas { index, seen },
+                    None => ClaimAt::Load(0),
+                };
+                Poll::Pending
+            }
             ClaimAt::Load(index) => {
                 // Relaxed would do for the read: the CAS below decides. SeqCst keeps one
                 // total order over every slot word (the argument of docs/PROTOCOL.md).
@@ -543,14 +701,41 @@ impl Claim {
                     Slot::Held(t) | Slot::InFlight(t) => !alive(os, me, t),
                 };
                 if takeable {
-                    self.at = ClaimAt::Cas {
-                        index,
-                        seen: current,
+                    self.at = if index < self.mark || cfg!(shmrc_plant = "claim_above_mark") {
+                        ClaimAt::Cas {
+                            index,
+                            seen: current,
+                        }
+                    } else {
+                        ClaimAt::Raise {
+                            index,
+                            seen: current,
+                            mark: self.mark as u64,
+                        }
                     };
                     return Poll::Pending;
                 }
                 self.all_tomb &= decoded == Slot::Tomb;
                 self.next_slot(index, h)
+            }
+            ClaimAt::Raise { index, seen, mark } => {
+                let wanted = index as u64 + 1;
+                // SeqCst: the raise comes before our seal check, as the mark's read does.
+                self.at = match h
+                    .mark
+                    .map(|m| m.compare_exchange(mark, wanted, SeqCst, SeqCst))
+                {
+                    Some(Err(now)) if now < wanted => ClaimAt::Raise {
+                        index,
+                        seen,
+                        mark: now,
+                    },
+                    _ => ClaimAt::CheckSeal {
+                        index: Some(index),
+                        seen,
+                    },
+                };
+                Poll::Pending
             }
             ClaimAt::Cas { index, seen } => {
                 // SeqCst: taking the slot must be ordered before any later read of the
@@ -572,6 +757,12 @@ impl Claim {
             self.at = ClaimAt::Load(index + 1);
             return Poll::Pending;
         }
+        self.round_end()
+    }
+
+    /// The scan of this round is over: `Gone` if it met only tombstones, else another
+    /// round (or, after [`Claim::ROUNDS`], `Full`).
+    fn round_end(&mut self) -> Poll<Result<usize, ClaimError>> {
         if self.all_tomb {
             return Poll::Ready(Err(ClaimError::Gone));
         }
@@ -581,7 +772,7 @@ impl Claim {
         }
         spin();
         self.all_tomb = true;
-        self.at = ClaimAt::Load(0);
+        self.at = ClaimAt::ReadMark;
         Poll::Pending
     }
 }
@@ -694,7 +885,8 @@ pub fn recycle<O: Os>(os: &O, h: &Holders<'_>, own: usize) -> Result<Recycled> {
 /// [`recycle`] from slot `own` would find the segment [`Recycled::Held`] now (or would
 /// have dead holders' slots to reclaim). It decides nothing: the recycle does.
 pub fn others_hold(h: &Holders<'_>, own: usize) -> bool {
-    (0..h.slots.len()).any(|index| index != own && h.slot_word(index) != Some(FREE))
+    // No slot at or above the mark is taken.
+    (0..h.mark()).any(|index| index != own && h.slot_word(index) != Some(FREE))
 }
 
 /// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
@@ -702,6 +894,8 @@ pub fn others_hold(h: &Holders<'_>, own: usize) -> bool {
 pub enum RecycleAt {
     /// CAS the finalizer word from `FREE` to ours (taken: `Held`).
     TakeFinalizer,
+    /// Read the mark: the passes visit the slots below it.
+    ReadMark,
     /// Load slot `.0` (never our own) and decide: tomb it, or roll back.
     Load(usize),
     /// CAS slot `index` from `seen` (free, or a dead holder's) to `TOMB`.
@@ -710,6 +904,16 @@ pub enum RecycleAt {
         index: usize,
         /// The word read from it.
         seen: u64,
+    },
+    /// Every other slot below the mark is a tombstone: seal the finalizer word (as
+    /// [`FinalizeAt::Seal`]).
+    Seal,
+    /// Sealed: re-read the mark; grown, unseal and go on.
+    CheckMark,
+    /// The mark grew: unseal, then turn slots from `from` on.
+    Unseal {
+        /// The first slot not yet turned.
+        from: usize,
     },
     /// Every other slot is a tombstone: bump the generation word.
     Bump,
@@ -720,7 +924,7 @@ pub enum RecycleAt {
         /// Whether the generation was bumped (the segment is reused).
         reused: bool,
     },
-    /// CAS the finalizer word from ours back to `FREE`.
+    /// CAS the finalizer word from ours (sealing, once reused) back to `FREE`.
     LetGo {
         /// Whether the generation was bumped.
         reused: bool,
@@ -734,6 +938,8 @@ pub struct Recycle {
     own: usize,
     reclaimed: u32,
     generation: u64,
+    /// The mark last read: the passes visit the slots below it.
+    bound: usize,
     at: Flat<RecyclePhase>,
 }
 
@@ -744,6 +950,7 @@ impl Recycle {
             own,
             reclaimed: 0,
             generation: 0,
+            bound: usize::MAX,
             at: Flat::from(RecycleAt::TakeFinalizer),
         }
     }
@@ -753,10 +960,19 @@ impl Recycle {
         if from == self.own { from + 1 } else { from }
     }
 
+    /// Whether slot `next` is within the passes bounded by the mark last read.
+    fn within(&self, next: usize, h: &Holders<'_>) -> bool {
+        next < self.bound.min(h.slots.len())
+    }
+
+    /// The step after slot `index` is a tombstone of ours (`None`: before the first):
+    /// the next other slot below the mark, then the seal (without a mark, the bump).
     fn after_tomb_of(&self, index: Option<usize>, h: &Holders<'_>) -> RecycleAt {
         let next = self.other_from(index.map_or(0, |i| i + 1));
-        if next < h.slots.len() {
+        if self.within(next, h) {
             RecycleAt::Load(next)
+        } else if h.mark.is_some() {
+            RecycleAt::Seal
         } else {
             RecycleAt::Bump
         }
@@ -764,7 +980,7 @@ impl Recycle {
 
     fn after_reopen_of(&self, index: Option<usize>, reused: bool, h: &Holders<'_>) -> RecycleAt {
         let next = self.other_from(index.map_or(0, |i| i + 1));
-        if next < h.slots.len() {
+        if self.within(next, h) {
             RecycleAt::Reopen {
                 index: next,
                 reused,
@@ -790,6 +1006,12 @@ impl Recycle {
                 {
                     return Poll::Ready(Recycled::Held);
                 }
+                RecycleAt::ReadMark
+            }
+            RecycleAt::ReadMark => {
+                // SeqCst (in `mark`): no slot at or above it is taken; one taken later
+                // is caught by the re-read after our seal.
+                self.bound = h.mark();
                 self.after_tomb_of(None, h)
             }
             RecycleAt::Load(index) => {
@@ -821,6 +1043,39 @@ impl Recycle {
                     self.after_reopen_of(None, false, h)
                 }
             }
+            RecycleAt::Seal => {
+                // SeqCst: as finalize's seal (`FinalizeAt::Seal`).
+                if h.finalizer
+                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    self.after_reopen_of(None, false, h)
+                } else {
+                    RecycleAt::CheckMark
+                }
+            }
+            RecycleAt::CheckMark => {
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
+                if mark <= self.bound {
+                    RecycleAt::Bump
+                } else {
+                    let from = self.bound;
+                    self.bound = mark;
+                    RecycleAt::Unseal { from }
+                }
+            }
+            RecycleAt::Unseal { from } => {
+                // SeqCst: the seal goes before we turn the slots up to the new mark.
+                if h.finalizer
+                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    self.after_reopen_of(None, false, h)
+                } else {
+                    self.after_tomb_of(from.checked_sub(1), h)
+                }
+            }
             RecycleAt::Bump => {
                 // Only the finalizer word's owner writes the generation: load + store.
                 let generation = h.generation.map_or(0, |g| {
@@ -838,8 +1093,14 @@ impl Recycle {
                 self.after_reopen_of(Some(index), reused, h)
             }
             RecycleAt::LetGo { reused } => {
+                // Reused: the word is sealing (a mark's segment); rolled back: plain.
+                let ours = if reused && h.mark.is_some() {
+                    mine | SEALING
+                } else {
+                    mine
+                };
                 // SeqCst: our slots are free again before the finalizer word is.
-                let _ = h.finalizer.compare_exchange(mine, FREE, SeqCst, SeqCst);
+                let _ = h.finalizer.compare_exchange(ours, FREE, SeqCst, SeqCst);
                 return Poll::Ready(if reused {
                     Recycled::Reused {
                         generation: self.generation,
@@ -859,9 +1120,7 @@ impl Recycle {
 pub fn census(os: &impl StepOs, h: &Holders<'_>) -> Census {
     let me = os.current();
     // SeqCst: read-only counts, ordered like the protocol's reads (no decision rests on them).
-    let finalizer = Slot::decode(h.finalizer.load(SeqCst))
-        .owner()
-        .filter(|&t| alive(os, me, t));
+    let finalizer = finalizer_owner(h.finalizer.load(SeqCst)).filter(|&t| alive(os, me, t));
     let mut census = Census {
         finalizing: finalizer.is_some(),
         finalizer,
@@ -897,10 +1156,22 @@ pub fn finalize<O: Os>(os: &O, h: &Holders<'_>, name: &str, reclaim: Reclaim) ->
 /// numbers are those of the module docs' four phases.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum FinalizeAt {
+    /// 1. Read the mark (a round's first step): the reclaim scans the slots below it.
+    ReclaimMark,
     /// 1. Load slot `index`; `live`: a live holder was seen this round.
     ReclaimLoad {
         /// The slot.
         index: usize,
+        /// Whether a live holder was seen this round.
+        live: bool,
+    },
+    /// 1. A sweep found a word in slot `index`, at or above the mark it read: raise the
+    ///    mark over it (CAS from `mark`, the value last read), then load it again.
+    ReclaimRaise {
+        /// The slot.
+        index: usize,
+        /// The mark as last read.
+        mark: u64,
         /// Whether a live holder was seen this round.
         live: bool,
     },
@@ -953,9 +1224,24 @@ pub enum FinalizeAt {
         /// The word read.
         seen: u64,
     },
-    /// 4. Every slot is our tombstone: CAS the finalizer word from ours to ours,
-    ///    [`COMMITTED`] (taken over meanwhile: back off, roll back).
-    Commit,
+    /// 4. Every slot below the mark is our tombstone: CAS the finalizer word from ours
+    ///    to ours, [`SEALING`] (taken over meanwhile: back off, roll back).
+    Seal,
+    /// 4. Sealed: re-read the mark. Not grown past the slots turned: commit; grown (a
+    ///    claim raised it before our seal): unseal and turn the slots up to it.
+    CheckMark,
+    /// 4. The mark grew: CAS the finalizer word from ours, sealing, back to ours, then
+    ///    turn slots from `from` on (taken over meanwhile: roll back).
+    Unseal {
+        /// The first slot not yet turned.
+        from: usize,
+    },
+    /// 4. CAS the finalizer word from ours (`sealed`: sealing) to ours, [`COMMITTED`]
+    ///    (taken over meanwhile: back off, roll back).
+    Commit {
+        /// Whether the word is sealing (a segment with a mark) or plain (without).
+        sealed: bool,
+    },
     /// 4. Committed: `shm_unlink`.
     Unlink,
     /// Blocked: load slot `index` to roll it back.
@@ -989,6 +1275,11 @@ pub struct Finalize {
     /// This round's reclaim pass saw a tombstone of no live process.
     stray_tombs: bool,
     patience: u64,
+    /// The mark last read: the tombstone and rollback passes visit the slots below it.
+    bound: usize,
+    /// Where this round's reclaim scan ends: the mark (a release), or the capacity (a
+    /// sweep, [`Reclaim::All`]).
+    scan: usize,
     at: Flat<FinalizePhase>,
 }
 
@@ -1014,6 +1305,8 @@ impl Finalize {
             reclaimed: 0,
             stray_tombs: false,
             patience: Finalize::PATIENCE,
+            bound: h.slots.len(),
+            scan: h.slots.len(),
             at: Flat::from(Finalize::round_start(h)),
         }
     }
@@ -1033,33 +1326,45 @@ impl Finalize {
     }
 
     fn round_start(h: &Holders<'_>) -> FinalizeAt {
-        Finalize::after_reclaim_of(None, false, h)
+        if h.slots.is_empty() {
+            FinalizeAt::LoadFinalizer { live: false }
+        } else {
+            FinalizeAt::ReclaimMark
+        }
+    }
+
+    /// Whether slot `next` is within the passes bounded by the mark last read.
+    fn within(&self, next: usize, h: &Holders<'_>) -> bool {
+        next < self.bound.min(h.slots.len())
     }
 
     /// The step after reclaiming slot `index` (`None`: before the first slot).
-    fn after_reclaim_of(index: Option<usize>, live: bool, h: &Holders<'_>) -> FinalizeAt {
+    fn after_reclaim_of(&self, index: Option<usize>, live: bool, h: &Holders<'_>) -> FinalizeAt {
         let next = index.map_or(0, |i| i + 1);
-        if next < h.slots.len() {
+        if next < self.scan.min(h.slots.len()) {
             FinalizeAt::ReclaimLoad { index: next, live }
         } else {
             FinalizeAt::LoadFinalizer { live }
         }
     }
 
-    /// The step after slot `index` was found a tombstone (`None`: before the first).
-    fn after_tomb_of(index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
+    /// The step after slot `index` was found a tombstone (`None`: before the first):
+    /// the next slot below the mark, then the seal (or, without a mark, the commit).
+    fn after_tomb_of(&self, index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
         let next = index.map_or(0, |i| i + 1);
-        if next < h.slots.len() {
+        if self.within(next, h) {
             FinalizeAt::TombLoad { index: next }
+        } else if h.mark.is_some() {
+            FinalizeAt::Seal
         } else {
-            FinalizeAt::Commit
+            FinalizeAt::Commit { sealed: false }
         }
     }
 
     /// The step after rolling back slot `index` (`None`: before the first).
-    fn after_rollback_of(index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
+    fn after_rollback_of(&self, index: Option<usize>, h: &Holders<'_>) -> FinalizeAt {
         let next = index.map_or(0, |i| i + 1);
-        if next < h.slots.len() && !cfg!(shmrc_plant = "no_rollback") {
+        if self.within(next, h) && !cfg!(shmrc_plant = "no_rollback") {
             FinalizeAt::RollbackLoad { index: next }
         } else {
             FinalizeAt::LetGo
@@ -1107,22 +1412,40 @@ impl Finalize {
         let mine = held_word(me);
         // Every access is SeqCst (the module docs say why); each says what it orders.
         let next = match self.at.get() {
+            FinalizeAt::ReclaimMark => {
+                // SeqCst (in `mark`): before the slot loads; no holder is above the mark.
+                // A sweep's reclaim scans every slot: a word found at or above the mark
+                // read (a hostile writer's, or the mark grew since) has the mark raised
+                // over it first, then is judged as any below it, so no slot state is
+                // unrecoverable (P5); the other passes stop at the mark.
+                self.bound = h.mark();
+                self.scan = match self.reclaim {
+                    Reclaim::All => h.slots.len(),
+                    Reclaim::UntilLive => self.bound,
+                };
+                self.after_reclaim_of(None, false, h)
+            }
             FinalizeAt::ReclaimLoad { index, live } => {
                 // SeqCst: must see a release (vacate) that came before our own vacate.
                 let word = h.slots[index].load(SeqCst);
                 match Slot::decode(word) {
-                    Slot::Free => Finalize::after_reclaim_of(Some(index), live, h),
+                    Slot::Free => self.after_reclaim_of(Some(index), live, h),
+                    _ if index >= self.bound => FinalizeAt::ReclaimRaise {
+                        index,
+                        mark: self.bound as u64,
+                        live,
+                    },
                     Slot::Tomb => {
                         // A tombstone no live finalizer will roll back: take the word
                         // even if the segment is held, to do it (P5).
                         self.stray_tombs |= tomb_of(os, me, word) == Some(TombOf::Nobody);
-                        Finalize::after_reclaim_of(Some(index), live, h)
+                        self.after_reclaim_of(Some(index), live, h)
                     }
                     s if keeps_its_slot(os, me, s) => {
                         if self.reclaim == Reclaim::UntilLive {
                             FinalizeAt::LoadFinalizer { live: true }
                         } else {
-                            Finalize::after_reclaim_of(Some(index), true, h)
+                            self.after_reclaim_of(Some(index), true, h)
                         }
                     }
                     _ => FinalizeAt::ReclaimCas {
@@ -1130,6 +1453,24 @@ impl Finalize {
                         seen: word,
                         live,
                     },
+                }
+            }
+            FinalizeAt::ReclaimRaise { index, mark, live } => {
+                let wanted = index as u64 + 1;
+                // SeqCst: as a claim's raise: the slot is covered before it is judged.
+                match h
+                    .mark
+                    .map(|m| m.compare_exchange(mark, wanted, SeqCst, SeqCst))
+                {
+                    Some(Err(now)) if now < wanted => FinalizeAt::ReclaimRaise {
+                        index,
+                        mark: now,
+                        live,
+                    },
+                    _ => {
+                        self.bound = self.bound.max(index + 1);
+                        FinalizeAt::ReclaimLoad { index, live }
+                    }
                 }
             }
             FinalizeAt::ReclaimCas { index, seen, live } => {
@@ -1140,7 +1481,7 @@ impl Finalize {
                 {
                     self.reclaimed += 1;
                 }
-                Finalize::after_reclaim_of(Some(index), live, h)
+                self.after_reclaim_of(Some(index), live, h)
             }
             FinalizeAt::LoadFinalizer { live } => {
                 // SeqCst: read after our slot reads, in the one order a rival's writes share.
@@ -1201,20 +1542,20 @@ impl Finalize {
             FinalizeAt::ClearPending => {
                 // SeqCst: cleared before we look at the slots, so later requests stay set.
                 h.pending.store(0, SeqCst);
-                Finalize::after_tomb_of(None, h)
+                self.after_tomb_of(None, h)
             }
             FinalizeAt::TombLoad { index } => {
                 // SeqCst: must see a claim that came before (else we would tomb over it).
                 let seen = h.slots[index].load(SeqCst);
                 match tomb_of(os, me, seen) {
-                    Some(TombOf::Me) => Finalize::after_tomb_of(Some(index), h),
+                    Some(TombOf::Me) => self.after_tomb_of(Some(index), h),
                     // A dead finalizer's: continue from it (ours from now on).
                     Some(TombOf::Nobody) => FinalizeAt::TombCas { index, seen },
                     None if seen == FREE => FinalizeAt::TombCas { index, seen },
                     // Someone holds the slot, or a live finalizer turned it (one we took
                     // over, still at work): roll back every tombstone of ours (and any
                     // of a dead finalizer), then let go of the finalizer word.
-                    _ => Finalize::after_rollback_of(None, h),
+                    _ => self.after_rollback_of(None, h),
                 }
             }
             FinalizeAt::TombCas { index, seen } => {
@@ -1223,21 +1564,60 @@ impl Finalize {
                     .compare_exchange(seen, tomb_word(me), SeqCst, SeqCst)
                     .is_ok()
                 {
-                    Finalize::after_tomb_of(Some(index), h)
+                    self.after_tomb_of(Some(index), h)
                 } else {
                     // Taken meanwhile (a claim, or a rival finalizer's tombstone).
-                    Finalize::after_rollback_of(None, h)
+                    self.after_rollback_of(None, h)
                 }
             }
-            FinalizeAt::Commit => {
-                // SeqCst: after our last tombstone; a rival's takeover CAS is ordered
-                // against it, so exactly one of the two succeeds.
+            FinalizeAt::Seal => {
+                // SeqCst: after our last tombstone, before our re-read of the mark: a
+                // claimer reads the finalizer word after its read (or raise) of the
+                // mark, so it sees the seal or we see its mark (docs/PROTOCOL.md §5).
                 if h.finalizer
-                    .compare_exchange(mine, mine | COMMITTED, SeqCst, SeqCst)
+                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
                     .is_err()
                 {
                     // Taken over while we stood still: our tombstones go back.
-                    Finalize::after_rollback_of(None, h)
+                    self.after_rollback_of(None, h)
+                } else if cfg!(shmrc_plant = "finalize_no_mark_reread") {
+                    FinalizeAt::Commit { sealed: true }
+                } else {
+                    FinalizeAt::CheckMark
+                }
+            }
+            FinalizeAt::CheckMark => {
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
+                if mark <= self.bound {
+                    FinalizeAt::Commit { sealed: true }
+                } else {
+                    let from = self.bound;
+                    self.bound = mark;
+                    FinalizeAt::Unseal { from }
+                }
+            }
+            FinalizeAt::Unseal { from } => {
+                // SeqCst: the seal goes before we turn the slots up to the new mark.
+                if h.finalizer
+                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    self.after_rollback_of(None, h)
+                } else {
+                    self.after_tomb_of(from.checked_sub(1), h)
+                }
+            }
+            FinalizeAt::Commit { sealed } => {
+                // SeqCst: after our last tombstone (and seal); a rival's takeover CAS is
+                // ordered against it, so exactly one of the two succeeds.
+                let ours = if sealed { mine | SEALING } else { mine };
+                if h.finalizer
+                    .compare_exchange(ours, mine | COMMITTED, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    // Taken over while we stood still: our tombstones go back.
+                    self.after_rollback_of(None, h)
                 } else {
                     FinalizeAt::Unlink
                 }
@@ -1260,13 +1640,13 @@ impl Finalize {
                         }
                         FinalizeAt::RollbackCas { index, seen }
                     }
-                    _ => Finalize::after_rollback_of(Some(index), h),
+                    _ => self.after_rollback_of(Some(index), h),
                 }
             }
             FinalizeAt::RollbackCas { index, seen } => {
                 // SeqCst: the slot is free again before we let go of the finalizer word.
                 let _ = h.slots[index].compare_exchange(seen, FREE, SeqCst, SeqCst);
-                Finalize::after_rollback_of(Some(index), h)
+                self.after_rollback_of(Some(index), h)
             }
             FinalizeAt::LetGo => {
                 // SeqCst: Dekker's store on our side, before the pending load below.
@@ -1322,7 +1702,9 @@ impl<P> Flat<P> {
 /// [`FinalizeAt`]'s variant, without its fields.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 enum FinalizePhase {
+    ReclaimMark,
     ReclaimLoad,
+    ReclaimRaise,
     ReclaimCas,
     LoadFinalizer,
     SetPending,
@@ -1331,6 +1713,9 @@ enum FinalizePhase {
     ClearPending,
     TombLoad,
     TombCas,
+    Seal,
+    CheckMark,
+    Unseal,
     Commit,
     Unlink,
     RollbackLoad,
@@ -1344,7 +1729,11 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
     fn from(at: FinalizeAt) -> Flat<FinalizePhase> {
         use FinalizePhase as P;
         match at {
+            FinalizeAt::ReclaimMark => Flat::new(P::ReclaimMark, 0, 0, false),
             FinalizeAt::ReclaimLoad { index, live } => Flat::new(P::ReclaimLoad, index, 0, live),
+            FinalizeAt::ReclaimRaise { index, mark, live } => {
+                Flat::new(P::ReclaimRaise, index, mark, live)
+            }
             FinalizeAt::ReclaimCas { index, seen, live } => {
                 Flat::new(P::ReclaimCas, index, seen, live)
             }
@@ -1357,7 +1746,10 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
             FinalizeAt::ClearPending => Flat::new(P::ClearPending, 0, 0, false),
             FinalizeAt::TombLoad { index } => Flat::new(P::TombLoad, index, 0, false),
             FinalizeAt::TombCas { index, seen } => Flat::new(P::TombCas, index, seen, false),
-            FinalizeAt::Commit => Flat::new(P::Commit, 0, 0, false),
+            FinalizeAt::Seal => Flat::new(P::Seal, 0, 0, false),
+            FinalizeAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
+            FinalizeAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
+            FinalizeAt::Commit { sealed } => Flat::new(P::Commit, 0, 0, sealed),
             FinalizeAt::Unlink => Flat::new(P::Unlink, 0, 0, false),
             FinalizeAt::RollbackLoad { index } => Flat::new(P::RollbackLoad, index, 0, false),
             FinalizeAt::RollbackCas { index, seen } => {
@@ -1381,7 +1773,13 @@ impl Flat<FinalizePhase> {
             flag: live,
         } = self;
         match phase {
+            P::ReclaimMark => FinalizeAt::ReclaimMark,
             P::ReclaimLoad => FinalizeAt::ReclaimLoad { index, live },
+            P::ReclaimRaise => FinalizeAt::ReclaimRaise {
+                index,
+                mark: seen,
+                live,
+            },
             P::ReclaimCas => FinalizeAt::ReclaimCas { index, seen, live },
             P::LoadFinalizer => FinalizeAt::LoadFinalizer { live },
             P::SetPending => FinalizeAt::SetPending { seen },
@@ -1393,7 +1791,10 @@ impl Flat<FinalizePhase> {
             P::ClearPending => FinalizeAt::ClearPending,
             P::TombLoad => FinalizeAt::TombLoad { index },
             P::TombCas => FinalizeAt::TombCas { index, seen },
-            P::Commit => FinalizeAt::Commit,
+            P::Seal => FinalizeAt::Seal,
+            P::CheckMark => FinalizeAt::CheckMark,
+            P::Unseal => FinalizeAt::Unseal { from: index },
+            P::Commit => FinalizeAt::Commit { sealed: live },
             P::Unlink => FinalizeAt::Unlink,
             P::RollbackLoad => FinalizeAt::RollbackLoad { index },
             P::RollbackCas => FinalizeAt::RollbackCas { index, seen },
@@ -1413,8 +1814,12 @@ impl std::fmt::Debug for Flat<FinalizePhase> {
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 enum RecyclePhase {
     TakeFinalizer,
+    ReadMark,
     Load,
     Tomb,
+    Seal,
+    CheckMark,
+    Unseal,
     Bump,
     Reopen,
     LetGo,
@@ -1426,6 +1831,10 @@ impl From<RecycleAt> for Flat<RecyclePhase> {
         use RecyclePhase as P;
         match at {
             RecycleAt::TakeFinalizer => Flat::new(P::TakeFinalizer, 0, 0, false),
+            RecycleAt::ReadMark => Flat::new(P::ReadMark, 0, 0, false),
+            RecycleAt::Seal => Flat::new(P::Seal, 0, 0, false),
+            RecycleAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
+            RecycleAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
             RecycleAt::Load(index) => Flat::new(P::Load, index, 0, false),
             RecycleAt::Tomb { index, seen } => Flat::new(P::Tomb, index, seen, false),
             RecycleAt::Bump => Flat::new(P::Bump, 0, 0, false),
@@ -1448,6 +1857,10 @@ impl Flat<RecyclePhase> {
         } = self;
         match phase {
             P::TakeFinalizer => RecycleAt::TakeFinalizer,
+            P::ReadMark => RecycleAt::ReadMark,
+            P::Seal => RecycleAt::Seal,
+            P::CheckMark => RecycleAt::CheckMark,
+            P::Unseal => RecycleAt::Unseal { from: index },
             P::Load => RecycleAt::Load(index),
             P::Tomb => RecycleAt::Tomb { index, seen },
             P::Bump => RecycleAt::Bump,
@@ -1506,7 +1919,8 @@ mod tests {
         let slots = words(&[held_word(other), held_word(other)]);
         let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
         let h = Holders::new(&slots, &finalizer, &pending);
-        // Every slot held by a live process: one load per slot per round, then Full.
+        // Every slot held by a live process: a read of the mark and a load per slot per
+        // round, then Full.
         let mut claim = Claim::new(held_word(me));
         let mut steps = 0;
         let outcome = loop {
@@ -1516,9 +1930,14 @@ mod tests {
             }
         };
         assert_eq!(outcome, Err(ClaimError::Full));
-        assert_eq!(steps, 2 * Claim::ROUNDS, "a load per slot per round");
+        assert_eq!(
+            steps,
+            3 * Claim::ROUNDS,
+            "the mark and a load per slot per round"
+        );
         // A slot freed after the first round is taken in the second.
         let mut claim = Claim::new(held_word(me));
+        assert_eq!(claim.step(&os, &h), Poll::Pending, "the mark read");
         assert_eq!(claim.step(&os, &h), Poll::Pending);
         assert_eq!(
             claim.step(&os, &h),
@@ -1652,6 +2071,12 @@ mod tests {
     #[test]
     fn a_flat_position_gives_back_every_finalize_position_it_was_made_from() {
         let positions = [
+            FinalizeAt::ReclaimMark,
+            FinalizeAt::ReclaimRaise {
+                index: 2,
+                mark: 1,
+                live: true,
+            },
             FinalizeAt::ReclaimLoad {
                 index: 3,
                 live: true,
@@ -1681,7 +2106,11 @@ mod tests {
             FinalizeAt::ClearPending,
             FinalizeAt::TombLoad { index: 5 },
             FinalizeAt::TombCas { index: 6, seen: 12 },
-            FinalizeAt::Commit,
+            FinalizeAt::Seal,
+            FinalizeAt::CheckMark,
+            FinalizeAt::Unseal { from: 6 },
+            FinalizeAt::Commit { sealed: true },
+            FinalizeAt::Commit { sealed: false },
             FinalizeAt::Unlink,
             FinalizeAt::RollbackLoad { index: 7 },
             FinalizeAt::RollbackCas { index: 8, seen: 13 },
@@ -1695,6 +2124,10 @@ mod tests {
     fn a_flat_position_gives_back_every_recycle_position_it_was_made_from() {
         let positions = [
             RecycleAt::TakeFinalizer,
+            RecycleAt::ReadMark,
+            RecycleAt::Seal,
+            RecycleAt::CheckMark,
+            RecycleAt::Unseal { from: 2 },
             RecycleAt::Load(3),
             RecycleAt::Tomb { index: 4, seen: 9 },
             RecycleAt::Bump,
@@ -1945,5 +2378,239 @@ mod tests {
         let left: Vec<u64> = slots.iter().map(|s| s.load(SeqCst)).collect();
         assert_eq!(left, [held_word(me), FREE, FREE, FREE, FREE]);
         assert_eq!(finalizer.load(SeqCst), FREE);
+    }
+
+    /// The slots' words.
+    fn words_of(slots: &[AtomicU64]) -> Vec<u64> {
+        slots.iter().map(|s| s.load(SeqCst)).collect()
+    }
+
+    /// Steps `claim` to its end.
+    fn claim_to_end(claim: &mut Claim, os: &Fixed, h: &Holders<'_>) -> Result<usize, ClaimError> {
+        for _ in 0..100_000 {
+            if let Poll::Ready(done) = claim.step(os, h) {
+                return done;
+            }
+        }
+        panic!("a claim that does not end");
+    }
+
+    #[test]
+    fn a_finalize_touches_only_the_slots_below_the_mark() {
+        let me = token(10);
+        let os = Fixed { me, live: vec![] };
+        let slots = words(&[FREE; 8]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(2));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        let mut f = Finalize::new(Reclaim::UntilLive, &h);
+        let mut highest = 0;
+        let mut sealed_before_commit = false;
+        let done = finalize_with(&mut f, &os, &h, |at| {
+            if let FinalizeAt::ReclaimLoad { index, .. }
+            | FinalizeAt::TombLoad { index }
+            | FinalizeAt::TombCas { index, .. } = at
+            {
+                highest = highest.max(index);
+            }
+            if at == (FinalizeAt::Commit { sealed: true }) {
+                sealed_before_commit = is_sealing(finalizer.load(SeqCst));
+            }
+        });
+        assert_eq!(done.outcome, Outcome::Unlinked);
+        assert_eq!(highest, 1, "slots 0 and 1, below the mark 2");
+        assert!(
+            sealed_before_commit,
+            "the word sealing while the mark is re-read"
+        );
+        let t = tomb_word(me);
+        assert_eq!(words_of(&slots), [t, t, FREE, FREE, FREE, FREE, FREE, FREE]);
+        assert!(is_committed(finalizer.load(SeqCst)));
+    }
+
+    #[test]
+    fn a_finalize_whose_re_read_finds_the_mark_raised_unseals_and_goes_on_to_it() {
+        let me = token(10);
+        let os = Fixed { me, live: vec![] };
+        let slots = words(&[FREE; 6]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        let mut f = Finalize::new(Reclaim::UntilLive, &h);
+        // A claimer raised the mark to 4 before the seal (its CAS of slot 3 then loses
+        // to our tombstone, or its slot blocks us).
+        let mut unsealed = false;
+        let done = finalize_with(&mut f, &os, &h, |at| {
+            if at == FinalizeAt::Seal && mark.load(SeqCst) == 1 {
+                mark.store(4, SeqCst);
+            }
+            unsealed |= at == (FinalizeAt::Unseal { from: 1 });
+        });
+        assert!(unsealed);
+        assert_eq!(done.outcome, Outcome::Unlinked);
+        let t = tomb_word(me);
+        assert_eq!(words_of(&slots), [t, t, t, t, FREE, FREE]);
+    }
+
+    #[test]
+    fn a_mark_above_the_capacity_counts_as_the_capacity() {
+        let me = token(10);
+        let os = Fixed { me, live: vec![] };
+        let slots = words(&[FREE; 3]);
+        let (finalizer, pending, mark) = (
+            AtomicU64::new(FREE),
+            AtomicU64::new(0),
+            AtomicU64::new(u64::MAX),
+        );
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        assert_eq!(h.mark(), 3);
+        let done = finalize(&os, &h);
+        assert_eq!(done.outcome, Outcome::Unlinked);
+        assert_eq!(words_of(&slots), [tomb_word(me); 3]);
+        // A claim of a slot covered by such a mark raises nothing.
+        let (finalizer, pending) = (AtomicU64::new(FREE), AtomicU64::new(0));
+        let slots = words(&[FREE; 3]);
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        let mut claim = Claim::new(held_word(me));
+        assert_eq!(claim_to_end(&mut claim, &os, &h), Ok(0));
+        assert_eq!(mark.load(SeqCst), u64::MAX);
+    }
+
+    #[test]
+    fn covering_every_slot_makes_a_finalize_see_a_slot_written_by_index() {
+        let me = token(10);
+        let subscriber = token(11);
+        let os = Fixed {
+            me,
+            live: vec![subscriber],
+        };
+        let slots = words(&[held_word(me), FREE, FREE]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        h.cover_every_slot();
+        assert_eq!(h.mark(), 3);
+        // A publish's move into slot 2, by index; then the publisher lets go of slot 0.
+        assert!(transfer_step(&h, 2, FREE, held_word(subscriber)));
+        assert!(transfer_step(&h, 0, held_word(me), FREE));
+        // A release's finalize (not a sweep's, which scans the whole capacity).
+        let mut release = Finalize::new(Reclaim::UntilLive, &h);
+        let done = finalize_with(&mut release, &os, &h, |_| {});
+        assert_eq!(done.outcome, Outcome::InUse);
+        assert_eq!(slots[2].load(SeqCst), held_word(subscriber));
+        // The mark only grows: covering again, or over a higher (hostile) word, lowers nothing.
+        mark.store(u64::MAX, SeqCst);
+        h.cover_every_slot();
+        assert_eq!(mark.load(SeqCst), u64::MAX);
+    }
+
+    /// Runs a finalize (`Reclaim::All`) of `h` as `os` to its end.
+    fn finalize(os: &Fixed, h: &Holders<'_>) -> Finalized {
+        let mut f = Finalize::new(Reclaim::All, h);
+        finalize_with(&mut f, os, h, |_| {})
+    }
+
+    #[test]
+    fn a_claim_raises_the_mark_before_it_takes_a_slot_at_or_above_it() {
+        let (me, other) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![other],
+        };
+        let slots = words(&[held_word(other), FREE, FREE]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        let mut claim = Claim::new(held_word(me));
+        let mut raised_before_cas = false;
+        let taken = loop {
+            if let ClaimAt::Cas { index: 1, .. } = claim.at {
+                raised_before_cas = mark.load(SeqCst) == 2 && slots[1].load(SeqCst) == FREE;
+            }
+            if let Poll::Ready(done) = claim.step(&os, &h) {
+                break done;
+            }
+        };
+        assert_eq!(taken, Ok(1));
+        assert!(raised_before_cas, "the mark covers slot 1 before its CAS");
+        assert_eq!(mark.load(SeqCst), 2);
+    }
+
+    #[test]
+    fn a_claim_that_finds_the_finalizer_word_sealing_takes_no_slot_that_round() {
+        // The race the seal closes: a finalize read the mark 1, turned slot 0, sealed
+        // and re-read the mark before this claim raised it for slot 1: the claim reads
+        // the finalizer word after its raise, sees the seal and takes nothing, so the
+        // commit cannot pass over a slot it took.
+        let (me, finalizer_token) = (token(10), token(12));
+        let os = Fixed {
+            me,
+            live: vec![finalizer_token],
+        };
+        let tomb = tomb_word(finalizer_token);
+        let slots = words(&[tomb, FREE, FREE]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        let mut claim = Claim::new(held_word(me));
+        while !matches!(claim.at, ClaimAt::Raise { index: 1, .. }) {
+            assert_eq!(claim.step(&os, &h), Poll::Pending);
+        }
+        finalizer.store(held_word(finalizer_token) | SEALING, SeqCst);
+        assert_eq!(claim.step(&os, &h), Poll::Pending, "the raise");
+        assert_eq!(mark.load(SeqCst), 2);
+        assert_eq!(
+            claim.step(&os, &h),
+            Poll::Pending,
+            "the seal seen: the round ends"
+        );
+        assert!(matches!(claim.at, ClaimAt::ReadMark));
+        // Committed meanwhile: gone, and no slot was taken.
+        finalizer.store(held_word(finalizer_token) | COMMITTED, SeqCst);
+        assert_eq!(claim_to_end(&mut claim, &os, &h), Err(ClaimError::Gone));
+        assert_eq!(words_of(&slots), [tomb, FREE, FREE]);
+        // Unsealed (the finalizer went on, then rolled back): the claim takes a slot.
+        finalizer.store(FREE, SeqCst);
+        slots[0].store(FREE, SeqCst);
+        let mut claim = Claim::new(held_word(me));
+        assert_eq!(claim_to_end(&mut claim, &os, &h), Ok(0));
+    }
+
+    #[test]
+    fn a_recycle_touches_only_the_slots_below_the_mark() {
+        let (me, dead) = (token(10), token(12));
+        let os = Fixed { me, live: vec![] };
+        let slots = words(&[held_word(me), held_word(dead), FREE, FREE, FREE]);
+        let (finalizer, pending, generation, mark) = (
+            AtomicU64::new(FREE),
+            AtomicU64::new(0),
+            AtomicU64::new(0),
+            AtomicU64::new(2),
+        );
+        let h = Holders::new(&slots, &finalizer, &pending)
+            .with_generation(&generation)
+            .with_mark(&mark);
+        assert!(others_hold(&h, 0));
+        let mut recycle = Recycle::new(0);
+        let mut highest = 0;
+        let done = loop {
+            if let RecycleAt::Load(index) | RecycleAt::Tomb { index, .. } = recycle.at.get() {
+                highest = highest.max(index);
+            }
+            if let Poll::Ready(done) = recycle.step(&os, &h) {
+                break done;
+            }
+        };
+        assert_eq!(
+            done,
+            Recycled::Reused {
+                generation: 1,
+                reclaimed: 1
+            }
+        );
+        assert_eq!(highest, 1, "slot 1, below the mark 2");
+        assert_eq!(words_of(&slots), [held_word(me), FREE, FREE, FREE, FREE]);
+        assert!(!others_hold(&h, 0));
+        assert_eq!(mark.load(SeqCst), 2, "the mark is never lowered");
     }
 }

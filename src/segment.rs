@@ -19,7 +19,9 @@
 //! word 13  pending-finalize flag (holder protocol)
 //! word 14  generation            (bumped by each recycle, see holders.rs; 0 at creation)
 //! word 15  share key: 64 random bits, in no name; a handle must carry it (handle.rs)
-//! words 16.. holder slots, `capacity` of them
+//! word 16  mark: slots at or above it are free; a claim raises it before taking a
+//!          slot (holders.rs); 1 at creation with a holder
+//! words 17.. holder slots, `capacity` of them
 //! data at `data offset`
 //! ```
 //!
@@ -42,12 +44,13 @@ use crate::token::Token;
 
 /// `b"SHMRCSEG"` read as a big-endian word.
 pub const MAGIC: u64 = u64::from_be_bytes(*b"SHMRCSEG");
-/// The layout version this build writes and reads: 2 since tombstones name the
-/// finalizer that turned them and the pending word counts requests (1 before: a build
-/// of version 1 would take a tombstone of version 2 for garbage and free it).
-pub const LAYOUT_VERSION: u64 = 2;
+/// The layout version this build writes and reads: 3 since the header holds the mark
+/// (word 16) and the slots start one word later (2 before: a build of version 2 would
+/// claim slots without raising the mark, and a finalize of version 3 would pass over
+/// them; 2 since tombstones name the finalizer that turned them, 1 before that).
+pub const LAYOUT_VERSION: u64 = 3;
 /// Words before the first holder slot.
-pub const HEADER_WORDS: usize = 16;
+pub const HEADER_WORDS: usize = 17;
 /// Bytes before the first holder slot.
 pub const HEADER_BYTES: usize = HEADER_WORDS * 8;
 /// The most holder slots a segment may have.
@@ -76,9 +79,16 @@ const W_FINALIZER: usize = 12;
 const W_PENDING: usize = 13;
 const W_GENERATION: usize = 14;
 const W_SHARE_KEY: usize = 15;
+const W_MARK: usize = 16;
 /// Byte offset of the generation word (for tools that read headers raw).
 #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub const GENERATION_OFFSET: usize = W_GENERATION * 8;
+/// Byte offset of the finalizer word (for tools that read headers raw).
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
+pub const FINALIZER_OFFSET: usize = W_FINALIZER * 8;
+/// Byte offset of the mark word (for tools that read headers raw).
+#[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
+pub const MARK_OFFSET: usize = W_MARK * 8;
 
 /// Where things are in a segment.
 ///
@@ -240,6 +250,7 @@ impl<'a> Header<'a> {
             &self.words[W_PENDING],
         )
         .with_generation(&self.words[W_GENERATION])
+        .with_mark(&self.words[W_MARK])
     }
 }
 
@@ -263,6 +274,9 @@ pub fn initialize(map: &impl Mapping, fields: &Fields, first_holder: Option<Toke
         // Relaxed: slot 0 is published by the magic's Release; a claimer reads it after
         // its Acquire of the magic, so it never sees the slot free and takes it.
         words[HEADER_WORDS].store(token.word(), Ordering::Relaxed);
+        // Relaxed: as slot 0. The mark covers slot 0: a finalize sees the creator's
+        // word there, and claims raise it from 1.
+        words[W_MARK].store(1, Ordering::Relaxed);
     }
     // Release: every word above is visible to whoever reads this magic with Acquire.
     let publish = if cfg!(shmrc_plant = "relaxed_publish") {

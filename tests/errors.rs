@@ -135,18 +135,19 @@ fn another_layout_version_is_refused_by_version() {
     let t = TestNamespace::new("version");
     let buf = named(&t, 4096, 4);
     let name = buf.name().unwrap().to_owned();
-    // Version 1, the layout before tombstones named their finalizer: its builds would
-    // free this build's tombstones as garbage, so neither may open the other's.
-    scribble(&name, 8, &1u64.to_ne_bytes());
+    // Version 2, the layout before the mark: its builds would claim slots without
+    // raising the mark, and this build's finalize would pass over them, so neither may
+    // open the other's (version 1, before tombstones named their finalizer, likewise).
+    scribble(&name, 8, &2u64.to_ne_bytes());
     assert!(matches!(
         open(&t, &name),
         Err(Error::WrongVersion {
-            found: 1,
-            supported: 2,
+            found: 2,
+            supported: 3,
             ..
         })
     ));
-    scribble(&name, 8, &2u64.to_ne_bytes());
+    scribble(&name, 8, &3u64.to_ne_bytes());
     drop(buf);
 }
 

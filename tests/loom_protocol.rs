@@ -15,7 +15,8 @@
 //! is not checked here: loom takes `SeqCst` for `AcqRel` (see [`conclude`]).
 //!
 //! Model (g) stops a finalizer, alive, at each of its steps in turn instead of killing
-//! it, lets a rival take it over, and resumes it.
+//! it, lets a rival take it over, and resumes it. Model (h) races claims against a
+//! finalize over the mark (`concurrency::MarkRace`), nobody killed.
 //!
 //! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_protocol -- --nocapture`.
 //! `LOOM_MAX_PREEMPTIONS` bounds every model; unset, the 2-process models get 3 and
@@ -28,7 +29,7 @@ mod concurrency;
 use std::sync::Arc;
 use std::time::Instant;
 
-use concurrency::{Buf, World, ok_or_killed};
+use concurrency::{Buf, MarkRace, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
@@ -524,5 +525,50 @@ fn an_opener_racing_a_creator_never_sees_a_torn_header() {
     assert!(
         whole > 0,
         "no execution let the opener see a published header"
+    );
+}
+
+/// (h) Claims against a finalize over the mark (`concurrency::MarkRace`): P releases
+/// the only reference (slot 0, the mark at 1), H claims a slot and releases it, B
+/// claims one and keeps it; nobody is killed. B keeps a segment never committed (P1);
+/// at rest every taken slot is below the mark and no tombstone or finalizer word is
+/// left unless committed (P5). The seal handshake reads by read-modify-writes on both
+/// sides, so loom's `SeqCst` (taken for `AcqRel`) checks it; P3 while processes live
+/// (the releases alone commit it) rests on the pending handshake, which it does not
+/// (see [`conclude`]): shuttle's `mark_race` checks that.
+#[test]
+fn claims_racing_a_finalize_over_the_mark_never_hold_a_destroyed_segment() {
+    let builder = builder(PREEMPTIONS_3);
+    let executions = Arc::new(AtomicU64::new(0));
+    let above = Arc::new(AtomicU64::new(0));
+    let (e, a) = (executions.clone(), above.clone());
+    let started = Instant::now();
+    builder.check(move || {
+        e.fetch_add(1, Relaxed);
+        let w = World::new(13);
+        let (p, h, b) = (w.spawn(), w.spawn(), w.spawn());
+        let race = Arc::new(MarkRace::new(&p));
+        let rp = race.clone();
+        let tp = run_as(&p, move |p| rp.release_first(&p));
+        let rh = race.clone();
+        let th = run_as(&h, move |h| rh.claim_and_release(&h));
+        let rb = race.clone();
+        let tb = run_as(&b, move |b| rb.claim(&b));
+        tp.join().unwrap();
+        th.join().unwrap();
+        let slot = tb.join().unwrap();
+        if slot.is_some_and(|j| j >= 2) {
+            a.fetch_add(1, Relaxed);
+        }
+        race.check(&b, slot, false);
+    });
+    let (executions, above) = (executions.load(Relaxed), above.load(Relaxed));
+    eprintln!(
+        "loom (h) mark race: {executions} executions, B took a slot above the first mark in {above}, {:.1?}",
+        started.elapsed()
+    );
+    assert!(
+        above > 0,
+        "no execution let B take a slot above the mark the segment started with"
     );
 }

@@ -610,6 +610,40 @@ fn scenarios() -> Vec<(&'static str, Vec<Op>)> {
             sweep,
         ],
     ));
+    // A commit below the mark (found by the random ops on merging the mark): a holder
+    // that shared a handle is killed at the tenth crash point of its release, a sweep
+    // at its fifteenth, after its commit and before its unlink; slot 2, above the mark,
+    // is still FREE. The attach of the dead sender's handle is Gone (committed), which
+    // the oracle allowed only once it learnt the finalizer word's commit.
+    out.push((
+        "commit_below_the_mark_then_attach",
+        vec![
+            Op::SetStrategy {
+                p: 3,
+                strategy: Sharing::FileSystem,
+            },
+            Op::Kill { p: 2 },
+            create(3, 2),
+            release(3, 0),
+            Op::Respawn { p: 2 },
+            Op::Create {
+                p: 1,
+                capacity: 1,
+                crash_at: Some(4),
+            },
+            Op::Sweep { crash_at: None },
+            create(3, 2),
+            share(3, 0, 0, true),
+            Op::Release {
+                p: 3,
+                buf: 0,
+                crash_at: Some(10),
+            },
+            Op::Kill { p: 2 },
+            Op::Sweep { crash_at: Some(15) },
+            attach(0),
+        ],
+    ));
     out
 }
 

@@ -35,7 +35,7 @@ use std::io;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
-use concurrency::{Buf, Stalled, World, ok_or_killed};
+use concurrency::{Buf, MarkRace, Stalled, World, ok_or_killed};
 use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimOs, SimStream};
@@ -342,13 +342,16 @@ struct Stats {
     /// Iterations in which a finalizer killed in its commit pass was followed by one
     /// killed in its rollback.
     deeper: AtomicU64,
+    /// `mark_race` iterations in which B's claim took a slot above the mark the
+    /// segment started with.
+    above_mark: AtomicU64,
 }
 
 impl Stats {
     fn print(&self, label: &str, started: Instant) {
         let l = |a: &AtomicU64| a.load(Relaxed);
         eprintln!(
-            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {} stalled finalizers armed to be taken over, {} finalizers killed in their rollback after another in its commit, {:.1?}",
+            "shuttle {label}: {} iterations, {} segments created, {} attaches, {} sweeps, {} processes killed, {} stalled finalizers armed to be taken over, {} finalizers killed in their rollback after another in its commit, {} claims above the first mark, {:.1?}",
             l(&self.iterations),
             l(&self.created),
             l(&self.attached),
@@ -356,6 +359,7 @@ impl Stats {
             l(&self.killed),
             l(&self.taken_over),
             l(&self.deeper),
+            l(&self.above_mark),
             started.elapsed()
         );
     }
@@ -646,12 +650,20 @@ fn stalled_finalizer(stats: &'static Stats) {
 }
 
 /// Whether a stepped finalize stands in its commit pass (turning slots to its
-/// tombstones, or committing) or in its rollback (turning them back).
+/// tombstones, sealing and re-reading the mark, or committing) or in its rollback
+/// (turning them back).
 fn committing(f: &Stalled) -> bool {
     let at = f.position();
-    ["at: TombLoad", "at: TombCas", "at: Commit"]
-        .iter()
-        .any(|phase| at.contains(phase))
+    [
+        "at: TombLoad",
+        "at: TombCas",
+        "at: Seal",
+        "at: CheckMark",
+        "at: Unseal",
+        "at: Commit",
+    ]
+    .iter()
+    .any(|phase| at.contains(phase))
 }
 
 fn rolling_back(f: &Stalled) -> bool {
@@ -661,7 +673,7 @@ fn rolling_back(f: &Stalled) -> bool {
 /// Two finalizers killed in turn, deeper than the random scenario reaches on purpose:
 /// C creates a segment of 3 slots, sends B a handle and dies. A sweeper F1 finalizes
 /// it (production's finalize stepped by hand) and is killed in its commit pass after a
-/// random number of its steps there (0 to 3 tombstones turned, or all and the commit
+/// random number of its steps there (0 to 2 tombstones turned, or all and the commit
 /// not yet done). Then, at once: B attaches C's handle (a dead sender's: its claim
 /// races the tombstones), and a second sweeper F2 takes the dead F1 over; if B's claim
 /// took a slot, F2 meets it and rolls back, and is killed at a random step of its
@@ -679,8 +691,9 @@ fn commit_then_rollback_killed(stats: &'static Stats) {
     drop(buf_c);
     let name = w.segments().pop().expect("the segment C created");
     stats.created.fetch_add(1, Relaxed);
-    // F1: into its commit pass, then `extra` steps more (its 7 steps there: 3 loads, 3
-    // tombstones, the commit CAS), killed before it can unlink.
+    // F1: into its commit pass, then `extra` steps more (its 7 steps there: the 2 slots
+    // below the mark, C's and its handle's, each loaded and turned, the seal, the
+    // mark's re-read, the commit CAS), killed before it can unlink.
     let f1_os = w.spawn();
     let mut f1 = Stalled::start(&w, f1_os.clone(), &name, 0);
     while !committing(&f1) {
@@ -738,6 +751,38 @@ fn commit_then_rollback_killed(stats: &'static Stats) {
     w.finish(survivors);
 }
 
+/// Claims against a finalize, over the mark (`concurrency::MarkRace`): P releases the
+/// segment's only reference while H claims a slot and releases it and B claims one and
+/// keeps it, all three alive. B keeps a segment never committed (P1); at rest, no
+/// tombstone or finalizer is left, no slot is taken at or above the mark (P5); if B got
+/// no slot, the releases alone committed it (P3 while processes live).
+fn mark_race(stats: &'static Stats) {
+    stats.iterations.fetch_add(1, Relaxed);
+    let w = World::new(12);
+    let (p, h, b) = (w.spawn(), w.spawn(), w.spawn());
+    let race = Arc::new(MarkRace::new(&p));
+    stats.created.fetch_add(1, Relaxed);
+    let rp = race.clone();
+    let tp = shuttle::thread::spawn(move || rp.release_first(&p));
+    let rh = race.clone();
+    let th = shuttle::thread::spawn(move || rh.claim_and_release(&h));
+    let rb = race.clone();
+    let tb = shuttle::thread::spawn(move || {
+        let slot = rb.claim(&b);
+        (b, slot)
+    });
+    tp.join().unwrap();
+    th.join().unwrap();
+    let (b, slot) = tb.join().unwrap();
+    if let Some(j) = slot {
+        stats.attached.fetch_add(1, Relaxed);
+        if j >= 2 {
+            stats.above_mark.fetch_add(1, Relaxed);
+        }
+    }
+    race.check(&b, slot, true);
+}
+
 /// The scenarios by name, for [`replay_a_failing_schedule`].
 fn scenario(name: &str) -> fn(&'static Stats) {
     match name {
@@ -748,8 +793,9 @@ fn scenario(name: &str) -> fn(&'static Stats) {
         "stalled_finalizer" => stalled_finalizer,
         "random_ops_live" => random_ops_live,
         "commit_then_rollback_killed" => commit_then_rollback_killed,
+        "mark_race" => mark_race,
         other => panic!(
-            "unknown scenario {other:?}: random_ops, random_ops_live, releases_alone, recycle_vs_old_handles, memfd_recycle_vs_consumer, stalled_finalizer or commit_then_rollback_killed"
+            "unknown scenario {other:?}: random_ops, random_ops_live, releases_alone, recycle_vs_old_handles, memfd_recycle_vs_consumer, stalled_finalizer, commit_then_rollback_killed or mark_race"
         ),
     }
 }
@@ -789,6 +835,10 @@ fn check(name: &'static str, scheduler: &str) {
     assert!(
         stats.deeper.load(Relaxed) > 0 || name != "commit_then_rollback_killed",
         "no finalizer was killed in its rollback after one killed in its commit pass"
+    );
+    assert!(
+        stats.above_mark.load(Relaxed) > 0 || name != "mark_race",
+        "B's claim never took a slot above the mark the segment started with"
     );
 }
 
@@ -850,6 +900,16 @@ fn a_finalizer_killed_in_its_rollback_after_one_killed_in_its_commit_under_rando
 #[test]
 fn a_finalizer_killed_in_its_rollback_after_one_killed_in_its_commit_under_pct_schedules() {
     check("commit_then_rollback_killed", "pct");
+}
+
+#[test]
+fn claims_racing_a_finalize_over_the_mark_under_random_schedules() {
+    check("mark_race", "random");
+}
+
+#[test]
+fn claims_racing_a_finalize_over_the_mark_under_pct_schedules() {
+    check("mark_race", "pct");
 }
 
 #[test]

@@ -260,16 +260,24 @@ fn hostile_slot_and_finalizer_words_are_recovered() {
     assert!(kernel.poke(&name, slot(2), &(0xC000_0000_0000_0001u64).to_ne_bytes()));
     assert!(kernel.poke(&name, slot(3), &u64::MAX.to_ne_bytes()));
     assert!(kernel.poke(&name, word(12), &dead.token().word().to_ne_bytes()));
-    // B's release takes the abandoned finalizer over, meets A and rolls back.
+    // B's release takes the abandoned finalizer over, meets A and rolls back; it passes
+    // only the slots below the mark (2: A's and B's), so the words above stay.
     assert_eq!(buf_b.release().unwrap().unwrap().outcome, Outcome::InUse);
     let census = buf_a.census().unwrap();
     assert_eq!(
-        (census.tomb, census.live),
-        (0, 1),
-        "the stray tombstone was rolled back"
+        (census.tomb, census.live, census.dead),
+        (1, 1, 1),
+        "a release leaves the words above the mark"
     );
+    // A sweep scans every slot: it raises the mark over the words above it, reclaims
+    // the garbage word, takes the stray tombstone over, meets A and rolls it back.
     let report = sweep_with(&kernel.spawn(UID), &ns(), false).unwrap();
     assert_eq!(report.reclaimed, 1, "the garbage word");
+    assert_eq!(
+        buf_a.census().unwrap().tomb,
+        0,
+        "the stray tombstone was rolled back"
+    );
     let census = buf_a.census().unwrap();
     assert_eq!((census.free, census.live, census.dead), (3, 1, 0));
     assert_reads_payload(&buf_a);

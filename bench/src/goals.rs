@@ -216,8 +216,8 @@ fn show_nanos(nanos: f64) -> String {
 const KIB4: usize = 4 << 10;
 const SIZES: [usize; 3] = [4 << 10, 1 << 20, 64 << 20];
 
-const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,224 bytes with its header \
-    (file_descriptor; 4,736 with file_system's 64 holder slots): two pages where the floor \
+const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,288 bytes with its header \
+    (file_descriptor; 4,800 with file_system's 64 holder slots): two pages where the floor \
     has one (the second page's allocation, zeroing, fault and \
     teardown were ~60% of the gap in a profile of create + fill + drop, 2026-11-27), the \
     rest the header, the holder slot and a few system calls (one getrandom, the size \
@@ -238,8 +238,9 @@ const SWEEP: &str = "a sweep must map a segment to reclaim its slots by CAS agai
     concurrent attacher (docs/PROTOCOL.md section 6, P1); over that bound: the header's \
     validation, the census and finalize of the slots, the names parsed (docs/PERFORMANCE.md, \
     'Sweep')";
-const FINALIZE: &str = "the last release scans every holder slot of the segment's capacity \
-    (4,096 here), not only those in use (issue 34 item 2)";
+const FINALIZE: &str = "the last release touches the slots below the mark (those ever \
+    taken: 1 here, of 4,096) and seals, re-reads and commits the header's words; the rest \
+    is the floor's munmap + close + unlink (docs/PROTOCOL.md §5, \"The mark\")";
 const GROW: &str = "the reservation of fresh pages (posix_fallocate) dominates both rows; \
     what is left is shmrc's fixed cost per buffer";
 
@@ -488,19 +489,19 @@ mod tests {
         let fd = segment_length_bound(Strategy::FileDescriptor, "floor memfd+fallocate", KIB4);
         assert_eq!(fd.row, "floor memfd+fallocate, segment length");
         assert!(
-            fd.what.ends_with("(4,224 bytes: the 128-byte header)"),
+            fd.what.ends_with("(4,288 bytes: the 136-byte header)"),
             "{}",
             fd.what
         );
         let fs = segment_length_bound(Strategy::FileSystem, "floor shm_open+fallocate", KIB4);
         assert!(
             fs.what
-                .ends_with("(4,736 bytes: the 128-byte header and 64 holder slots)"),
+                .ends_with("(4,800 bytes: the 136-byte header and 64 holder slots)"),
             "{}",
             fs.what
         );
         let big = segment_length_bound(Strategy::FileDescriptor, "f", 64 << 20);
-        assert!(big.what.contains("(67,108,992 bytes"), "{}", big.what);
+        assert!(big.what.contains("(67,109,056 bytes"), "{}", big.what);
         let refused = segment_length_bound(Strategy::FileDescriptor, "f", 0);
         assert!(refused.what.contains("buffer length 0"), "{}", refused.what);
         assert_eq!(thousands(0), "0");

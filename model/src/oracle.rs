@@ -422,6 +422,9 @@ pub struct Seg {
     pub tombs: Count,
     /// Made by a create that crashed: it may be half-created, or not exist at all.
     pub phantom: bool,
+    /// Its finalizer word was seen committed: destroyed for good, whatever the slots
+    /// above the mark hold (a finalizer killed between its commit and its unlink).
+    pub committed: bool,
     /// Its generation (a crashed recycle may or may not have bumped it).
     pub generation: Count,
     /// A dead process may hold the finalizer word: a finalize or recycle was killed
@@ -490,6 +493,10 @@ pub struct SlotObservation {
     pub in_flight: BTreeMap<usize, u32>,
     /// Tombstones.
     pub tombs: u32,
+    /// Whether the finalizer word says committed: the segment is destroyed for good
+    /// (its unlink may not have run yet). Since the mark, a commit tombstones only the
+    /// slots below the mark, so the tombstones alone no longer tell it.
+    pub committed: bool,
 }
 
 /// The oracle's state. See the module docs.
@@ -565,6 +572,9 @@ impl Oracle {
             Count::Unknown => (0..=cap).collect(),
         };
         let mut allowed = Allowed::default();
+        if s.committed {
+            return allowed.with(Outcome::Gone);
+        }
         for refs in lo..=hi {
             for &t in &tombs {
                 allowed = allowed.with(if t >= cap {
@@ -875,6 +885,7 @@ impl Oracle {
                     phantom: crashed,
                     generation: Count::Known(0),
                     abandoned: false,
+                    committed: false,
                 });
                 if !crashed {
                     self.procs[p].bufs.push(id);
@@ -1190,6 +1201,18 @@ impl Oracle {
                 }
             }
             s.tombs = Count::Known(slots.tombs);
+            if slots.committed && !s.committed {
+                let sure = lo;
+                if sure > 0 {
+                    return Err(violation(
+                        "P1",
+                        format!(
+                            "segment {seg} was committed to destruction while {sure} live references (holders or live senders' in flight) remain"
+                        ),
+                    ));
+                }
+            }
+            s.committed = slots.committed;
             if let Count::Known(g) = s.generation {
                 if g != obs.generation {
                     return Err(violation(

@@ -186,7 +186,8 @@ pub struct Segment {
     /// How often `shm_unlink` removed its name.
     pub unlinks: u8,
     /// The finalizer word (`InFlight(p)` there: `COMMITTED | token`, p committed the
-    /// segment's destruction).
+    /// segment's destruction; `Tomb(p)`: `SEALING | token`, p turned the slots below
+    /// the mark and re-reads it).
     pub finalizer: Word,
     /// The pending-finalize flag.
     pub pending: bool,
@@ -194,6 +195,9 @@ pub struct Segment {
     pub slots: [Word; MAX_SLOTS],
     /// The generation word (bumped by each recycle).
     pub generation: u8,
+    /// The mark: slots at or above it are free (raised by each claim before its slot
+    /// CAS, read by finalizes and recycles).
+    pub mark: u8,
 }
 
 /// A handle in flight: the in-flight reference `InFlight(sender)` in `slot` of `seg`.
@@ -428,6 +432,7 @@ const NO_SEGMENT: Segment = Segment {
     pending: false,
     slots: [Word::Free; MAX_SLOTS],
     generation: 0,
+    mark: 0,
 };
 
 const FRESH: Proc = Proc {
@@ -782,10 +787,16 @@ impl State {
         }
     }
 
+    /// Whether segment `s`'s slots are as a commit leaves them: each a tombstone (the
+    /// slots below the mark the finalize read) or free (above it: no claim takes one
+    /// once the finalizer word is sealed, `holders::SEALING`), and at least one a
+    /// tombstone (the creator's slot 0 is below every mark).
     fn all_tomb(&self, s: u8) -> bool {
-        self.seg(s).slots[..self.slots()]
+        let slots = &self.seg(s).slots[..self.slots()];
+        slots
             .iter()
-            .all(|w| matches!(w, Word::Tomb(_)))
+            .all(|w| matches!(w, Word::Tomb(_) | Word::Free))
+            && slots.iter().any(|w| matches!(w, Word::Tomb(_)))
     }
 
     /// Runs process `p` from its crash point to the next. With `last_round`, a retry
@@ -810,6 +821,7 @@ impl State {
                 for (i, word) in seg.slots[..n].iter_mut().enumerate() {
                     *word = Word::decode(header.slot(i));
                 }
+                seg.mark = header.mark();
                 if header.published() {
                     seg.phase = Phase::Published;
                 }
@@ -971,7 +983,10 @@ impl State {
         let finalizer = AtomicU64::new(seg.finalizer.encode());
         let pending = AtomicU64::new(u64::from(seg.pending));
         let generation = AtomicU64::new(u64::from(seg.generation));
-        let holders = Holders::new(&slots[..n], &finalizer, &pending).with_generation(&generation);
+        let mark = AtomicU64::new(u64::from(seg.mark));
+        let holders = Holders::new(&slots[..n], &finalizer, &pending)
+            .with_generation(&generation)
+            .with_mark(&mark);
         let result = f(&holders);
         for (word, slot) in seg.slots.iter_mut().zip(&slots) {
             *word = Word::decode(slot.load(SeqCst));
@@ -979,6 +994,7 @@ impl State {
         seg.finalizer = Word::decode(finalizer.load(SeqCst));
         seg.pending = pending.load(SeqCst) != 0;
         seg.generation = generation.load(SeqCst) as u8;
+        seg.mark = mark.load(SeqCst) as u8;
         result
     }
 
@@ -1080,6 +1096,11 @@ impl Scratch {
     /// Slot `i`'s word.
     fn slot(&self, i: usize) -> u64 {
         self.0[segment::HEADER_WORDS + i].load(SeqCst)
+    }
+
+    /// The mark word.
+    fn mark(&self) -> u8 {
+        self.0[segment::MARK_OFFSET / 8].load(SeqCst) as u8
     }
 
     /// Whether the magic (word 0) is published.
@@ -1401,7 +1422,7 @@ impl State {
         }
         match self.flaw {
             Some(Flaw::UnlinkUncommitted(s)) => Some(format!(
-                "s{s} was unlinked while not every slot was a tombstone"
+                "s{s} was unlinked while a slot was held or in flight"
             )),
             Some(Flaw::UnlinkBeingCreated(s)) => Some(format!(
                 "half-created s{s} was removed while its creator lived"
@@ -1418,8 +1439,9 @@ impl State {
             if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
                 return Some(format!("s{s} has a slot word {w} of no process"));
             }
-            // `InFlight(p)` there is production's `COMMITTED | token`: p committed.
-            if matches!(seg.finalizer, Word::Tomb(_)) || !valid_owner(seg.finalizer) {
+            // `InFlight(p)` there is production's `COMMITTED | token`: p committed;
+            // `Tomb(p)`, `SEALING | token`: p sealed it and re-reads the mark.
+            if !valid_owner(seg.finalizer) {
                 return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
             }
             for p in 0..self.procs_n {
@@ -1427,6 +1449,19 @@ impl State {
                 if held > 1 {
                     return Some(format!("p{p} holds {held} slots of s{s}"));
                 }
+            }
+            // The mark covers every taken slot (a claim raises it before its slot CAS,
+            // a finalize turns only slots below the mark it read, nothing lowers it):
+            // at and above it every slot is free. A finalize passes over them.
+            let mark = usize::from(seg.mark);
+            if let Some((i, w)) = slots
+                .iter()
+                .enumerate()
+                .find(|&(i, w)| *w != Word::Free && i >= mark)
+            {
+                return Some(format!(
+                    "s{s}'s slot {i} holds {w}, at or above the mark {mark}: a finalize would pass over it"
+                ));
             }
             let tombs = slots.iter().filter(|w| matches!(w, Word::Tomb(_))).count();
             // With no finalizer word taken, a tombstone among other words must be one its
@@ -1729,9 +1764,10 @@ impl State {
             String::new()
         };
         format!(
-            "{phase} {presence}{generation} fin={} pend={} [{}]",
+            "{phase} {presence}{generation} fin={} pend={} mark={} [{}]",
             seg.finalizer,
             u8::from(seg.pending),
+            seg.mark,
             slots.join(" ")
         )
     }

@@ -310,13 +310,16 @@ impl Publisher {
             return Ok(None);
         }
         let (map, slots) = loan.buf().slot_watch();
-        if slots != subscriber_slot(self.service.config.entries)
-            || Header::of(&*map, slots).is_none()
-        {
-            return Err(Error::Corrupted {
+        let header = Header::of(&*map, slots)
+            .filter(|_| slots == subscriber_slot(self.service.config.entries))
+            .ok_or_else(|| Error::Corrupted {
                 segment: self.service.name.clone(),
                 what: "a sample segment's slots lie outside its mapping".into(),
-            });
+            })?;
+        // The publish moves references into the subscribers' own slots by index (no
+        // claim raises the mark over them): the mark covers them all from the start.
+        if !cfg!(shmrc_plant = "pubsub_sample_uncovered") {
+            header.holders().cover_every_slot();
         }
         self.service
             .add_row(row, key.nonce, loan.buf().fields().share_key);

@@ -35,7 +35,7 @@ use shmrc::checkers::buf::map_cache;
 use shmrc::checkers::holders::{self, Slot};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
-use shmrc::checkers::segment::{GENERATION_OFFSET, HEADER_BYTES};
+use shmrc::checkers::segment::{FINALIZER_OFFSET, GENERATION_OFFSET, HEADER_BYTES};
 use shmrc::checkers::sweep::{Action, sweep_with};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, transport};
 use shmrc_model::oracle::{
@@ -671,6 +671,14 @@ impl Harness {
                             Slot::Free | Slot::Garbage(_) => {}
                         }
                     }
+                    obs.committed = self
+                        .kernel
+                        .peek(name, FINALIZER_OFFSET, 8)
+                        .is_some_and(|b| {
+                            holders::is_committed(u64::from_ne_bytes(
+                                b.try_into().unwrap_or([0; 8]),
+                            ))
+                        });
                     obs
                 });
             let generation = self

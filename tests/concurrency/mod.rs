@@ -30,6 +30,7 @@ use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
 use shmrc::checkers::segment::{self, HEADER_BYTES, Header};
 use shmrc::checkers::sweep::{Action, sweep_with};
+use shmrc::checkers::sync::Ordering;
 use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
 
 /// The user every simulated process runs as.
@@ -712,5 +713,118 @@ impl Stalled {
             }
         }
         panic!("P5 violated: a resumed finalize never ends");
+    }
+}
+
+/// Claims racing a finalize over the holder words alone (issue 34 item 2: the mark),
+/// with production's `holders::{claim, release, finalize}` on one segment's words of
+/// [`MarkRace::SLOTS`] slots: the first process P holds slot 0 (the mark 1, as a
+/// creator leaves it) and releases it; H claims a slot and releases it; B claims a slot
+/// and keeps it. A claim above the slots P's finalize turns must raise the mark first,
+/// and the finalize re-read it after sealing the finalizer word: the plants
+/// `claim_above_mark` and `finalize_no_mark_reread` each let P commit while B holds a
+/// slot above the ones it turned (P's reads of the mark before H's raise, H's claim and
+/// release in between, B's claim past H's slot).
+pub struct MarkRace {
+    slots: Vec<shmrc::checkers::sync::AtomicU64>,
+    finalizer: shmrc::checkers::sync::AtomicU64,
+    pending: shmrc::checkers::sync::AtomicU64,
+    mark: shmrc::checkers::sync::AtomicU64,
+}
+
+impl MarkRace {
+    /// Slots of the segment: three above the slot a finalize starting alone turns.
+    pub const SLOTS: usize = 4;
+    /// The name the finalizes unlink (none exists: a commit then ends `AlreadyGone`).
+    const NAME: &'static str = "shmrc-conc-mark-race";
+
+    /// The words with `first`'s reference in slot 0 and the mark at 1.
+    pub fn new(first: &SimOs) -> MarkRace {
+        use shmrc::checkers::sync::AtomicU64;
+        let slots: Vec<AtomicU64> = (0..Self::SLOTS).map(|_| AtomicU64::new(FREE)).collect();
+        slots[0].store(holders::held_word(first.token()), Ordering::SeqCst);
+        MarkRace {
+            slots,
+            finalizer: AtomicU64::new(FREE),
+            pending: AtomicU64::new(0),
+            mark: AtomicU64::new(1),
+        }
+    }
+
+    fn holders(&self) -> holders::Holders<'_> {
+        holders::Holders::new(&self.slots, &self.finalizer, &self.pending).with_mark(&self.mark)
+    }
+
+    /// P: releases its slot 0 (vacate, then finalize).
+    pub fn release_first(&self, os: &SimOs) {
+        let word = holders::held_word(os.token());
+        holders::release(os, &self.holders(), 0, word, Self::NAME).expect("P's release");
+    }
+
+    /// A claim of a slot for `os`'s held word: the slot, or `None` (gone, or full).
+    pub fn claim(&self, os: &SimOs) -> Option<usize> {
+        let word = holders::held_word(os.token());
+        holders::claim(os, &self.holders(), word)
+            .expect("a claim with nobody killed")
+            .ok()
+    }
+
+    /// H: claims a slot and, if it got one, releases it.
+    pub fn claim_and_release(&self, os: &SimOs) {
+        if let Some(index) = self.claim(os) {
+            let word = holders::held_word(os.token());
+            holders::release(os, &self.holders(), index, word, Self::NAME).expect("H's release");
+        }
+    }
+
+    /// At rest (every thread joined, nobody killed): B, if its claim got a slot, holds
+    /// a segment never committed to destruction, its word in that slot (P1); every
+    /// taken slot is below the mark; a segment not committed has no tombstone and no
+    /// finalizer word (P5). With `releases_alone`, also: a segment B does not hold is
+    /// committed (P3 while processes live; it rests on the pending handshake, a store
+    /// then a load of two words on each side, which loom's `SeqCst`, taken for
+    /// `AcqRel`, does not order: not under loom).
+    pub fn check(&self, b: &SimOs, b_slot: Option<usize>, releases_alone: bool) {
+        let load = |w: &shmrc::checkers::sync::AtomicU64| w.load(Ordering::SeqCst);
+        let words: Vec<u64> = self.slots.iter().map(load).collect();
+        let finalizer = load(&self.finalizer);
+        let committed = holders::is_committed(finalizer);
+        let mark = load(&self.mark);
+        for (i, &w) in words.iter().enumerate() {
+            assert!(
+                w == FREE || (i as u64) < mark,
+                "the mark does not cover a taken slot: slot {i} at or above the mark \
+                 {mark}, slots {words:x?}"
+            );
+        }
+        if let Some(j) = b_slot {
+            assert!(
+                !committed,
+                "P1 violated: B holds slot {j} of a segment committed to destruction: \
+                 slots {words:x?}, mark {mark}"
+            );
+            assert_eq!(
+                words[j],
+                holders::held_word(b.token()),
+                "P1 violated: B's slot {j} lost its word: slots {words:x?}"
+            );
+        }
+        if !committed {
+            assert_eq!(
+                finalizer, FREE,
+                "P5: a finalizer word left at rest: {finalizer:x}"
+            );
+            for &w in &words {
+                assert!(
+                    !holders::is_tomb(w),
+                    "P5: a tombstone left at rest: slots {words:x?}"
+                );
+            }
+            assert!(
+                !releases_alone || b_slot.is_some(),
+                "P3 violated: nobody holds the segment and nobody died, yet it is not \
+                 committed: slots {words:x?}, mark {mark}"
+            );
+        }
     }
 }
