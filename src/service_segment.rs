@@ -895,7 +895,7 @@ pub fn sweep<O: Os>(os: &O, name: &str, dry_run: bool) -> Result<Swept> {
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     //! The sample table's rows as a subscriber reads them back.
 
