@@ -23,8 +23,8 @@ use crate::payload::Payload;
 use crate::planted;
 use crate::workloads::{
     AtSegmentLength, Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE,
-    Peer, Shmrc, ShmrcChannel, attach_release, attach_release_batched, ping_pong, stream,
-    window_for,
+    Peer, Shmrc, ShmrcChannel, attach_release, attach_release_batched, fresh_segment_layout,
+    ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -513,7 +513,7 @@ fn sweep(
         let names = [
             format!("shmrc sweep, {count} segments"),
             format!("floor list+unlink, {count} names"),
-            format!("floor list+open+map+CAS+unlink, {count} names"),
+            format!("floor list+open+map+CAS+unlink, segment length, {count} names"),
         ];
         let nanos = samples.map(median);
         let mut rows = rows("sweep", None, Unit::Millis, &names, &nanos, &[1, 2]);
@@ -586,20 +586,28 @@ fn sweep_killed_holders(
     Ok(swept)
 }
 
-/// Makes `count` floor objects of 4 KiB named `<prefix>-<i>`, each with its first byte
-/// written (as a segment's creator writes its header: a reserved page never written is
-/// zeroed at its first fault instead), then times listing them and removing each:
-/// unlinking it, or (`mapped`) opening, mapping, CASing a word of, unlinking and
-/// unmapping it ([`floor::map_claim_unlink_named`]).
+/// Makes `count` floor objects named `<prefix>-<i>`, each with its first byte written
+/// (as a segment's creator writes its header: a reserved page never written is zeroed
+/// at its first fault instead), then times listing them and removing each: unlinking
+/// it, or (`mapped`) opening, mapping, CASing a word of, unlinking and unmapping it
+/// ([`floor::map_claim_unlink_named`]). The unlinked objects are of 4 KiB; the mapped
+/// ones as long as the segment shmrc makes for a 4 KiB file_system buffer (its header,
+/// holder slots and payload: the pages the sweep maps and frees), as the fill goals'
+/// bound is.
 fn sweep_floor(prefix: &str, count: usize, mapped: bool) -> Result<Duration> {
+    let len = if mapped {
+        fresh_segment_layout(Strategy::FileSystem, 4096)?.total_len()
+    } else {
+        4096
+    };
     for i in 0..count {
-        let fd = floor::create_named(&format!("{prefix}-{i}"), 4096, true)?;
-        FloorMap::new(std::os::fd::AsFd::as_fd(&fd), 4096)?.write_byte(0, 1)?;
+        let fd = floor::create_named(&format!("{prefix}-{i}"), len, true)?;
+        FloorMap::new(std::os::fd::AsFd::as_fd(&fd), len)?.write_byte(0, 1)?;
     }
     let start = Instant::now();
     for name in DefaultOs::default().shm_list(prefix)? {
         if mapped {
-            floor::map_claim_unlink_named(&name, 4096)?;
+            floor::map_claim_unlink_named(&name, len)?;
         } else {
             floor::unlink_named(&name)?;
         }
