@@ -477,28 +477,13 @@ mod tests {
     use super::*;
     use crate::os::sim::{SimKernel, SimOs};
     use crate::strategy::Strategy;
+    use crate::transport::pass_over_sim_stream;
 
     fn pool(os: &SimOs, strategy: Strategy) -> ShmPool<SimOs> {
         let options = CreateOptions::new()
             .strategy(strategy)
             .namespace(crate::namespace::Namespace::new("shmrc-pool-unit").unwrap());
         ShmPool::with_os(os.clone(), options, PoolLimits::default()).unwrap()
-    }
-
-    /// `handle`, sent by `from` to `to` over a simulated Unix stream.
-    fn pass(
-        kernel: &SimKernel,
-        from: &SimOs,
-        to: &SimOs,
-        handle: crate::handle::ShareHandle<SimOs>,
-    ) -> crate::handle::ShareHandle<SimOs> {
-        let (tx, rx) = kernel.stream_pair(from, to);
-        crate::transport::send_with(from, &tx, b"", vec![handle]).unwrap();
-        crate::transport::recv_with(to, &rx)
-            .unwrap()
-            .handles
-            .pop()
-            .unwrap()
     }
 
     #[test]
@@ -563,9 +548,21 @@ mod tests {
         let pool = pool(&os, Strategy::FileDescriptor);
         let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
         // `a` is held by a live consumer, `b` by one that dies: both lent.
-        let held_a = ShmBuf::attach(pass(&kernel, &os, &consumer, a.share().unwrap())).unwrap();
+        let held_a = ShmBuf::attach(pass_over_sim_stream(
+            &kernel,
+            &os,
+            &consumer,
+            a.share().unwrap(),
+        ))
+        .unwrap();
         let dying = kernel.spawn(1000);
-        let held_b = ShmBuf::attach(pass(&kernel, &os, &dying, b.share().unwrap())).unwrap();
+        let held_b = ShmBuf::attach(pass_over_sim_stream(
+            &kernel,
+            &os,
+            &dying,
+            b.share().unwrap(),
+        ))
+        .unwrap();
         let (key_a, key_b) = (a.key(), b.key());
         drop((a, b));
         kernel.kill(dying.pid());

@@ -420,24 +420,10 @@ mod tests {
     use crate::buf::{CreateOptions, ShmBuf};
     use crate::error::Error;
     use crate::handle::ShareHandle;
-    use crate::os::sim::{SimKernel, SimOs};
+    use crate::os::sim::SimKernel;
     use crate::pool::{PoolLimits, ShmPool};
     use crate::strategy::Strategy;
-
-    fn pass(
-        kernel: &SimKernel,
-        from: &SimOs,
-        to: &SimOs,
-        h: ShareHandle<SimOs>,
-    ) -> ShareHandle<SimOs> {
-        let (tx, rx) = kernel.stream_pair(from, to);
-        crate::transport::send_with(from, &tx, b"", vec![h]).unwrap();
-        crate::transport::recv_with(to, &rx)
-            .unwrap()
-            .handles
-            .pop()
-            .unwrap()
-    }
+    use crate::transport::pass_over_sim_stream;
 
     #[test]
     fn another_memfd_under_a_cached_key_is_a_miss_and_drops_the_entry() {
@@ -446,11 +432,19 @@ mod tests {
         let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
         let pool = ShmPool::with_os(producer.clone(), options, PoolLimits::default()).unwrap();
         let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
-        drop(ShmBuf::attach(pass(&kernel, &producer, &consumer, a.share().unwrap())).unwrap());
+        drop(
+            ShmBuf::attach(pass_over_sim_stream(
+                &kernel,
+                &producer,
+                &consumer,
+                a.share().unwrap(),
+            ))
+            .unwrap(),
+        );
         assert_eq!(stats(&consumer).entries, 1);
         // `a`'s description (key, share key, in-flight slot) with `b`'s memfd.
-        let of_a = pass(&kernel, &producer, &consumer, a.share().unwrap());
-        let mut of_b = pass(&kernel, &producer, &consumer, b.share().unwrap());
+        let of_a = pass_over_sim_stream(&kernel, &producer, &consumer, a.share().unwrap());
+        let mut of_b = pass_over_sim_stream(&kernel, &producer, &consumer, b.share().unwrap());
         let forged = ShareHandle {
             os: consumer.clone(),
             meta: of_a.meta,
