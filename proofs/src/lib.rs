@@ -218,8 +218,18 @@ fn rebuild(initial: &State, parent: &[(u32, Option<Transition>)], id: u32) -> Ve
 mod tests {
     use super::*;
 
+    /// Explores `config` and fails the test with the violation found, if any; the
+    /// report, to check how much was explored.
+    fn explored(config: Config) -> Report {
+        let report = explore(config);
+        if let Some(v) = &report.violation {
+            panic!("{v}");
+        }
+        report
+    }
+
     fn bounded(procs: usize, slots: usize, segments: usize, ops: u8) -> Report {
-        explore(Config {
+        explored(Config {
             procs,
             slots,
             segments,
@@ -234,9 +244,6 @@ mod tests {
     #[test]
     fn two_processes_two_slots_one_segment_satisfy_p1_to_p5() {
         let report = bounded(2, 2, 1, 3);
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(
             report.states > 10_000,
             "too few states explored ({}): the model does nothing",
@@ -252,9 +259,6 @@ mod tests {
     #[test]
     fn a_live_finalizer_taken_over_that_resumes_satisfies_p1_to_p5() {
         let report = bounded(3, 2, 1, 2);
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(
             report.live_takeovers > 1_000,
             "only {} takeovers of a live finalizer explored",
@@ -265,15 +269,12 @@ mod tests {
     #[test]
     fn three_processes_three_slots_one_segment_with_two_ops_satisfy_p1_to_p5() {
         let report = bounded(3, 3, 1, 2);
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(report.states > 50_000, "{} states", report.states);
     }
 
     #[test]
     fn recycling_with_a_stale_copy_satisfies_p1_to_p5() {
-        let report = explore(Config {
+        let report = explored(Config {
             procs: 2,
             slots: 2,
             segments: 1,
@@ -283,9 +284,6 @@ mod tests {
             anonymous: false,
             takeovers: true,
         });
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(report.states > 10_000, "{} states", report.states);
     }
 
@@ -294,7 +292,7 @@ mod tests {
     /// recycle reclaims its word) and be attached after the recycle.
     #[test]
     fn a_memfd_pool_recycling_with_stale_handles_satisfies_p1_to_p5() {
-        let report = explore(Config {
+        let report = explored(Config {
             procs: 3,
             slots: 3,
             segments: 1,
@@ -304,9 +302,6 @@ mod tests {
             anonymous: true,
             takeovers: true,
         });
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(report.states > 100_000, "{} states", report.states);
     }
 
@@ -315,7 +310,7 @@ mod tests {
     /// be a real hold, not a leak).
     #[test]
     fn a_memfd_pool_of_two_segments_satisfies_p1_to_p5() {
-        let report = explore(Config {
+        let report = explored(Config {
             procs: 2,
             slots: 2,
             segments: 2,
@@ -325,9 +320,6 @@ mod tests {
             anonymous: true,
             takeovers: true,
         });
-        if let Some(v) = &report.violation {
-            panic!("{v}");
-        }
         assert!(report.states > 100_000, "{} states", report.states);
     }
 }
