@@ -882,9 +882,17 @@ fn judge_goals(rows: &[Row], only: Option<&str>) -> Vec<(Goal, Verdict)> {
 }
 
 fn print_goals(verdicts: &[(Goal, Verdict)]) {
-    if verdicts.is_empty() {
-        return;
+    if !verdicts.is_empty() {
+        println!(
+            "\nGoals (ratio to a baseline of this run):\n{}",
+            goals_table(verdicts)
+        );
     }
+}
+
+/// The goals and their verdicts as a table, no line ending in spaces (a column is as
+/// wide as its widest cell, and the reasons are long).
+fn goals_table(verdicts: &[(Goal, Verdict)]) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header(["ISSUE", "GOAL", "RATIO", "VERDICT", "REASON"]);
@@ -897,7 +905,7 @@ fn print_goals(verdicts: &[(Goal, Verdict)]) {
             verdict.reason().to_owned(),
         ]);
     }
-    println!("\nGoals (ratio to a baseline of this run):\n{table}");
+    table.trim_fmt()
 }
 
 /// The workloads `--only` may name.
@@ -1100,6 +1108,11 @@ fn size_name(size: Option<usize>) -> String {
 }
 
 fn print_tables(rows: &[Row]) {
+    println!("{}", rows_table(rows));
+}
+
+/// The rows as a table, no line ending in spaces.
+fn rows_table(rows: &[Row]) -> String {
     let mut table = comfy_table::Table::new();
     table.load_preset(comfy_table::presets::NOTHING);
     table.set_header([
@@ -1133,7 +1146,7 @@ fn print_tables(rows: &[Row]) {
             },
         ]);
     }
-    println!("{table}");
+    table.trim_fmt()
 }
 
 /// The `--json` document.
@@ -1325,5 +1338,42 @@ mod tests {
             .find(|(g, _)| g.contender == "shmrc file_descriptor" && g.size == Some(4096))
             .expect("the fill 4 KiB goal of file_descriptor");
         assert_eq!(absent.word(), "not measured");
+    }
+
+    /// A short cell in a column made wide by a long one (a goal's reason, a row's
+    /// ratios) must not leave its line padded with spaces to that width.
+    #[test]
+    fn the_printed_tables_end_no_line_in_spaces() {
+        let names = [
+            "shmrc file_system".to_owned(),
+            "floor shm_open+fallocate".to_owned(),
+            "floor shm_open+fallocate, segment length".to_owned(),
+        ];
+        let mut fill = rows(
+            "fill",
+            Some(4096),
+            Unit::PerSecond,
+            &names,
+            &[30.0, 20.0, 26.0],
+            &[1],
+        );
+        // Met at 1 MiB: a goal whose reason is empty, beside a missed one's.
+        fill.extend(rows(
+            "fill",
+            Some(1 << 20),
+            Unit::PerSecond,
+            &names,
+            &[20.0, 20.0, 20.0],
+            &[1],
+        ));
+        let verdicts = judge_goals(&fill, Some("fill"));
+        assert!(verdicts.iter().any(|(_, v)| v.word() == "missed"));
+        assert!(verdicts.iter().any(|(_, v)| v.reason().is_empty()));
+        for table in [rows_table(&fill), goals_table(&verdicts)] {
+            assert!(table.lines().count() > 2, "{table}");
+            for line in table.lines() {
+                assert_eq!(line, line.trim_end(), "a padded line in:\n{table}");
+            }
+        }
     }
 }
