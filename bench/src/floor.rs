@@ -18,7 +18,9 @@
 //! undefined behaviour is not), as in shmrc's own POSIX backend. The two plain slices over a mapping
 //! ([`FloorMap::as_slice`], [`FloorMap::as_mut_slice`], for the fill workload) are
 //! `unsafe`: their caller promises, as with shmrc's `DataRegion`, that nothing writes
-//! (or, for the mutable one, touches) the bytes while the slice lives.
+//! (or, for the mutable one, touches) the bytes while the slice lives. One more block
+//! makes the raw `pidfd_open` system call (no safe wrapper in std or nix) and takes
+//! ownership of the descriptor it returns.
 #![allow(unsafe_code)]
 
 use std::ffi::c_void;
@@ -30,6 +32,7 @@ use std::ptr::NonNull;
 
 use nix::errno::Errno;
 use nix::fcntl::{OFlag, posix_fallocate};
+use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 use nix::sys::mman::{MapFlags, ProtFlags, mmap, munmap, shm_open, shm_unlink};
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
@@ -109,19 +112,61 @@ pub fn unlink_named(name: &str) -> Result<()> {
 /// mapping (reading the file and unlinking it would destroy a segment a process had
 /// just claimed, `docs/PROTOCOL.md` §6, P1). [`Error::Gone`] if there is no such name.
 pub fn map_claim_unlink_named(name: &str, len: usize) -> Result<()> {
-    let fd = open_named(name)?;
-    let stat = nix::sys::stat::fstat(&fd).map_err(|e| Error::os("fstat", e))?;
-    if stat.st_uid != nix::unistd::geteuid().as_raw() || (stat.st_size as u64) < len as u64 {
-        return Err(Error::InvalidArgument(format!(
-            "floor object {name} is not this user's or is shorter than {len} bytes"
-        )));
-    }
+    let fd = open_checked(name, len, nix::unistd::geteuid().as_raw())?;
     let map = FloorMap::new(fd.as_fd(), len)?;
     drop(fd);
     map.compare_exchange_word(0, 0, 1)?;
     unlink_named(name)?;
     drop(map);
     Ok(())
+}
+
+/// Opens the named object `name` and checks on the descriptor (`fstat`), as shmrc does
+/// before it maps a segment, that it belongs to the user `me` and is at least `len`
+/// bytes long. [`Error::Gone`] if there is no such name.
+pub fn open_checked(name: &str, len: usize, me: u32) -> Result<OwnedFd> {
+    let fd = open_named(name)?;
+    let stat = nix::sys::stat::fstat(&fd).map_err(|e| Error::os("fstat", e))?;
+    if stat.st_uid != me || (stat.st_size as u64) < len as u64 {
+        return Err(Error::InvalidArgument(format!(
+            "floor object {name} is not this user's or is shorter than {len} bytes"
+        )));
+    }
+    Ok(fd)
+}
+
+/// Sets the mode of `fd`'s object to 0600 (its owner reads and writes) whatever the
+/// umask left of it, as shmrc does for a named segment it creates.
+pub fn set_owner_only(fd: &OwnedFd) -> Result<()> {
+    nix::sys::stat::fchmod(fd, Mode::S_IRUSR | Mode::S_IWUSR).map_err(|e| Error::os("fchmod", e))
+}
+
+/// A process descriptor on the process `pid` (`pidfd_open`, Linux 5.3): readable once
+/// that process has exited.
+pub fn pidfd_of(pid: u32) -> Result<OwnedFd> {
+    let raw_pid = libc::pid_t::try_from(pid)
+        .map_err(|_| Error::InvalidArgument(format!("pid {pid} is out of range")))?;
+    // SAFETY: pidfd_open takes a pid and a flags word (0) and returns a new descriptor
+    // or -1; it reads and writes no memory of this process.
+    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, raw_pid, 0 as libc::c_uint) };
+    if ret < 0 {
+        return Err(Error::os("pidfd_open", std::io::Error::last_os_error()));
+    }
+    let raw = RawFd::try_from(ret).map_err(|_| {
+        Error::InvalidArgument(format!("pidfd_open returned {ret}, not a descriptor"))
+    })?;
+    // SAFETY: `raw` is the descriptor pidfd_open just returned; nothing else owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Whether the process of the process descriptor `pidfd` has exited: one `poll` that
+/// does not wait.
+pub fn has_exited(pidfd: BorrowedFd<'_>) -> Result<bool> {
+    let mut fds = [PollFd::new(pidfd, PollFlags::POLLIN)];
+    poll(&mut fds, PollTimeout::ZERO).map_err(|e| Error::os("poll", e))?;
+    Ok(fds[0]
+        .revents()
+        .is_some_and(|r| r.contains(PollFlags::POLLIN)))
 }
 
 /// A shared read-write mapping; dropping it unmaps it.
@@ -401,6 +446,42 @@ mod tests {
         map_claim_unlink_named(&name, 4096).unwrap();
         assert!(open_named(&name).unwrap_err().is_gone());
         assert!(map_claim_unlink_named(&name, 4096).unwrap_err().is_gone());
+    }
+
+    #[test]
+    fn a_checked_open_refuses_another_users_object_and_a_missing_one() {
+        let name = format!("shmrc-floor-test-checked-{}", std::process::id());
+        let fd = create_named(&name, 4096, true).unwrap();
+        // The mode is 0600 after set_owner_only whatever it was before.
+        nix::sys::stat::fchmod(&fd, Mode::empty()).unwrap();
+        set_owner_only(&fd).unwrap();
+        let mode = nix::sys::stat::fstat(&fd).unwrap().st_mode & 0o7777;
+        assert_eq!(mode, 0o600);
+        drop(fd);
+        let me = nix::unistd::geteuid().as_raw();
+        let e = open_checked(&name, 4096, me.wrapping_add(1)).unwrap_err();
+        assert!(e.to_string().contains("not this user's"), "{e}");
+        drop(open_checked(&name, 4096, me).unwrap());
+        unlink_named(&name).unwrap();
+        assert!(open_checked(&name, 4096, me).unwrap_err().is_gone());
+    }
+
+    #[test]
+    fn a_process_descriptor_reads_exited_once_its_process_has_and_a_bad_pid_is_an_error() {
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pidfd = pidfd_of(child.id()).unwrap();
+        assert!(!has_exited(pidfd.as_fd()).unwrap());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(has_exited(pidfd.as_fd()).unwrap());
+        let e = pidfd_of(u32::MAX).unwrap_err();
+        assert!(e.to_string().contains("out of range"), "{e}");
+        // A pid no process has (the largest the kernel can give is 2^22).
+        let e = pidfd_of(1 << 23).unwrap_err();
+        assert!(e.to_string().contains("pidfd_open"), "{e}");
     }
 
     #[test]

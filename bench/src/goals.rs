@@ -14,7 +14,7 @@ use serde::Serialize;
 use shmrc::Strategy;
 use shmrc::checkers::segment::HEADER_BYTES;
 
-use crate::workloads::{SEGMENT_LENGTH, fresh_segment_layout};
+use crate::workloads::{SEGMENT_LENGTH, WITH_CHECKS, fresh_segment_layout};
 
 /// One goal: `contender`'s cost over `baseline`'s, both rows of `workload` at `size`,
 /// at most `limit`.
@@ -225,6 +225,9 @@ const FRESH_FIXED: &str = "a fresh 4 KiB buffer is 4,288 bytes with its header \
 const FILL_OVER_BOUND: &str = "over the bound: writing the header and holder slot and a \
     few system calls (one getrandom, the size seal, geteuid; docs/PERFORMANCE.md, \
     'Where fill 4 KiB and the channel spend above the floor')";
+const FILL_OVER_CHECKS: &str = "over the bound: the producer's holder slot and finalize \
+    words, the transport's frame (a second recvmsg) and the library's code \
+    (docs/PERFORMANCE.md, 'Where fill 4 KiB and the channel spend above the floor')";
 const POOL_FIXED: &str = "the pool's recycle step, the handle and the consumer's header \
     check and slot claim, on every buffer; the consumer's mapping cache spares it the \
     open + mmap + munmap the bare floor pays, except on a miss (a segment's first use, or \
@@ -243,6 +246,22 @@ const FINALIZE: &str = "the last release touches the slots below the mark (those
     is the floor's munmap + close + unlink (docs/PROTOCOL.md §5, \"The mark\")";
 const GROW: &str = "the reservation of fresh pages (posix_fallocate) dominates both rows; \
     what is left is shmrc's fixed cost per buffer";
+
+/// The bound of a fresh file_system fill of `size` bytes against `floor`: the bound
+/// at shmrc's segment length ([`segment_length_bound`]) that also makes shmrc's checks
+/// ([`crate::workloads::FloorChecked`]).
+fn checked_bound(floor: &str, size: usize) -> Bound {
+    let at_length = segment_length_bound(Strategy::FileSystem, floor, size);
+    Bound {
+        row: format!("{}{WITH_CHECKS}", at_length.row),
+        what: format!(
+            "{}, with the system calls and slot CASes of shmrc's checks (getrandom, \
+             geteuid, fchmod 0600; the consumer's two geteuid, fstat, slot claim and \
+             release, pidfd poll)",
+            at_length.what
+        ),
+    }
+}
 
 /// The bound of a fresh fill of `size` bytes with `strategy` against `floor`: that
 /// floor with objects as long as shmrc's segment
@@ -296,9 +315,12 @@ pub fn all() -> Vec<Goal> {
         bound: None,
     };
     // A fresh fill against the reserved floor, bounded by that floor at shmrc's
-    // segment length.
+    // segment length (file_system: and with shmrc's checks).
     let fill = |issue, size: usize, strategy, fresh: &str, floor: &str, cause| Goal {
-        bound: Some(segment_length_bound(strategy, floor, size)),
+        bound: Some(match strategy {
+            Strategy::FileDescriptor => segment_length_bound(strategy, floor, size),
+            Strategy::FileSystem => checked_bound(floor, size),
+        }),
         ..goal(issue, "fill", Some(size), fresh, floor, 1.2, cause)
     };
     // (fresh shmrc, its floor with the same reservation, pool, bare floor, channel)
@@ -326,7 +348,11 @@ pub fn all() -> Vec<Goal> {
         let k4 = Some(KIB4);
         goals.push(goal(34, "ping-pong", k4, pool, bare, 1.1, POOL_FIXED));
         goals.push(goal(34, "stream", k4, pool, bare, 1.1, POOL_FIXED));
-        goals.push(fill(34, KIB4, strategy, fresh, floor, FILL_OVER_BOUND));
+        let over_bound = match strategy {
+            Strategy::FileDescriptor => FILL_OVER_BOUND,
+            Strategy::FileSystem => FILL_OVER_CHECKS,
+        };
+        goals.push(fill(34, KIB4, strategy, fresh, floor, over_bound));
         goals.push(goal(
             34,
             "channel ping-pong",
@@ -486,6 +512,27 @@ mod tests {
     }
 
     #[test]
+    fn the_file_system_fill_goals_are_bound_by_the_checked_floor_the_harness_measures() {
+        let checked = checked_bound("floor shm_open+fallocate", KIB4);
+        let measured = crate::workloads::FloorChecked::new(String::new());
+        assert_eq!(
+            checked.row,
+            crate::workloads::Contender::name(&measured),
+            "the goal's bound names a row the harness does not make"
+        );
+        assert!(checked.what.contains("4,800 bytes"), "{}", checked.what);
+        let fs_fills: Vec<Goal> = all()
+            .into_iter()
+            .filter(|g| g.workload == "fill" && g.contender == "shmrc file_system")
+            .collect();
+        assert_eq!(fs_fills.len(), 3, "4 KiB, 1 MiB, 64 MiB");
+        for g in fs_fills {
+            let row = g.bound.expect("a file_system fill goal has a bound").row;
+            assert!(row.ends_with(WITH_CHECKS), "{row}");
+        }
+    }
+
+    #[test]
     fn the_fill_bound_names_the_segment_length_of_the_library_layout() {
         let fd = segment_length_bound(Strategy::FileDescriptor, "floor memfd+fallocate", KIB4);
         assert_eq!(fd.row, "floor memfd+fallocate, segment length");
@@ -555,6 +602,7 @@ mod tests {
             "floor munmap+close+unlink",
             "floor memfd+fallocate, segment length",
             "floor shm_open+fallocate, segment length",
+            "floor shm_open+fallocate, segment length, with checks",
             "floor list+open+map+CAS+unlink, segment length, 10000 names",
         ];
         for g in all() {

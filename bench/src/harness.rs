@@ -22,9 +22,9 @@ use crate::kill_latency;
 use crate::payload::Payload;
 use crate::planted;
 use crate::workloads::{
-    AtSegmentLength, Contender, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT, PEER_NAMESPACE,
-    Peer, Shmrc, ShmrcChannel, attach_release, attach_release_batched, fresh_segment_layout,
-    ping_pong, stream, window_for,
+    AtSegmentLength, Contender, FloorChecked, FloorFd, FloorNamed, FloorReused, Mode, PEER_COUNT,
+    PEER_NAMESPACE, Peer, Shmrc, ShmrcChannel, attach_release, attach_release_batched,
+    fresh_segment_layout, ping_pong, stream, window_for,
 };
 
 /// Options of `shmrc bench` (the CLI parses them).
@@ -240,7 +240,8 @@ impl BufferWorkload {
 
 /// A buffer workload at every size, for one strategy: shmrc and its two floors, and
 /// shmrc's pool and the bare floor it is compared with (index 4, a third baseline);
-/// for the fill workload, last, the reserved floor at shmrc's segment length.
+/// for the fill workload, last, the reserved floor at shmrc's segment length and, for
+/// file_system, the same floor with shmrc's checks ([`FloorChecked`]).
 fn buffer_workload(
     workload: BufferWorkload,
     strategy: Strategy,
@@ -281,6 +282,10 @@ fn buffer_workload(
                 AtSegmentLength::new(FloorNamed::new(prefix.clone(), true), strategy).name()
             }
         });
+        // file_system's goal bound: that floor with shmrc's checks.
+        if strategy == Strategy::FileSystem {
+            names.push(FloorChecked::new(prefix.clone()).name());
+        }
     }
     let baselines: &[usize] = if pooled { &[1, 2, 4] } else { &[1, 2] };
     let peers = names
@@ -324,6 +329,10 @@ fn buffer_workload(
                     len,
                 ),
             });
+            if strategy == Strategy::FileSystem {
+                let peer = &peers[measures.len()];
+                measures.push(workload.measure(FloorChecked::new(prefix.clone()), peer, len));
+            }
         }
         let nanos = interleaved(effort, &mut measures)?;
         out.extend(rows(
@@ -1284,13 +1293,14 @@ mod tests {
             "shmrc file_system".to_owned(),
             "floor shm_open+fallocate".to_owned(),
             "floor shm_open+fallocate, segment length".to_owned(),
+            "floor shm_open+fallocate, segment length, with checks".to_owned(),
         ];
         let mut fill = rows(
             "fill",
             Some(4096),
             Unit::PerSecond,
             &names,
-            &[30.0, 20.0, 26.0],
+            &[30.0, 20.0, 23.0, 26.0],
             &[1],
         );
         // A growth row of the same workload and size must not be taken for the goal's.
@@ -1299,7 +1309,7 @@ mod tests {
             Some(4096),
             Unit::PerSecond,
             &names,
-            &[1.0, 100.0, 1.0],
+            &[1.0, 100.0, 1.0, 1.0],
             &[1],
         );
         for row in &mut growth {
@@ -1319,7 +1329,8 @@ mod tests {
             "{}",
             verdict.reason()
         );
-        // Its bound, the floor at shmrc's segment length, from the same run's rows.
+        // Its bound, the floor at shmrc's segment length with shmrc's checks, from the
+        // same run's rows.
         assert!(
             verdict.reason().contains(
                 "is itself 1.30x the baseline, past the 1.2x goal by itself; \
@@ -1330,7 +1341,7 @@ mod tests {
         );
         assert_eq!(
             verdict.bound().map(|b| b.row.as_str()),
-            Some("floor shm_open+fallocate, segment length")
+            Some("floor shm_open+fallocate, segment length, with checks")
         );
         // Its file_descriptor twin had no rows in this run.
         let (_, absent) = verdicts

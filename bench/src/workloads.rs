@@ -34,9 +34,11 @@ use std::time::{Duration, Instant};
 
 use crate::floor::{self, FloorMap};
 use crate::payload::{Payload, next_seed};
-use shmrc::checkers::segment::{DEFAULT_CAPACITY, Layout};
+use shmrc::checkers::os::Os;
+use shmrc::checkers::segment::{DEFAULT_CAPACITY, HEADER_BYTES, Layout};
 use shmrc::{
-    CreateOptions, Error, Namespace, PoolLimits, Result, ShmBuf, ShmPool, Strategy, transport,
+    CreateOptions, DefaultOs, Error, Namespace, PoolLimits, Result, ShmBuf, ShmPool, Strategy,
+    transport,
 };
 
 /// Environment variable naming the contender a peer process serves.
@@ -373,7 +375,7 @@ impl FloorNamed {
 pub struct NamedBuf {
     name: String,
     map: FloorMap,
-    _fd: OwnedFd,
+    fd: OwnedFd,
 }
 
 impl Drop for NamedBuf {
@@ -395,7 +397,7 @@ impl Contender for FloorNamed {
         let fd = floor::create_named(&name, len, self.reserve)?;
         let map = FloorMap::new(fd.as_fd(), len)?;
         map.write_byte(0, 1)?;
-        Ok(NamedBuf { name, map, _fd: fd })
+        Ok(NamedBuf { name, map, fd })
     }
 
     fn write(&mut self, buf: &NamedBuf, payload: Payload, seed: u64) -> Result<()> {
@@ -478,6 +480,94 @@ impl<C: Contender> Contender for AtSegmentLength<C> {
 
     fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
         self.inner.consume(stream, payload)
+    }
+}
+
+/// The suffix of a [`FloorChecked`] floor's name.
+pub const WITH_CHECKS: &str = ", with checks";
+
+/// The word of a checked floor object that its consumer claims and releases as shmrc's
+/// consumer does its holder slot: the first after the header.
+const SLOT_WORD: usize = HEADER_BYTES;
+
+/// The reserved named floor at shmrc's segment length ([`AtSegmentLength`]) that also
+/// makes the system calls and the slot claim by which shmrc keeps its promises for a
+/// fresh file_system buffer: the producer draws the 24 random bytes of the name's nonce
+/// and the share key (unguessable names), asks its effective uid (the user's namespace)
+/// and sets the object's mode to 0600 whatever the umask; the consumer asks the uid
+/// twice (the handle's name, then the file's owner), checks owner and length on the
+/// opened descriptor (`fstat`), claims and releases a slot word by CAS, and at the
+/// release polls the producer's process descriptor (does the other holder live?). Not
+/// made: the producer's own slot and finalize words (a few CASes on a page it has
+/// written) and the transport's frame. The least an implementation keeping shmrc's
+/// segment and its checks pays: the file_system fill goals' bound.
+pub struct FloorChecked {
+    inner: AtSegmentLength<FloorNamed>,
+    /// The consumer's process descriptor on its producer (the peer's parent), opened
+    /// at the first message.
+    producer: Option<OwnedFd>,
+}
+
+impl FloorChecked {
+    /// Checked floor objects named `<prefix>-<n>`.
+    pub fn new(prefix: String) -> FloorChecked {
+        FloorChecked {
+            inner: AtSegmentLength::new(FloorNamed::new(prefix, true), Strategy::FileSystem),
+            producer: None,
+        }
+    }
+}
+
+impl Contender for FloorChecked {
+    type Buf = NamedBuf;
+
+    fn name(&self) -> String {
+        format!("{}{WITH_CHECKS}", self.inner.name())
+    }
+
+    fn create(&mut self, len: usize) -> Result<NamedBuf> {
+        let os = DefaultOs::default();
+        os.random_u128_and_u64()?;
+        os.uid();
+        let buf = self.inner.create(len)?;
+        floor::set_owner_only(&buf.fd)?;
+        Ok(buf)
+    }
+
+    fn write(&mut self, buf: &NamedBuf, payload: Payload, seed: u64) -> Result<()> {
+        self.inner.write(buf, payload, seed)
+    }
+
+    fn send(&mut self, stream: &UnixStream, buf: &NamedBuf, count: usize) -> Result<()> {
+        self.inner.send(stream, buf, count)
+    }
+
+    fn consume(&mut self, stream: &UnixStream, payload: Payload) -> Result<Option<(u64, u64)>> {
+        let producer = match &self.producer {
+            Some(fd) => fd,
+            None => self.producer.insert(floor::pidfd_of(
+                nix::unistd::getppid().as_raw().unsigned_abs(),
+            )?),
+        };
+        let Some((len, count, name)) = recv_named(stream)? else {
+            return Ok(None);
+        };
+        let os = DefaultOs::default();
+        let start = Instant::now();
+        let mut read = 0;
+        for _ in 0..count {
+            os.uid();
+            let fd = floor::open_checked(&name, len, os.uid())?;
+            let map = FloorMap::new(fd.as_fd(), len)?;
+            drop(fd);
+            // The claim and, after the read, the release: each a CAS of the slot word
+            // (from 0 to 0: the payload's bytes stay as written).
+            map.compare_exchange_word(SLOT_WORD, 0, 0)?;
+            read = payload.read(&map)?;
+            map.compare_exchange_word(SLOT_WORD, 0, 0)?;
+            floor::has_exited(producer.as_fd())?;
+        }
+        Ok(Some((read, nanos(start.elapsed()))))
     }
 }
 
@@ -979,6 +1069,9 @@ pub fn serve_builtin() -> Option<Result<()>> {
         Shmrc::POOLED_FD => serve(Shmrc::new(Strategy::FileDescriptor, ns)),
         // The bare floor's peer is the named floor's (open, map, read, unmap).
         n if n.starts_with("floor memfd") => serve(FloorFd { reserve: false }),
+        n if n.starts_with("floor shm_open") && n.ends_with(WITH_CHECKS) => {
+            serve(FloorChecked::new(String::new()))
+        }
         n if n.starts_with("floor shm_open") => serve(FloorNamed::new(String::new(), false)),
         _ => return None,
     })
