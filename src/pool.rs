@@ -548,21 +548,11 @@ mod tests {
         let pool = pool(&os, Strategy::FileDescriptor);
         let (a, b) = (pool.get(64).unwrap(), pool.get(64).unwrap());
         // `a` is held by a live consumer, `b` by one that dies: both lent.
-        let held_a = ShmBuf::attach(pass_over_sim_stream(
-            &kernel,
-            &os,
-            &consumer,
-            a.share().unwrap(),
-        ))
-        .unwrap();
+        let (share_a, share_b) = (a.share().unwrap(), b.share().unwrap());
+        let held_a = ShmBuf::attach(pass_over_sim_stream(&kernel, &os, &consumer, share_a));
         let dying = kernel.spawn(1000);
-        let held_b = ShmBuf::attach(pass_over_sim_stream(
-            &kernel,
-            &os,
-            &dying,
-            b.share().unwrap(),
-        ))
-        .unwrap();
+        let held_b = ShmBuf::attach(pass_over_sim_stream(&kernel, &os, &dying, share_b));
+        let (held_a, held_b) = (held_a.unwrap(), held_b.unwrap());
         let (key_a, key_b) = (a.key(), b.key());
         drop((a, b));
         kernel.kill(dying.pid());
