@@ -889,6 +889,92 @@ pub fn others_hold(h: &Holders<'_>, own: usize) -> bool {
     (0..h.mark()).any(|index| index != own && h.slot_word(index) != Some(FREE))
 }
 
+/// Where the seal handshake stands: the sub-machine that ends a finalize's commit pass
+/// ([`FinalizeAt::Seal`]) and a recycle's tombstone pass ([`RecycleAt::Seal`]) once
+/// the slots below the mark they read are their tombstones (`docs/PROTOCOL.md` §5, "The
+/// mark"). Seal the finalizer word, re-read the mark after the seal, and if a claim
+/// raised it meanwhile, unseal and turn the slots up to it. Each step is one access to
+/// the finalizer word or the mark ([`SealAt::step`]); what follows each outcome is the
+/// embedding machine's ([`Sealing`]).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum SealAt {
+    /// CAS the finalizer word from ours to ours, [`SEALING`].
+    Seal,
+    /// Sealed: re-read the mark. Not grown past the slots turned: the seal stands;
+    /// grown: unseal.
+    CheckMark,
+    /// The mark grew: CAS the finalizer word from ours, sealing, back to ours, then
+    /// turn slots from `from` on.
+    Unseal {
+        /// The first slot not yet turned.
+        from: usize,
+    },
+}
+
+/// Where a [`SealAt`] step leads the machine that embeds it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Sealing {
+    /// The handshake's next step.
+    Next(SealAt),
+    /// Sealed, and the mark has not grown past the slots turned: go on (a finalize
+    /// commits, a recycle bumps the generation).
+    Stands,
+    /// Unsealed after the mark grew (the bound is raised to it): turn the slots from
+    /// `from` on.
+    Unsealed {
+        /// The first slot not yet turned.
+        from: usize,
+    },
+    /// The finalizer word is not ours (taken over while we stood still): give up the
+    /// tombstones (a finalize rolls them back, a recycle reopens them).
+    Lost,
+}
+
+impl SealAt {
+    /// Runs this step on the finalizer word `mine` (ours, not sealing) with `bound`, the
+    /// mark last read (every slot below it turned), which the re-read raises if the mark
+    /// grew.
+    fn step(self, h: &Holders<'_>, mine: u64, bound: &mut usize) -> Sealing {
+        match self {
+            SealAt::Seal => {
+                // SeqCst: after our last tombstone, before our re-read of the mark: a
+                // claimer reads the finalizer word after its read (or raise) of the
+                // mark, so it sees the seal or we see its mark (docs/PROTOCOL.md §5).
+                if h.finalizer
+                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    Sealing::Lost
+                } else {
+                    Sealing::Next(SealAt::CheckMark)
+                }
+            }
+            SealAt::CheckMark => {
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
+                if mark <= *bound {
+                    Sealing::Stands
+                } else {
+                    let from = *bound;
+                    *bound = mark;
+                    Sealing::Next(SealAt::Unseal { from })
+                }
+            }
+            SealAt::Unseal { from } => {
+                // SeqCst: the seal goes before we turn the slots up to the new mark.
+                if h.finalizer
+                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    Sealing::Lost
+                } else {
+                    Sealing::Unsealed { from }
+                }
+            }
+        }
+    }
+}
+
 /// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum RecycleAt {
@@ -905,17 +991,10 @@ pub enum RecycleAt {
         /// The word read from it.
         seen: u64,
     },
-    /// Every other slot below the mark is a tombstone: seal the finalizer word (as
-    /// [`FinalizeAt::Seal`]).
-    Seal,
-    /// Sealed: re-read the mark; grown, unseal and go on.
-    CheckMark,
-    /// The mark grew: unseal, then turn slots from `from` on.
-    Unseal {
-        /// The first slot not yet turned.
-        from: usize,
-    },
-    /// Every other slot is a tombstone: bump the generation word.
+    /// Every other slot below the mark is a tombstone: the seal handshake ([`SealAt`],
+    /// as a finalize's).
+    Seal(SealAt),
+    /// Every other slot is a tombstone (and the seal stands): bump the generation word.
     Bump,
     /// CAS slot `index` from `TOMB` back to `FREE` (after the bump, or rolling back).
     Reopen {
@@ -972,7 +1051,7 @@ impl Recycle {
         if self.within(next, h) {
             RecycleAt::Load(next)
         } else if h.mark.is_some() {
-            RecycleAt::Seal
+            RecycleAt::Seal(SealAt::Seal)
         } else {
             RecycleAt::Bump
         }
@@ -1043,39 +1122,13 @@ impl Recycle {
                     self.after_reopen_of(None, false, h)
                 }
             }
-            RecycleAt::Seal => {
-                // SeqCst: as finalize's seal (`FinalizeAt::Seal`).
-                if h.finalizer
-                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_reopen_of(None, false, h)
-                } else {
-                    RecycleAt::CheckMark
-                }
-            }
-            RecycleAt::CheckMark => {
-                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
-                let mark = h.mark_latest();
-                if mark <= self.bound {
-                    RecycleAt::Bump
-                } else {
-                    let from = self.bound;
-                    self.bound = mark;
-                    RecycleAt::Unseal { from }
-                }
-            }
-            RecycleAt::Unseal { from } => {
-                // SeqCst: the seal goes before we turn the slots up to the new mark.
-                if h.finalizer
-                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_reopen_of(None, false, h)
-                } else {
-                    self.after_tomb_of(from.checked_sub(1), h)
-                }
-            }
+            // Each step's orderings: `SealAt::step`.
+            RecycleAt::Seal(at) => match at.step(h, mine, &mut self.bound) {
+                Sealing::Next(at) => RecycleAt::Seal(at),
+                Sealing::Stands => RecycleAt::Bump,
+                Sealing::Unsealed { from } => self.after_tomb_of(from.checked_sub(1), h),
+                Sealing::Lost => self.after_reopen_of(None, false, h),
+            },
             RecycleAt::Bump => {
                 // Only the finalizer word's owner writes the generation: load + store.
                 let generation = h.generation.map_or(0, |g| {
@@ -1224,18 +1277,11 @@ pub enum FinalizeAt {
         /// The word read.
         seen: u64,
     },
-    /// 4. Every slot below the mark is our tombstone: CAS the finalizer word from ours
-    ///    to ours, [`SEALING`] (taken over meanwhile: back off, roll back).
-    Seal,
-    /// 4. Sealed: re-read the mark. Not grown past the slots turned: commit; grown (a
-    ///    claim raised it before our seal): unseal and turn the slots up to it.
-    CheckMark,
-    /// 4. The mark grew: CAS the finalizer word from ours, sealing, back to ours, then
-    ///    turn slots from `from` on (taken over meanwhile: roll back).
-    Unseal {
-        /// The first slot not yet turned.
-        from: usize,
-    },
+    /// 4. Every slot below the mark is our tombstone: the seal handshake ([`SealAt`]):
+    ///    seal, re-read the mark; not grown past the slots turned: commit; grown (a
+    ///    claim raised it before our seal): unseal and turn the slots up to it (taken
+    ///    over meanwhile: back off, roll back).
+    Seal(SealAt),
     /// 4. CAS the finalizer word from ours (`sealed`: sealing) to ours, [`COMMITTED`]
     ///    (taken over meanwhile: back off, roll back).
     Commit {
@@ -1355,7 +1401,7 @@ impl Finalize {
         if self.within(next, h) {
             FinalizeAt::TombLoad { index: next }
         } else if h.mark.is_some() {
-            FinalizeAt::Seal
+            FinalizeAt::Seal(SealAt::Seal)
         } else {
             FinalizeAt::Commit { sealed: false }
         }
@@ -1570,44 +1616,19 @@ impl Finalize {
                     self.after_rollback_of(None, h)
                 }
             }
-            FinalizeAt::Seal => {
-                // SeqCst: after our last tombstone, before our re-read of the mark: a
-                // claimer reads the finalizer word after its read (or raise) of the
-                // mark, so it sees the seal or we see its mark (docs/PROTOCOL.md §5).
-                if h.finalizer
-                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
-                    .is_err()
+            // Each step's orderings: `SealAt::step`.
+            FinalizeAt::Seal(at) => match at.step(h, mine, &mut self.bound) {
+                Sealing::Next(SealAt::CheckMark)
+                    if cfg!(shmrc_plant = "finalize_no_mark_reread") =>
                 {
-                    // Taken over while we stood still: our tombstones go back.
-                    self.after_rollback_of(None, h)
-                } else if cfg!(shmrc_plant = "finalize_no_mark_reread") {
                     FinalizeAt::Commit { sealed: true }
-                } else {
-                    FinalizeAt::CheckMark
                 }
-            }
-            FinalizeAt::CheckMark => {
-                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
-                let mark = h.mark_latest();
-                if mark <= self.bound {
-                    FinalizeAt::Commit { sealed: true }
-                } else {
-                    let from = self.bound;
-                    self.bound = mark;
-                    FinalizeAt::Unseal { from }
-                }
-            }
-            FinalizeAt::Unseal { from } => {
-                // SeqCst: the seal goes before we turn the slots up to the new mark.
-                if h.finalizer
-                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_rollback_of(None, h)
-                } else {
-                    self.after_tomb_of(from.checked_sub(1), h)
-                }
-            }
+                Sealing::Next(at) => FinalizeAt::Seal(at),
+                Sealing::Stands => FinalizeAt::Commit { sealed: true },
+                Sealing::Unsealed { from } => self.after_tomb_of(from.checked_sub(1), h),
+                // Taken over while we stood still: our tombstones go back.
+                Sealing::Lost => self.after_rollback_of(None, h),
+            },
             FinalizeAt::Commit { sealed } => {
                 // SeqCst: after our last tombstone (and seal); a rival's takeover CAS is
                 // ordered against it, so exactly one of the two succeeds.
@@ -1746,9 +1767,9 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
             FinalizeAt::ClearPending => Flat::new(P::ClearPending, 0, 0, false),
             FinalizeAt::TombLoad { index } => Flat::new(P::TombLoad, index, 0, false),
             FinalizeAt::TombCas { index, seen } => Flat::new(P::TombCas, index, seen, false),
-            FinalizeAt::Seal => Flat::new(P::Seal, 0, 0, false),
-            FinalizeAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
-            FinalizeAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
+            FinalizeAt::Seal(SealAt::Seal) => Flat::new(P::Seal, 0, 0, false),
+            FinalizeAt::Seal(SealAt::CheckMark) => Flat::new(P::CheckMark, 0, 0, false),
+            FinalizeAt::Seal(SealAt::Unseal { from }) => Flat::new(P::Unseal, from, 0, false),
             FinalizeAt::Commit { sealed } => Flat::new(P::Commit, 0, 0, sealed),
             FinalizeAt::Unlink => Flat::new(P::Unlink, 0, 0, false),
             FinalizeAt::RollbackLoad { index } => Flat::new(P::RollbackLoad, index, 0, false),
@@ -1791,9 +1812,9 @@ impl Flat<FinalizePhase> {
             P::ClearPending => FinalizeAt::ClearPending,
             P::TombLoad => FinalizeAt::TombLoad { index },
             P::TombCas => FinalizeAt::TombCas { index, seen },
-            P::Seal => FinalizeAt::Seal,
-            P::CheckMark => FinalizeAt::CheckMark,
-            P::Unseal => FinalizeAt::Unseal { from: index },
+            P::Seal => FinalizeAt::Seal(SealAt::Seal),
+            P::CheckMark => FinalizeAt::Seal(SealAt::CheckMark),
+            P::Unseal => FinalizeAt::Seal(SealAt::Unseal { from: index }),
             P::Commit => FinalizeAt::Commit { sealed: live },
             P::Unlink => FinalizeAt::Unlink,
             P::RollbackLoad => FinalizeAt::RollbackLoad { index },
@@ -1832,9 +1853,9 @@ impl From<RecycleAt> for Flat<RecyclePhase> {
         match at {
             RecycleAt::TakeFinalizer => Flat::new(P::TakeFinalizer, 0, 0, false),
             RecycleAt::ReadMark => Flat::new(P::ReadMark, 0, 0, false),
-            RecycleAt::Seal => Flat::new(P::Seal, 0, 0, false),
-            RecycleAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
-            RecycleAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
+            RecycleAt::Seal(SealAt::Seal) => Flat::new(P::Seal, 0, 0, false),
+            RecycleAt::Seal(SealAt::CheckMark) => Flat::new(P::CheckMark, 0, 0, false),
+            RecycleAt::Seal(SealAt::Unseal { from }) => Flat::new(P::Unseal, from, 0, false),
             RecycleAt::Load(index) => Flat::new(P::Load, index, 0, false),
             RecycleAt::Tomb { index, seen } => Flat::new(P::Tomb, index, seen, false),
             RecycleAt::Bump => Flat::new(P::Bump, 0, 0, false),
@@ -1858,9 +1879,9 @@ impl Flat<RecyclePhase> {
         match phase {
             P::TakeFinalizer => RecycleAt::TakeFinalizer,
             P::ReadMark => RecycleAt::ReadMark,
-            P::Seal => RecycleAt::Seal,
-            P::CheckMark => RecycleAt::CheckMark,
-            P::Unseal => RecycleAt::Unseal { from: index },
+            P::Seal => RecycleAt::Seal(SealAt::Seal),
+            P::CheckMark => RecycleAt::Seal(SealAt::CheckMark),
+            P::Unseal => RecycleAt::Seal(SealAt::Unseal { from: index }),
             P::Load => RecycleAt::Load(index),
             P::Tomb => RecycleAt::Tomb { index, seen },
             P::Bump => RecycleAt::Bump,
@@ -2106,9 +2127,9 @@ mod tests {
             FinalizeAt::ClearPending,
             FinalizeAt::TombLoad { index: 5 },
             FinalizeAt::TombCas { index: 6, seen: 12 },
-            FinalizeAt::Seal,
-            FinalizeAt::CheckMark,
-            FinalizeAt::Unseal { from: 6 },
+            FinalizeAt::Seal(SealAt::Seal),
+            FinalizeAt::Seal(SealAt::CheckMark),
+            FinalizeAt::Seal(SealAt::Unseal { from: 6 }),
             FinalizeAt::Commit { sealed: true },
             FinalizeAt::Commit { sealed: false },
             FinalizeAt::Unlink,
@@ -2125,9 +2146,9 @@ mod tests {
         let positions = [
             RecycleAt::TakeFinalizer,
             RecycleAt::ReadMark,
-            RecycleAt::Seal,
-            RecycleAt::CheckMark,
-            RecycleAt::Unseal { from: 2 },
+            RecycleAt::Seal(SealAt::Seal),
+            RecycleAt::Seal(SealAt::CheckMark),
+            RecycleAt::Seal(SealAt::Unseal { from: 2 }),
             RecycleAt::Load(3),
             RecycleAt::Tomb { index: 4, seen: 9 },
             RecycleAt::Bump,
@@ -2441,10 +2462,10 @@ mod tests {
         // to our tombstone, or its slot blocks us).
         let mut unsealed = false;
         let done = finalize_with(&mut f, &os, &h, |at| {
-            if at == FinalizeAt::Seal && mark.load(SeqCst) == 1 {
+            if at == FinalizeAt::Seal(SealAt::Seal) && mark.load(SeqCst) == 1 {
                 mark.store(4, SeqCst);
             }
-            unsealed |= at == (FinalizeAt::Unseal { from: 1 });
+            unsealed |= at == FinalizeAt::Seal(SealAt::Unseal { from: 1 });
         });
         assert!(unsealed);
         assert_eq!(done.outcome, Outcome::Unlinked);
