@@ -28,7 +28,9 @@
 //! below the mark are its tombstones and re-reads the mark; a claim reads the
 //! finalizer word after its last read or raise of the mark and takes nothing under a
 //! seal. So a claim at or above the mark the finalize read is seen by the re-read (the
-//! finalize goes on up to the new mark), or sees the seal (`docs/PROTOCOL.md` §5).
+//! finalize goes on up to the new mark), or sees the seal (`docs/PROTOCOL.md` §5). A
+//! recycle makes the same handshake before its bump: both step one sub-machine,
+//! [`SealAt`].
 //!
 //! # Operations
 //! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word, the mark raised
