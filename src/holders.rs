@@ -2636,4 +2636,94 @@ mod tests {
         assert!(!others_hold(&h, 0));
         assert_eq!(mark.load(SeqCst), 2, "the mark is never lowered");
     }
+
+    #[test]
+    fn the_seal_handshake_stands_unseals_past_a_raised_mark_and_is_lost_to_a_rival() {
+        let (me, rival) = (token(10), token(11));
+        let mine = held_word(me);
+        let slots = words(&[FREE; 6]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(mine), AtomicU64::new(0), AtomicU64::new(2));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        // The mark has not grown past the slots turned: sealed, it stands.
+        let mut bound = 2;
+        assert_eq!(
+            SealAt::Seal.step(&h, mine, &mut bound),
+            Sealing::Next(SealAt::CheckMark)
+        );
+        assert_eq!(finalizer.load(SeqCst), mine | SEALING);
+        assert_eq!(
+            SealAt::CheckMark.step(&h, mine, &mut bound),
+            Sealing::Stands
+        );
+        assert_eq!(bound, 2);
+        // A claim raised it to 5 before the seal: the bound goes up to it, and the
+        // unseal gives the slots from the old bound on to the embedding machine.
+        mark.store(5, SeqCst);
+        assert_eq!(
+            SealAt::CheckMark.step(&h, mine, &mut bound),
+            Sealing::Next(SealAt::Unseal { from: 2 })
+        );
+        assert_eq!(bound, 5);
+        assert_eq!(
+            SealAt::Unseal { from: 2 }.step(&h, mine, &mut bound),
+            Sealing::Unsealed { from: 2 }
+        );
+        assert_eq!(finalizer.load(SeqCst), mine);
+        // Taken over while we stood still, before the seal or before the unseal: lost,
+        // and the rival's word is left as it is.
+        for rivals in [held_word(rival), held_word(rival) | SEALING] {
+            finalizer.store(rivals, SeqCst);
+            assert_eq!(SealAt::Seal.step(&h, mine, &mut bound), Sealing::Lost);
+            assert_eq!(
+                SealAt::Unseal { from: 5 }.step(&h, mine, &mut bound),
+                Sealing::Lost
+            );
+            assert_eq!(finalizer.load(SeqCst), rivals);
+        }
+        assert_eq!(words_of(&slots), [FREE; 6], "the handshake turns no slot");
+    }
+
+    #[test]
+    fn a_recycle_whose_re_read_finds_a_claim_above_the_mark_turns_up_to_it_and_gives_up() {
+        let (me, claimer) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![claimer],
+        };
+        let slots = words(&[held_word(me), FREE, FREE, FREE, FREE]);
+        let (finalizer, pending, generation, mark) = (
+            AtomicU64::new(FREE),
+            AtomicU64::new(0),
+            AtomicU64::new(7),
+            AtomicU64::new(2),
+        );
+        let h = Holders::new(&slots, &finalizer, &pending)
+            .with_generation(&generation)
+            .with_mark(&mark);
+        let mut recycle = Recycle::new(0);
+        let (mut unsealed, mut met) = (false, false);
+        let done = loop {
+            let at = recycle.at.get();
+            // The claimer raised the mark over slot 3 before our seal and took it.
+            if at == RecycleAt::Seal(SealAt::Seal) && mark.load(SeqCst) == 2 {
+                mark.store(4, SeqCst);
+                slots[3].store(held_word(claimer), SeqCst);
+            }
+            unsealed |= at == RecycleAt::Seal(SealAt::Unseal { from: 2 });
+            met |= at == RecycleAt::Load(3);
+            if let Poll::Ready(done) = recycle.step(&os, &h) {
+                break done;
+            }
+        };
+        assert!(unsealed, "the re-read after the seal saw the mark raised");
+        assert!(met, "the pass went on to the claimer's slot");
+        assert_eq!(done, Recycled::Held);
+        assert_eq!(generation.load(SeqCst), 7, "no bump under a live holder");
+        assert_eq!(
+            words_of(&slots),
+            [held_word(me), FREE, FREE, held_word(claimer), FREE]
+        );
+        assert_eq!(finalizer.load(SeqCst), FREE);
+    }
 }
