@@ -2184,6 +2184,22 @@ mod tests {
         panic!("a finalize that does not end");
     }
 
+    /// Steps `recycle` to its end, calling `before` with its position before each step.
+    fn recycle_with(
+        recycle: &mut Recycle,
+        os: &Fixed,
+        h: &Holders<'_>,
+        mut before: impl FnMut(RecycleAt),
+    ) -> Recycled {
+        for _ in 0..100_000 {
+            before(recycle.at.get());
+            if let Poll::Ready(done) = recycle.step(os, h) {
+                return done;
+            }
+        }
+        panic!("a recycle that does not end");
+    }
+
     #[test]
     fn a_finalize_asked_to_run_again_goes_round_until_its_last_round_then_defers() {
         let (me, other) = (token(10), token(11));
@@ -2385,12 +2401,7 @@ mod tests {
         let (finalizer, pending, generation) =
             (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(5));
         let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
-        let mut recycle = Recycle::new(0);
-        let done = loop {
-            if let Poll::Ready(done) = recycle.step(&os, &h) {
-                break done;
-            }
-        };
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |_| {});
         assert_eq!(
             done,
             Recycled::Reused {
@@ -2614,16 +2625,12 @@ mod tests {
             .with_generation(&generation)
             .with_mark(&mark);
         assert!(others_hold(&h, 0));
-        let mut recycle = Recycle::new(0);
         let mut highest = 0;
-        let done = loop {
-            if let RecycleAt::Load(index) | RecycleAt::Tomb { index, .. } = recycle.at.get() {
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
+            if let RecycleAt::Load(index) | RecycleAt::Tomb { index, .. } = at {
                 highest = highest.max(index);
             }
-            if let Poll::Ready(done) = recycle.step(&os, &h) {
-                break done;
-            }
-        };
+        });
         assert_eq!(
             done,
             Recycled::Reused {
@@ -2701,10 +2708,8 @@ mod tests {
         let h = Holders::new(&slots, &finalizer, &pending)
             .with_generation(&generation)
             .with_mark(&mark);
-        let mut recycle = Recycle::new(0);
         let (mut unsealed, mut met) = (false, false);
-        let done = loop {
-            let at = recycle.at.get();
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
             // The claimer raised the mark over slot 3 before our seal and took it.
             if at == RecycleAt::Seal(SealAt::Seal) && mark.load(SeqCst) == 2 {
                 mark.store(4, SeqCst);
@@ -2712,10 +2717,7 @@ mod tests {
             }
             unsealed |= at == RecycleAt::Seal(SealAt::Unseal { from: 2 });
             met |= at == RecycleAt::Load(3);
-            if let Poll::Ready(done) = recycle.step(&os, &h) {
-                break done;
-            }
-        };
+        });
         assert!(unsealed, "the re-read after the seal saw the mark raised");
         assert!(met, "the pass went on to the claimer's slot");
         assert_eq!(done, Recycled::Held);
