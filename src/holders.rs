@@ -2168,6 +2168,17 @@ mod tests {
         assert_round_trips(&positions, Flat::from, |f: Flat<_>| f.get());
     }
 
+    /// Runs `step` until it is ready, at most 100,000 times (`what`, which never ends,
+    /// fails the test instead of hanging it).
+    fn to_end<T>(what: &str, mut step: impl FnMut() -> Poll<T>) -> T {
+        for _ in 0..100_000 {
+            if let Poll::Ready(done) = step() {
+                return done;
+            }
+        }
+        panic!("{what} that does not end");
+    }
+
     /// Steps `f` to its end, calling `before` with its position before each step.
     fn finalize_with(
         f: &mut Finalize,
@@ -2175,13 +2186,11 @@ mod tests {
         h: &Holders<'_>,
         mut before: impl FnMut(FinalizeAt),
     ) -> Finalized {
-        for _ in 0..100_000 {
+        to_end("a finalize", || {
             before(f.at.get());
-            if let Poll::Ready(done) = f.step(os, h, "segment") {
-                return done.unwrap();
-            }
-        }
-        panic!("a finalize that does not end");
+            f.step(os, h, "segment")
+        })
+        .unwrap()
     }
 
     /// Steps `recycle` to its end, calling `before` with its position before each step.
@@ -2191,13 +2200,10 @@ mod tests {
         h: &Holders<'_>,
         mut before: impl FnMut(RecycleAt),
     ) -> Recycled {
-        for _ in 0..100_000 {
+        to_end("a recycle", || {
             before(recycle.at.get());
-            if let Poll::Ready(done) = recycle.step(os, h) {
-                return done;
-            }
-        }
-        panic!("a recycle that does not end");
+            recycle.step(os, h)
+        })
     }
 
     #[test]
@@ -2421,12 +2427,7 @@ mod tests {
 
     /// Steps `claim` to its end.
     fn claim_to_end(claim: &mut Claim, os: &Fixed, h: &Holders<'_>) -> Result<usize, ClaimError> {
-        for _ in 0..100_000 {
-            if let Poll::Ready(done) = claim.step(os, h) {
-                return done;
-            }
-        }
-        panic!("a claim that does not end");
+        to_end("a claim", || claim.step(os, h))
     }
 
     #[test]
@@ -2610,20 +2611,40 @@ mod tests {
         assert_eq!(claim_to_end(&mut claim, &os, &h), Ok(0));
     }
 
+    /// The words of a segment a pool recycles: its slots, a free finalizer word, no
+    /// requests to run again, a generation and a mark.
+    struct Recyclable {
+        slots: Vec<AtomicU64>,
+        finalizer: AtomicU64,
+        pending: AtomicU64,
+        generation: AtomicU64,
+        mark: AtomicU64,
+    }
+
+    impl Recyclable {
+        fn new(slots: &[u64], generation: u64, mark: u64) -> Recyclable {
+            Recyclable {
+                slots: words(slots),
+                finalizer: AtomicU64::new(FREE),
+                pending: AtomicU64::new(0),
+                generation: AtomicU64::new(generation),
+                mark: AtomicU64::new(mark),
+            }
+        }
+
+        fn holders(&self) -> Holders<'_> {
+            Holders::new(&self.slots, &self.finalizer, &self.pending)
+                .with_generation(&self.generation)
+                .with_mark(&self.mark)
+        }
+    }
+
     #[test]
     fn a_recycle_touches_only_the_slots_below_the_mark() {
         let (me, dead) = (token(10), token(12));
         let os = Fixed { me, live: vec![] };
-        let slots = words(&[held_word(me), held_word(dead), FREE, FREE, FREE]);
-        let (finalizer, pending, generation, mark) = (
-            AtomicU64::new(FREE),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(2),
-        );
-        let h = Holders::new(&slots, &finalizer, &pending)
-            .with_generation(&generation)
-            .with_mark(&mark);
+        let segment = Recyclable::new(&[held_word(me), held_word(dead), FREE, FREE, FREE], 0, 2);
+        let h = segment.holders();
         assert!(others_hold(&h, 0));
         let mut highest = 0;
         let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
@@ -2639,9 +2660,12 @@ mod tests {
             }
         );
         assert_eq!(highest, 1, "slot 1, below the mark 2");
-        assert_eq!(words_of(&slots), [held_word(me), FREE, FREE, FREE, FREE]);
+        assert_eq!(
+            words_of(&segment.slots),
+            [held_word(me), FREE, FREE, FREE, FREE]
+        );
         assert!(!others_hold(&h, 0));
-        assert_eq!(mark.load(SeqCst), 2, "the mark is never lowered");
+        assert_eq!(segment.mark.load(SeqCst), 2, "the mark is never lowered");
     }
 
     #[test]
@@ -2698,22 +2722,14 @@ mod tests {
             me,
             live: vec![claimer],
         };
-        let slots = words(&[held_word(me), FREE, FREE, FREE, FREE]);
-        let (finalizer, pending, generation, mark) = (
-            AtomicU64::new(FREE),
-            AtomicU64::new(0),
-            AtomicU64::new(7),
-            AtomicU64::new(2),
-        );
-        let h = Holders::new(&slots, &finalizer, &pending)
-            .with_generation(&generation)
-            .with_mark(&mark);
+        let segment = Recyclable::new(&[held_word(me), FREE, FREE, FREE, FREE], 7, 2);
+        let h = segment.holders();
         let (mut unsealed, mut met) = (false, false);
         let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
             // The claimer raised the mark over slot 3 before our seal and took it.
-            if at == RecycleAt::Seal(SealAt::Seal) && mark.load(SeqCst) == 2 {
-                mark.store(4, SeqCst);
-                slots[3].store(held_word(claimer), SeqCst);
+            if at == RecycleAt::Seal(SealAt::Seal) && segment.mark.load(SeqCst) == 2 {
+                segment.mark.store(4, SeqCst);
+                segment.slots[3].store(held_word(claimer), SeqCst);
             }
             unsealed |= at == RecycleAt::Seal(SealAt::Unseal { from: 2 });
             met |= at == RecycleAt::Load(3);
@@ -2721,11 +2737,15 @@ mod tests {
         assert!(unsealed, "the re-read after the seal saw the mark raised");
         assert!(met, "the pass went on to the claimer's slot");
         assert_eq!(done, Recycled::Held);
-        assert_eq!(generation.load(SeqCst), 7, "no bump under a live holder");
         assert_eq!(
-            words_of(&slots),
+            segment.generation.load(SeqCst),
+            7,
+            "no bump under a live holder"
+        );
+        assert_eq!(
+            words_of(&segment.slots),
             [held_word(me), FREE, FREE, held_word(claimer), FREE]
         );
-        assert_eq!(finalizer.load(SeqCst), FREE);
+        assert_eq!(segment.finalizer.load(SeqCst), FREE);
     }
 }
