@@ -28,7 +28,9 @@
 //! below the mark are its tombstones and re-reads the mark; a claim reads the
 //! finalizer word after its last read or raise of the mark and takes nothing under a
 //! seal. So a claim at or above the mark the finalize read is seen by the re-read (the
-//! finalize goes on up to the new mark), or sees the seal (`docs/PROTOCOL.md` §5).
+//! finalize goes on up to the new mark), or sees the seal (`docs/PROTOCOL.md` §5). A
+//! recycle makes the same handshake before its bump: both step one sub-machine,
+//! [`SealAt`].
 //!
 //! # Operations
 //! - [`claim`]: CAS a `FREE` slot (or a dead holder's) to my word, the mark raised
@@ -889,6 +891,92 @@ pub fn others_hold(h: &Holders<'_>, own: usize) -> bool {
     (0..h.mark()).any(|index| index != own && h.slot_word(index) != Some(FREE))
 }
 
+/// Where the seal handshake stands: the sub-machine that ends a finalize's commit pass
+/// ([`FinalizeAt::Seal`]) and a recycle's tombstone pass ([`RecycleAt::Seal`]) once
+/// the slots below the mark they read are their tombstones (`docs/PROTOCOL.md` §5, "The
+/// mark"). Seal the finalizer word, re-read the mark after the seal, and if a claim
+/// raised it meanwhile, unseal and turn the slots up to it. Each step is one access to
+/// the finalizer word or the mark ([`SealAt::step`]); what follows each outcome is the
+/// embedding machine's ([`Sealing`]).
+#[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
+pub enum SealAt {
+    /// CAS the finalizer word from ours to ours, [`SEALING`].
+    Seal,
+    /// Sealed: re-read the mark. Not grown past the slots turned: the seal stands;
+    /// grown: unseal.
+    CheckMark,
+    /// The mark grew: CAS the finalizer word from ours, sealing, back to ours, then
+    /// turn slots from `from` on.
+    Unseal {
+        /// The first slot not yet turned.
+        from: usize,
+    },
+}
+
+/// Where a [`SealAt`] step leads the machine that embeds it.
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+enum Sealing {
+    /// The handshake's next step.
+    Next(SealAt),
+    /// Sealed, and the mark has not grown past the slots turned: go on (a finalize
+    /// commits, a recycle bumps the generation).
+    Stands,
+    /// Unsealed after the mark grew (the bound is raised to it): turn the slots from
+    /// `from` on.
+    Unsealed {
+        /// The first slot not yet turned.
+        from: usize,
+    },
+    /// The finalizer word is not ours (taken over while we stood still): give up the
+    /// tombstones (a finalize rolls them back, a recycle reopens them).
+    Lost,
+}
+
+impl SealAt {
+    /// Runs this step on the finalizer word `mine` (ours, not sealing) with `bound`, the
+    /// mark last read (every slot below it turned), which the re-read raises if the mark
+    /// grew.
+    fn step(self, h: &Holders<'_>, mine: u64, bound: &mut usize) -> Sealing {
+        match self {
+            SealAt::Seal => {
+                // SeqCst: after our last tombstone, before our re-read of the mark: a
+                // claimer reads the finalizer word after its read (or raise) of the
+                // mark, so it sees the seal or we see its mark (docs/PROTOCOL.md §5).
+                if h.finalizer
+                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    Sealing::Lost
+                } else {
+                    Sealing::Next(SealAt::CheckMark)
+                }
+            }
+            SealAt::CheckMark => {
+                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
+                let mark = h.mark_latest();
+                if mark <= *bound {
+                    Sealing::Stands
+                } else {
+                    let from = *bound;
+                    *bound = mark;
+                    Sealing::Next(SealAt::Unseal { from })
+                }
+            }
+            SealAt::Unseal { from } => {
+                // SeqCst: the seal goes before we turn the slots up to the new mark.
+                if h.finalizer
+                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
+                    .is_err()
+                {
+                    Sealing::Lost
+                } else {
+                    Sealing::Unsealed { from }
+                }
+            }
+        }
+    }
+}
+
 /// Where a [`Recycle`] stands: at the crash point before one of its shared steps.
 #[derive(Copy, Clone, PartialEq, Eq, Hash, Debug)]
 pub enum RecycleAt {
@@ -905,17 +993,10 @@ pub enum RecycleAt {
         /// The word read from it.
         seen: u64,
     },
-    /// Every other slot below the mark is a tombstone: seal the finalizer word (as
-    /// [`FinalizeAt::Seal`]).
-    Seal,
-    /// Sealed: re-read the mark; grown, unseal and go on.
-    CheckMark,
-    /// The mark grew: unseal, then turn slots from `from` on.
-    Unseal {
-        /// The first slot not yet turned.
-        from: usize,
-    },
-    /// Every other slot is a tombstone: bump the generation word.
+    /// Every other slot below the mark is a tombstone: the seal handshake ([`SealAt`],
+    /// as a finalize's).
+    Seal(SealAt),
+    /// Every other slot is a tombstone (and the seal stands): bump the generation word.
     Bump,
     /// CAS slot `index` from `TOMB` back to `FREE` (after the bump, or rolling back).
     Reopen {
@@ -972,7 +1053,7 @@ impl Recycle {
         if self.within(next, h) {
             RecycleAt::Load(next)
         } else if h.mark.is_some() {
-            RecycleAt::Seal
+            RecycleAt::Seal(SealAt::Seal)
         } else {
             RecycleAt::Bump
         }
@@ -1043,39 +1124,13 @@ impl Recycle {
                     self.after_reopen_of(None, false, h)
                 }
             }
-            RecycleAt::Seal => {
-                // SeqCst: as finalize's seal (`FinalizeAt::Seal`).
-                if h.finalizer
-                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_reopen_of(None, false, h)
-                } else {
-                    RecycleAt::CheckMark
-                }
-            }
-            RecycleAt::CheckMark => {
-                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
-                let mark = h.mark_latest();
-                if mark <= self.bound {
-                    RecycleAt::Bump
-                } else {
-                    let from = self.bound;
-                    self.bound = mark;
-                    RecycleAt::Unseal { from }
-                }
-            }
-            RecycleAt::Unseal { from } => {
-                // SeqCst: the seal goes before we turn the slots up to the new mark.
-                if h.finalizer
-                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_reopen_of(None, false, h)
-                } else {
-                    self.after_tomb_of(from.checked_sub(1), h)
-                }
-            }
+            // Each step's orderings: `SealAt::step`.
+            RecycleAt::Seal(at) => match at.step(h, mine, &mut self.bound) {
+                Sealing::Next(at) => RecycleAt::Seal(at),
+                Sealing::Stands => RecycleAt::Bump,
+                Sealing::Unsealed { from } => self.after_tomb_of(from.checked_sub(1), h),
+                Sealing::Lost => self.after_reopen_of(None, false, h),
+            },
             RecycleAt::Bump => {
                 // Only the finalizer word's owner writes the generation: load + store.
                 let generation = h.generation.map_or(0, |g| {
@@ -1224,18 +1279,11 @@ pub enum FinalizeAt {
         /// The word read.
         seen: u64,
     },
-    /// 4. Every slot below the mark is our tombstone: CAS the finalizer word from ours
-    ///    to ours, [`SEALING`] (taken over meanwhile: back off, roll back).
-    Seal,
-    /// 4. Sealed: re-read the mark. Not grown past the slots turned: commit; grown (a
-    ///    claim raised it before our seal): unseal and turn the slots up to it.
-    CheckMark,
-    /// 4. The mark grew: CAS the finalizer word from ours, sealing, back to ours, then
-    ///    turn slots from `from` on (taken over meanwhile: roll back).
-    Unseal {
-        /// The first slot not yet turned.
-        from: usize,
-    },
+    /// 4. Every slot below the mark is our tombstone: the seal handshake ([`SealAt`]):
+    ///    seal, re-read the mark; not grown past the slots turned: commit; grown (a
+    ///    claim raised it before our seal): unseal and turn the slots up to it (taken
+    ///    over meanwhile: back off, roll back).
+    Seal(SealAt),
     /// 4. CAS the finalizer word from ours (`sealed`: sealing) to ours, [`COMMITTED`]
     ///    (taken over meanwhile: back off, roll back).
     Commit {
@@ -1355,7 +1403,7 @@ impl Finalize {
         if self.within(next, h) {
             FinalizeAt::TombLoad { index: next }
         } else if h.mark.is_some() {
-            FinalizeAt::Seal
+            FinalizeAt::Seal(SealAt::Seal)
         } else {
             FinalizeAt::Commit { sealed: false }
         }
@@ -1570,44 +1618,19 @@ impl Finalize {
                     self.after_rollback_of(None, h)
                 }
             }
-            FinalizeAt::Seal => {
-                // SeqCst: after our last tombstone, before our re-read of the mark: a
-                // claimer reads the finalizer word after its read (or raise) of the
-                // mark, so it sees the seal or we see its mark (docs/PROTOCOL.md §5).
-                if h.finalizer
-                    .compare_exchange(mine, mine | SEALING, SeqCst, SeqCst)
-                    .is_err()
+            // Each step's orderings: `SealAt::step`.
+            FinalizeAt::Seal(at) => match at.step(h, mine, &mut self.bound) {
+                Sealing::Next(SealAt::CheckMark)
+                    if cfg!(shmrc_plant = "finalize_no_mark_reread") =>
                 {
-                    // Taken over while we stood still: our tombstones go back.
-                    self.after_rollback_of(None, h)
-                } else if cfg!(shmrc_plant = "finalize_no_mark_reread") {
                     FinalizeAt::Commit { sealed: true }
-                } else {
-                    FinalizeAt::CheckMark
                 }
-            }
-            FinalizeAt::CheckMark => {
-                // SeqCst, a read-modify-write (in `mark_latest`): after the seal.
-                let mark = h.mark_latest();
-                if mark <= self.bound {
-                    FinalizeAt::Commit { sealed: true }
-                } else {
-                    let from = self.bound;
-                    self.bound = mark;
-                    FinalizeAt::Unseal { from }
-                }
-            }
-            FinalizeAt::Unseal { from } => {
-                // SeqCst: the seal goes before we turn the slots up to the new mark.
-                if h.finalizer
-                    .compare_exchange(mine | SEALING, mine, SeqCst, SeqCst)
-                    .is_err()
-                {
-                    self.after_rollback_of(None, h)
-                } else {
-                    self.after_tomb_of(from.checked_sub(1), h)
-                }
-            }
+                Sealing::Next(at) => FinalizeAt::Seal(at),
+                Sealing::Stands => FinalizeAt::Commit { sealed: true },
+                Sealing::Unsealed { from } => self.after_tomb_of(from.checked_sub(1), h),
+                // Taken over while we stood still: our tombstones go back.
+                Sealing::Lost => self.after_rollback_of(None, h),
+            },
             FinalizeAt::Commit { sealed } => {
                 // SeqCst: after our last tombstone (and seal); a rival's takeover CAS is
                 // ordered against it, so exactly one of the two succeeds.
@@ -1746,9 +1769,9 @@ impl From<FinalizeAt> for Flat<FinalizePhase> {
             FinalizeAt::ClearPending => Flat::new(P::ClearPending, 0, 0, false),
             FinalizeAt::TombLoad { index } => Flat::new(P::TombLoad, index, 0, false),
             FinalizeAt::TombCas { index, seen } => Flat::new(P::TombCas, index, seen, false),
-            FinalizeAt::Seal => Flat::new(P::Seal, 0, 0, false),
-            FinalizeAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
-            FinalizeAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
+            FinalizeAt::Seal(SealAt::Seal) => Flat::new(P::Seal, 0, 0, false),
+            FinalizeAt::Seal(SealAt::CheckMark) => Flat::new(P::CheckMark, 0, 0, false),
+            FinalizeAt::Seal(SealAt::Unseal { from }) => Flat::new(P::Unseal, from, 0, false),
             FinalizeAt::Commit { sealed } => Flat::new(P::Commit, 0, 0, sealed),
             FinalizeAt::Unlink => Flat::new(P::Unlink, 0, 0, false),
             FinalizeAt::RollbackLoad { index } => Flat::new(P::RollbackLoad, index, 0, false),
@@ -1791,9 +1814,9 @@ impl Flat<FinalizePhase> {
             P::ClearPending => FinalizeAt::ClearPending,
             P::TombLoad => FinalizeAt::TombLoad { index },
             P::TombCas => FinalizeAt::TombCas { index, seen },
-            P::Seal => FinalizeAt::Seal,
-            P::CheckMark => FinalizeAt::CheckMark,
-            P::Unseal => FinalizeAt::Unseal { from: index },
+            P::Seal => FinalizeAt::Seal(SealAt::Seal),
+            P::CheckMark => FinalizeAt::Seal(SealAt::CheckMark),
+            P::Unseal => FinalizeAt::Seal(SealAt::Unseal { from: index }),
             P::Commit => FinalizeAt::Commit { sealed: live },
             P::Unlink => FinalizeAt::Unlink,
             P::RollbackLoad => FinalizeAt::RollbackLoad { index },
@@ -1832,9 +1855,9 @@ impl From<RecycleAt> for Flat<RecyclePhase> {
         match at {
             RecycleAt::TakeFinalizer => Flat::new(P::TakeFinalizer, 0, 0, false),
             RecycleAt::ReadMark => Flat::new(P::ReadMark, 0, 0, false),
-            RecycleAt::Seal => Flat::new(P::Seal, 0, 0, false),
-            RecycleAt::CheckMark => Flat::new(P::CheckMark, 0, 0, false),
-            RecycleAt::Unseal { from } => Flat::new(P::Unseal, from, 0, false),
+            RecycleAt::Seal(SealAt::Seal) => Flat::new(P::Seal, 0, 0, false),
+            RecycleAt::Seal(SealAt::CheckMark) => Flat::new(P::CheckMark, 0, 0, false),
+            RecycleAt::Seal(SealAt::Unseal { from }) => Flat::new(P::Unseal, from, 0, false),
             RecycleAt::Load(index) => Flat::new(P::Load, index, 0, false),
             RecycleAt::Tomb { index, seen } => Flat::new(P::Tomb, index, seen, false),
             RecycleAt::Bump => Flat::new(P::Bump, 0, 0, false),
@@ -1858,9 +1881,9 @@ impl Flat<RecyclePhase> {
         match phase {
             P::TakeFinalizer => RecycleAt::TakeFinalizer,
             P::ReadMark => RecycleAt::ReadMark,
-            P::Seal => RecycleAt::Seal,
-            P::CheckMark => RecycleAt::CheckMark,
-            P::Unseal => RecycleAt::Unseal { from: index },
+            P::Seal => RecycleAt::Seal(SealAt::Seal),
+            P::CheckMark => RecycleAt::Seal(SealAt::CheckMark),
+            P::Unseal => RecycleAt::Seal(SealAt::Unseal { from: index }),
             P::Load => RecycleAt::Load(index),
             P::Tomb => RecycleAt::Tomb { index, seen },
             P::Bump => RecycleAt::Bump,
@@ -2106,9 +2129,9 @@ mod tests {
             FinalizeAt::ClearPending,
             FinalizeAt::TombLoad { index: 5 },
             FinalizeAt::TombCas { index: 6, seen: 12 },
-            FinalizeAt::Seal,
-            FinalizeAt::CheckMark,
-            FinalizeAt::Unseal { from: 6 },
+            FinalizeAt::Seal(SealAt::Seal),
+            FinalizeAt::Seal(SealAt::CheckMark),
+            FinalizeAt::Seal(SealAt::Unseal { from: 6 }),
             FinalizeAt::Commit { sealed: true },
             FinalizeAt::Commit { sealed: false },
             FinalizeAt::Unlink,
@@ -2125,9 +2148,9 @@ mod tests {
         let positions = [
             RecycleAt::TakeFinalizer,
             RecycleAt::ReadMark,
-            RecycleAt::Seal,
-            RecycleAt::CheckMark,
-            RecycleAt::Unseal { from: 2 },
+            RecycleAt::Seal(SealAt::Seal),
+            RecycleAt::Seal(SealAt::CheckMark),
+            RecycleAt::Seal(SealAt::Unseal { from: 2 }),
             RecycleAt::Load(3),
             RecycleAt::Tomb { index: 4, seen: 9 },
             RecycleAt::Bump,
@@ -2145,6 +2168,17 @@ mod tests {
         assert_round_trips(&positions, Flat::from, |f: Flat<_>| f.get());
     }
 
+    /// Runs `step` until it is ready, at most 100,000 times (`what`, which never ends,
+    /// fails the test instead of hanging it).
+    fn to_end<T>(what: &str, mut step: impl FnMut() -> Poll<T>) -> T {
+        for _ in 0..100_000 {
+            if let Poll::Ready(done) = step() {
+                return done;
+            }
+        }
+        panic!("{what} that does not end");
+    }
+
     /// Steps `f` to its end, calling `before` with its position before each step.
     fn finalize_with(
         f: &mut Finalize,
@@ -2152,13 +2186,24 @@ mod tests {
         h: &Holders<'_>,
         mut before: impl FnMut(FinalizeAt),
     ) -> Finalized {
-        for _ in 0..100_000 {
+        to_end("a finalize", || {
             before(f.at.get());
-            if let Poll::Ready(done) = f.step(os, h, "segment") {
-                return done.unwrap();
-            }
-        }
-        panic!("a finalize that does not end");
+            f.step(os, h, "segment")
+        })
+        .unwrap()
+    }
+
+    /// Steps `recycle` to its end, calling `before` with its position before each step.
+    fn recycle_with(
+        recycle: &mut Recycle,
+        os: &Fixed,
+        h: &Holders<'_>,
+        mut before: impl FnMut(RecycleAt),
+    ) -> Recycled {
+        to_end("a recycle", || {
+            before(recycle.at.get());
+            recycle.step(os, h)
+        })
     }
 
     #[test]
@@ -2362,12 +2407,7 @@ mod tests {
         let (finalizer, pending, generation) =
             (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(5));
         let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
-        let mut recycle = Recycle::new(0);
-        let done = loop {
-            if let Poll::Ready(done) = recycle.step(&os, &h) {
-                break done;
-            }
-        };
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |_| {});
         assert_eq!(
             done,
             Recycled::Reused {
@@ -2387,12 +2427,7 @@ mod tests {
 
     /// Steps `claim` to its end.
     fn claim_to_end(claim: &mut Claim, os: &Fixed, h: &Holders<'_>) -> Result<usize, ClaimError> {
-        for _ in 0..100_000 {
-            if let Poll::Ready(done) = claim.step(os, h) {
-                return done;
-            }
-        }
-        panic!("a claim that does not end");
+        to_end("a claim", || claim.step(os, h))
     }
 
     #[test]
@@ -2441,10 +2476,10 @@ mod tests {
         // to our tombstone, or its slot blocks us).
         let mut unsealed = false;
         let done = finalize_with(&mut f, &os, &h, |at| {
-            if at == FinalizeAt::Seal && mark.load(SeqCst) == 1 {
+            if at == FinalizeAt::Seal(SealAt::Seal) && mark.load(SeqCst) == 1 {
                 mark.store(4, SeqCst);
             }
-            unsealed |= at == (FinalizeAt::Unseal { from: 1 });
+            unsealed |= at == FinalizeAt::Seal(SealAt::Unseal { from: 1 });
         });
         assert!(unsealed);
         assert_eq!(done.outcome, Outcome::Unlinked);
@@ -2576,31 +2611,47 @@ mod tests {
         assert_eq!(claim_to_end(&mut claim, &os, &h), Ok(0));
     }
 
+    /// The words of a segment a pool recycles: its slots, a free finalizer word, no
+    /// requests to run again, a generation and a mark.
+    struct Recyclable {
+        slots: Vec<AtomicU64>,
+        finalizer: AtomicU64,
+        pending: AtomicU64,
+        generation: AtomicU64,
+        mark: AtomicU64,
+    }
+
+    impl Recyclable {
+        fn new(slots: &[u64], generation: u64, mark: u64) -> Recyclable {
+            Recyclable {
+                slots: words(slots),
+                finalizer: AtomicU64::new(FREE),
+                pending: AtomicU64::new(0),
+                generation: AtomicU64::new(generation),
+                mark: AtomicU64::new(mark),
+            }
+        }
+
+        fn holders(&self) -> Holders<'_> {
+            Holders::new(&self.slots, &self.finalizer, &self.pending)
+                .with_generation(&self.generation)
+                .with_mark(&self.mark)
+        }
+    }
+
     #[test]
     fn a_recycle_touches_only_the_slots_below_the_mark() {
         let (me, dead) = (token(10), token(12));
         let os = Fixed { me, live: vec![] };
-        let slots = words(&[held_word(me), held_word(dead), FREE, FREE, FREE]);
-        let (finalizer, pending, generation, mark) = (
-            AtomicU64::new(FREE),
-            AtomicU64::new(0),
-            AtomicU64::new(0),
-            AtomicU64::new(2),
-        );
-        let h = Holders::new(&slots, &finalizer, &pending)
-            .with_generation(&generation)
-            .with_mark(&mark);
+        let segment = Recyclable::new(&[held_word(me), held_word(dead), FREE, FREE, FREE], 0, 2);
+        let h = segment.holders();
         assert!(others_hold(&h, 0));
-        let mut recycle = Recycle::new(0);
         let mut highest = 0;
-        let done = loop {
-            if let RecycleAt::Load(index) | RecycleAt::Tomb { index, .. } = recycle.at.get() {
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
+            if let RecycleAt::Load(index) | RecycleAt::Tomb { index, .. } = at {
                 highest = highest.max(index);
             }
-            if let Poll::Ready(done) = recycle.step(&os, &h) {
-                break done;
-            }
-        };
+        });
         assert_eq!(
             done,
             Recycled::Reused {
@@ -2609,8 +2660,92 @@ mod tests {
             }
         );
         assert_eq!(highest, 1, "slot 1, below the mark 2");
-        assert_eq!(words_of(&slots), [held_word(me), FREE, FREE, FREE, FREE]);
+        assert_eq!(
+            words_of(&segment.slots),
+            [held_word(me), FREE, FREE, FREE, FREE]
+        );
         assert!(!others_hold(&h, 0));
-        assert_eq!(mark.load(SeqCst), 2, "the mark is never lowered");
+        assert_eq!(segment.mark.load(SeqCst), 2, "the mark is never lowered");
+    }
+
+    #[test]
+    fn the_seal_handshake_stands_unseals_past_a_raised_mark_and_is_lost_to_a_rival() {
+        let (me, rival) = (token(10), token(11));
+        let mine = held_word(me);
+        let slots = words(&[FREE; 6]);
+        let (finalizer, pending, mark) =
+            (AtomicU64::new(mine), AtomicU64::new(0), AtomicU64::new(2));
+        let h = Holders::new(&slots, &finalizer, &pending).with_mark(&mark);
+        // The mark has not grown past the slots turned: sealed, it stands.
+        let mut bound = 2;
+        assert_eq!(
+            SealAt::Seal.step(&h, mine, &mut bound),
+            Sealing::Next(SealAt::CheckMark)
+        );
+        assert_eq!(finalizer.load(SeqCst), mine | SEALING);
+        assert_eq!(
+            SealAt::CheckMark.step(&h, mine, &mut bound),
+            Sealing::Stands
+        );
+        assert_eq!(bound, 2);
+        // A claim raised it to 5 before the seal: the bound goes up to it, and the
+        // unseal gives the slots from the old bound on to the embedding machine.
+        mark.store(5, SeqCst);
+        assert_eq!(
+            SealAt::CheckMark.step(&h, mine, &mut bound),
+            Sealing::Next(SealAt::Unseal { from: 2 })
+        );
+        assert_eq!(bound, 5);
+        assert_eq!(
+            SealAt::Unseal { from: 2 }.step(&h, mine, &mut bound),
+            Sealing::Unsealed { from: 2 }
+        );
+        assert_eq!(finalizer.load(SeqCst), mine);
+        // Taken over while we stood still, before the seal or before the unseal: lost,
+        // and the rival's word is left as it is.
+        for rivals in [held_word(rival), held_word(rival) | SEALING] {
+            finalizer.store(rivals, SeqCst);
+            assert_eq!(SealAt::Seal.step(&h, mine, &mut bound), Sealing::Lost);
+            assert_eq!(
+                SealAt::Unseal { from: 5 }.step(&h, mine, &mut bound),
+                Sealing::Lost
+            );
+            assert_eq!(finalizer.load(SeqCst), rivals);
+        }
+        assert_eq!(words_of(&slots), [FREE; 6], "the handshake turns no slot");
+    }
+
+    #[test]
+    fn a_recycle_whose_re_read_finds_a_claim_above_the_mark_turns_up_to_it_and_gives_up() {
+        let (me, claimer) = (token(10), token(11));
+        let os = Fixed {
+            me,
+            live: vec![claimer],
+        };
+        let segment = Recyclable::new(&[held_word(me), FREE, FREE, FREE, FREE], 7, 2);
+        let h = segment.holders();
+        let (mut unsealed, mut met) = (false, false);
+        let done = recycle_with(&mut Recycle::new(0), &os, &h, |at| {
+            // The claimer raised the mark over slot 3 before our seal and took it.
+            if at == RecycleAt::Seal(SealAt::Seal) && segment.mark.load(SeqCst) == 2 {
+                segment.mark.store(4, SeqCst);
+                segment.slots[3].store(held_word(claimer), SeqCst);
+            }
+            unsealed |= at == RecycleAt::Seal(SealAt::Unseal { from: 2 });
+            met |= at == RecycleAt::Load(3);
+        });
+        assert!(unsealed, "the re-read after the seal saw the mark raised");
+        assert!(met, "the pass went on to the claimer's slot");
+        assert_eq!(done, Recycled::Held);
+        assert_eq!(
+            segment.generation.load(SeqCst),
+            7,
+            "no bump under a live holder"
+        );
+        assert_eq!(
+            words_of(&segment.slots),
+            [held_word(me), FREE, FREE, held_word(claimer), FREE]
+        );
+        assert_eq!(segment.finalizer.load(SeqCst), FREE);
     }
 }
