@@ -73,8 +73,10 @@ pub struct World {
     unlinked: Arc<Mutex<BTreeMap<String, u32>>>,
     /// A process that only looks (P5 checks); it never holds anything.
     checker: SimOs,
-    /// Segments an attach was told are gone: at rest each must be unlinked, or be all
-    /// tombstones (committed, its unlink left to a sweep by a finalizer that died).
+    /// Segments an attach was told are gone: at rest each must be unlinked, or be
+    /// destroyed with its unlink left to a sweep by a finalizer that died: its
+    /// finalizer word committed (every slot below the mark a tombstone; those above it,
+    /// never taken, stay free) or every slot a tombstone, and no slot held or in flight.
     gone: Arc<Mutex<Vec<String>>>,
 }
 
@@ -340,8 +342,10 @@ impl World {
         self.check_foreign();
         for name in lock(&self.gone).iter() {
             if let Some((words, finalizer, _)) = self.read_segment(name) {
+                let all_tombs = words.iter().all(|&w| holders::is_tomb(w));
+                let unheld = words.iter().all(|&w| w == FREE || holders::is_tomb(w));
                 assert!(
-                    words.iter().all(|&w| holders::is_tomb(w)),
+                    (holders::is_committed(finalizer) || all_tombs) && unheld,
                     "P1 violated: an attach of {name} was told it is gone, but it lives: \
                      slots {words:x?}, finalizer {finalizer:x}"
                 );
