@@ -131,7 +131,9 @@ pub fn encode(decoded: &Decoded) -> Vec<u8> {
     out
 }
 
-/// Decodes and validates a handle for a process of user `uid`.
+/// Decodes and validates a handle for a process of user `uid` (the checkers' form:
+/// the library decodes with [`decode_asking`]).
+#[cfg(any(test, feature = "checkers"))]
 pub fn decode(bytes: &[u8], uid: u32) -> Result<Decoded> {
     decode_asking(bytes, || uid)
 }

@@ -399,7 +399,7 @@ pub fn trim<O: Os>(os: &O) -> usize {
     .unwrap_or(0)
 }
 
-#[cfg(feature = "checkers")]
+#[cfg(any(test, feature = "checkers"))]
 /// What the cache of `os`'s process holds and did.
 pub fn stats<O: Os>(os: &O) -> MapCacheStats {
     with_cache(os, |cache: &mut Cache<O>| MapCacheStats {

@@ -61,13 +61,6 @@ const RESERVED_FDS: u64 = 64;
 /// hold: each client costs two descriptors (its connection, and the pidfd that tells
 /// its death), so `(fd_limit - 64) / 2`, at most [`MAX_CONNECTIONS`] (9,968 with a
 /// limit of 20,000; 480 with 1,024).
-///
-/// ```
-/// use shmrc::checkers::manager::server::max_connections;
-/// assert_eq!(max_connections(20_000), 9_968);
-/// assert_eq!(max_connections(1_024), 480);
-/// assert_eq!(max_connections(1 << 20), 16_384);
-/// ```
 pub fn max_connections(fd_limit: u64) -> usize {
     let room = fd_limit.saturating_sub(RESERVED_FDS) / 2;
     usize::try_from(room).map_or(MAX_CONNECTIONS, |room| room.min(MAX_CONNECTIONS))
@@ -797,6 +790,13 @@ mod tests {
             uid,
         };
         (peer, uid, PosixOs.current())
+    }
+
+    #[test]
+    fn the_connection_cap_follows_the_descriptor_limit() {
+        assert_eq!(max_connections(20_000), 9_968);
+        assert_eq!(max_connections(1_024), 480);
+        assert_eq!(max_connections(1 << 20), MAX_CONNECTIONS);
     }
 
     #[test]

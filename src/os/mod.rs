@@ -46,6 +46,8 @@ pub mod posix;
 pub mod remembering;
 // The simulated kernel: the checkers' (and loom's and shuttle's OS); no user build carries it.
 #[cfg(any(feature = "checkers", shmrc_loom, shmrc_shuttle, test))]
+// The library's unit tests use a part of it; the checkers' knobs are theirs.
+#[cfg_attr(not(feature = "checkers"), allow(dead_code, unused_imports))]
 pub mod sim;
 
 /// What `fstat` says of an open segment.
