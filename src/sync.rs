@@ -3,7 +3,7 @@
 //! Protocol state that other processes can see (header words, holder slots, the
 //! finalizer word) uses [`AtomicU64`] from here. By default that is a transparent
 //! wrapper of `std`'s (same layout, so a mapping's words can be viewed as it); under
-//! `--cfg shmrc_loom` it is loom's and under `--cfg shmrc_shuttle` shuttle's, so the
+//! `--features loom` it is loom's and under `--features shuttle` shuttle's, so the
 //! model checkers see every access the protocol makes. [`spin`] is the one back-off the
 //! protocol uses, so a retry loop yields to the checker's scheduler instead of burning
 //! a schedule.

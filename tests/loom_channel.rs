@@ -7,7 +7,7 @@
 //! world's P5/P3 checks. A receiver that releases between the sender's prune and its
 //! share is the interleaving a sequential test never shows.
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_channel -- --nocapture`.
+//! Run: `cargo test --release --features loom --test loom_channel -- --nocapture`.
 #![cfg(shmrc_loom)]
 
 mod channel_ledger;

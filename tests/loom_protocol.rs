@@ -18,7 +18,7 @@
 //! it, lets a rival take it over, and resumes it. Model (h) races claims against a
 //! finalize over the mark (`concurrency::MarkRace`), nobody killed.
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_protocol -- --nocapture`.
+//! Run: `cargo test --release --features loom --test loom_protocol -- --nocapture`.
 //! `LOOM_MAX_PREEMPTIONS` bounds every model; unset, the 2-process models get 3 and
 //! the 3-process ones 2. Each model prints how many crash positions and executions it
 //! explored.

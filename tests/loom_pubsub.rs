@@ -1,6 +1,6 @@
 //! Publish/subscribe's queue under loom: the queue's real steps (`join`, `publish`,
 //! `take`, `leave`, src/pubsub/queue.rs) over the real atomics facade (loom's atomics
-//! under `--cfg shmrc_loom`) and the simulated kernel, a publisher and one subscriber
+//! under `--features loom`) and the simulated kernel, a publisher and one subscriber
 //! as loom threads, every interleaving up to the preemption bound, with weak memory for
 //! what is not `SeqCst`. The subscriber is killed at its n-th crash point for every n
 //! in turn until it outruns them all (the last model is the crash-free one).
@@ -38,7 +38,7 @@
 //! `tests/pubsub_interleavings.rs` checks under sequential consistency. The publisher
 //! is not killed here (`pubsub_interleavings` kills it at every step).
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_loom' cargo test --release --test loom_pubsub -- --nocapture`.
+//! Run: `cargo test --release --features loom --test loom_pubsub -- --nocapture`.
 //! `LOOM_MAX_PREEMPTIONS` bounds every model (default 3). Each model prints its crash
 //! positions, executions and time.
 #![cfg(shmrc_loom)]

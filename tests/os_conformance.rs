@@ -13,7 +13,7 @@
 //! Checks that only make sense on the real kernel (zombies, the fd limit, `FD_CLOEXEC`,
 //! a full `/dev/shm`) are in `mod posix_only` at the end.
 //!
-//! Under `--cfg shmrc_loom` or `shuttle` the posix backend does not exist and the sim's
+//! Under `--features loom` or `shuttle` the posix backend does not exist and the sim's
 //! atomics only work inside a model checker, so the suite is compiled out.
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 

@@ -5,7 +5,7 @@
 //! handle in flight on the second must keep its segment (P1), with the world's P5/P3
 //! checks. `SHMRC_SHUTTLE_ITERATIONS` sets the schedules per test (default 20,000).
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_channel -- --nocapture`.
+//! Run: `cargo test --release --features shuttle --test shuttle_channel -- --nocapture`.
 #![cfg(shmrc_shuttle)]
 
 mod channel_ledger;

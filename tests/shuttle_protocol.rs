@@ -16,7 +16,7 @@
 //! loom's). Another stops a finalizer, alive, at a random step, has a rival take it
 //! over, and resumes it.
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --nocapture`
+//! Run: `cargo test --release --features shuttle --test shuttle_protocol -- --nocapture`
 //! (`SHMRC_SHUTTLE_ITERATIONS`, `SHMRC_SHUTTLE_PCT_ITERATIONS` raise the counts).
 //!
 //! # Replaying a failure
@@ -24,7 +24,7 @@
 //! several lines). Replay it, deterministically (the random choices are part of the
 //! schedule), with
 //! `SHMRC_SHUTTLE_SCENARIO=<scenario> SHMRC_SHUTTLE_REPLAY=<schedule, or a file holding
-//! it> RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --ignored
+//! it> cargo test --release --features shuttle --test shuttle_protocol -- --ignored
 //! replay_a_failing_schedule --nocapture`; every test prints its scenario's name.
 #![cfg(shmrc_shuttle)]
 
@@ -795,7 +795,7 @@ fn scenario(name: &str) -> fn(&'static Stats) {
 
 fn check(name: &'static str, scheduler: &str) {
     eprintln!(
-        "shuttle scenario {name} ({scheduler}); to replay a failure: SHMRC_SHUTTLE_SCENARIO={name} SHMRC_SHUTTLE_REPLAY=<schedule> RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_protocol -- --ignored replay_a_failing_schedule"
+        "shuttle scenario {name} ({scheduler}); to replay a failure: SHMRC_SHUTTLE_SCENARIO={name} SHMRC_SHUTTLE_REPLAY=<schedule> cargo test --release --features shuttle --test shuttle_protocol -- --ignored replay_a_failing_schedule"
     );
     let stats: &'static Stats = Box::leak(Box::default());
     let body = scenario(name);

@@ -12,7 +12,7 @@
 //! recyclable and every entry free (P3). (Every interleaving of a smaller case:
 //! tests/pubsub_interleavings.rs.)
 //!
-//! Run: `RUSTFLAGS='--cfg shmrc_shuttle' cargo test --release --test shuttle_pubsub -- --nocapture`
+//! Run: `cargo test --release --features shuttle --test shuttle_pubsub -- --nocapture`
 //! (`SHMRC_SHUTTLE_ITERATIONS`, `SHMRC_SHUTTLE_PCT_ITERATIONS` raise the counts).
 #![cfg(shmrc_shuttle)]
 
