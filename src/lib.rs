@@ -341,3 +341,11 @@ pub mod report;
 pub use os::posix::DataRegion;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use os::posix::raise_fd_limit;
+
+/// docs/GUIDE.md's examples, compiled (and, but for the ones marked `no_run`, run) as
+/// doctests, so that the guide's code builds as written; only `cargo test --doc` sees
+/// this item. The published package carries docs/GUIDE.md for it (`include` in
+/// Cargo.toml).
+#[cfg(all(doctest, not(any(shmrc_loom, shmrc_shuttle))))]
+#[doc = include_str!("../docs/GUIDE.md")]
+pub struct GuideExamples;
