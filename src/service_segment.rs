@@ -801,6 +801,7 @@ pub enum Swept {
 /// A published service as a sweep (or `shmrc ls`) saw it, before it acted.
 ///
 /// ```
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::Namespace;
 /// use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
@@ -816,6 +817,7 @@ pub enum Swept {
 /// assert_eq!((details.subscribers, details.subscriber_entries), (1, 4));
 /// assert_eq!((details.samples, details.sample_rows), (0, 8)); // none loaned yet
 /// # drop((subscriber, publisher));
+/// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]

@@ -195,7 +195,6 @@ pub fn strategy_in_force() -> Result<Strategy, BadVariable> {
 
 /// Environment variable: the strategy of a process that did not call
 /// [`set_sharing_strategy`] (`file_descriptor` or `file_system`).
-
 pub const STRATEGY_ENV: &str = "SHMRC_SHARING_STRATEGY";
 
 /// Switches the strategy for buffers created from now on, in this process. Buffers

@@ -6,7 +6,6 @@
 //! ([`payload`]: one byte, or every byte), the performance goals every run judges
 //! ([`goals`]). `peers.py` beside this package adds
 //! torch and Python's shared_memory. See `docs/PERFORMANCE.md`.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 pub mod floor;
 pub mod goals;

@@ -1,7 +1,6 @@
 //! The `shmrc-bench` program (what `shmrc bench` runs): a real (short) run prints one JSON document with each result's ratio
 //! to its baseline; bad arguments and a peer started
 //! without its configuration fail with errors that say why. No timing is asserted.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::process::{Command, Output};
 use std::time::Duration;

@@ -4,7 +4,6 @@
 //! runs in `.ci/bench` (`shmrc bench --quick`) and in bench/tests/program.rs; here a
 //! stand-in script records what it was given, since this package cannot build the
 //! bench's binary.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;

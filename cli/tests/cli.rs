@@ -3,7 +3,6 @@
 //! `sweep` reclaims and unlinks; the same as JSON documents (`--json`); and a failure
 //! exits 1 naming its cause. Each `shmrc` run has a time limit ([`common::LIMIT`]), and
 //! every segment lives in the test's own namespace (emptied on drop).
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

@@ -3,7 +3,6 @@
 //! package nor turn on the checkers' seam, and their sources never name either.
 //! (`.ci/publish` also compiles the CLI from its tarball against `shmrc` without the
 //! seam.) Shown to fail on a planted dependency and a planted import.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::path::{Path, PathBuf};
 

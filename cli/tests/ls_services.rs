@@ -5,7 +5,6 @@
 //! one's file whose publisher word names a reaped child) is listed as such, and
 //! `sweep` removes it. Each `shmrc` run has a time limit ([`common::LIMIT`]); every
 //! name lives in the test's own namespace (emptied on drop).
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

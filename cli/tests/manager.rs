@@ -3,7 +3,6 @@
 //! SIGKILLed, refuses lies and garbage without changing anything, is replaced when it
 //! dies, and exits after its grace period. Every test isolates its manager in a
 //! runtime directory of its own (`SHMRC_RUNTIME_DIR`) and waits for it to exit.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

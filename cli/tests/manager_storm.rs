@@ -20,7 +20,6 @@
 //!
 //! Run: `cargo test -p shmrc-cli --test manager_storm -- --nocapture`
 //! (`SHMRC_STORM_CASES`, default 16, runs more cases).
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

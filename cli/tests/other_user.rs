@@ -16,7 +16,6 @@
 //! It needs root and an unprivileged user: `SHMRC_OTHER_USER` (default `shmrc-other`;
 //! `.ci/run` creates it). Where either is missing the test says so and passes, unless
 //! `SHMRC_REQUIRE_OTHER_USER=1` (set by `.ci/run`), which makes that a failure.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

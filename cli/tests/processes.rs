@@ -1,7 +1,6 @@
 //! Real processes on the real kernel: workers attach, write and verify; a holder is
 //! SIGKILLed while others hold; a sweep reclaims its references; afterwards the test's
 //! namespace in `/dev/shm` is empty.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 mod common;
 

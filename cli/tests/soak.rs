@@ -1,7 +1,6 @@
 //! `shmrc soak` on the real kernel: a short run passes, says what it did and leaves
 //! nothing behind; a run whose names an outsider unlinks under it fails and says why.
 //! CI runs 90 s of it (`.ci/run`); these keep the program itself honest.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};

@@ -7,15 +7,8 @@
 //! instead of benchmarking. `cargo bench -p shmrc-bench` runs everything;
 //! `cargo bench -p shmrc-bench -- ping_pong` one group.
 
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod real;
 
-#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 fn main() {
     real::main()
-}
-
-#[cfg(any(shmrc_loom, shmrc_shuttle))]
-fn main() {
-    eprintln!("the benches need the real backend: build without the loom and shuttle features");
 }

@@ -19,7 +19,6 @@
 //! cuda_bandwidth [--fake] [--mib N] [--iters N] [--rounds N] [--warm N] [--json PATH]
 //! ```
 //! Without `--fake` it needs an NVIDIA GPU and exits with status 2 when there is none.
-#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};
