@@ -7,7 +7,7 @@
 //!
 //! `cargo run --example pool_loans`
 
-// loom and shuttle builds (`--cfg shmrc_loom`, clippy of all targets) have no real
+// loom and shuttle builds (`--features loom`, clippy of all targets) have no real
 // kernel and so no loans: the example is empty there.
 #[cfg(any(shmrc_loom, shmrc_shuttle))]
 fn main() {}

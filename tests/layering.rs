@@ -9,6 +9,8 @@
 //! out (a test may reach anything: `mod tests { .. }` blocks and `tests.rs` files);
 //! doc comments and comments are too. The checker
 //! is shown to fail on a planted upward import and a planted cycle.
+// A check of the sources, not of a build: once, in the normal build.
+#![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;

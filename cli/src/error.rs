@@ -12,7 +12,8 @@ pub enum CliError {
     /// `shmrc bench` found no `shmrc-bench` program beside `shmrc` or on `PATH`.
     #[error(
         "`shmrc bench` runs the shmrc-bench program, found neither beside {beside:?} nor on PATH: \
-         install it (`cargo install shmrc-bench`) or build it in this workspace \
+         install it from a clone (`cargo install --locked --path bench`; `cargo install \
+         shmrc-bench` after the first release) or build it in this workspace \
          (`cargo build --release -p shmrc-bench`)"
     )]
     NoBenchProgram {

@@ -36,7 +36,7 @@ fn without_the_program_the_error_says_how_to_get_it() {
     assert_eq!(out.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("shmrc-bench") && stderr.contains("cargo install shmrc-bench"),
+        stderr.contains("shmrc-bench") && stderr.contains("cargo install --locked --path bench"),
         "{stderr}"
     );
 

@@ -17,8 +17,9 @@ import maturin
 NO_CARGO = (
     "building shmrc from source needs Rust's cargo (1.85 or later) on PATH, and none "
     "was found. Install Rust with https://rustup.rs (or your distribution's cargo "
-    "package), then retry; or install a prebuilt wheel (`pip install shmrc`, Linux "
-    "x86_64 or aarch64, CPython >= 3.9), which needs no Rust."
+    "package), then retry; or install a wheel built on a machine that has Rust "
+    "(README.md, Install: `maturin build --release -m python/Cargo.toml`; `pip install "
+    "shmrc` after the first release), which needs no Rust."
 )
 
 

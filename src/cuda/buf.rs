@@ -273,7 +273,7 @@ impl<O: Os> DeviceBuf<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -522,7 +522,7 @@ impl<O: Os> DeviceHandle<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use std::os::unix::net::UnixStream;
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Namespace, transport};
@@ -745,7 +745,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # // SAFETY: a doc example runs one thread (fork's contract).
-/// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+/// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
 /// use shmrc::cuda::{CudaDevice, DeviceHandle, DeviceView};
 /// use shmrc::{CreateOptions, Namespace};
 ///
@@ -860,7 +860,7 @@ impl<O: Os> DeviceView<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -892,7 +892,7 @@ impl<O: Os> DeviceView<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -930,7 +930,7 @@ impl<O: Os> DeviceView<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Namespace};
     ///
@@ -1024,7 +1024,7 @@ impl<O: Os> CudaDevice<O> {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
-    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { unsafe { shmrc_testkit::process::in_child(c) } }
+    /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
     /// use shmrc::{CreateOptions, Error, Namespace};
     ///
