@@ -309,6 +309,11 @@ pub mod checkers {
             pub use crate::manager::wire::*;
         }
     }
+    /// The CUDA variant's keepalive identity (its wire form, for the forged-input tests).
+    #[cfg(feature = "cuda")]
+    pub mod cuda_identity {
+        pub use crate::cuda::identity::*;
+    }
 }
 
 #[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]

@@ -17,7 +17,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Arc;
 
-use shmrc::cuda::real::RealDriver;
+use shmrc::cuda::RealDriver;
 use shmrc::cuda::{
     AnyBuf, AnyHandle, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DeviceView,
     DriverAllocator, HandleKind, Placement, VmmAllocator, transport,

@@ -20,7 +20,7 @@ use std::os::unix::net::{UnixListener, UnixStream};
 use std::time::Duration;
 
 use nix::sys::socket::{ControlMessage, ControlMessageOwned, MsgFlags, recvmsg, sendmsg};
-use shmrc::cuda::real::RealDriver;
+use shmrc::cuda::RealDriver;
 use shmrc::cuda::{DevicePtr, Driver, FakeDriver, IpcEventHandle, IpcMemHandle};
 use shmrc::{DefaultOs, Error};
 use shmrc_testkit::data::{hex, unhex};

@@ -7,9 +7,9 @@
 
 use std::sync::{Arc, Mutex};
 
+use shmrc::checkers::cuda_identity::{IDENTITY_BYTES, Identity};
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
 use shmrc::checkers::sweep::{inspect, sweep_with};
-use shmrc::cuda::identity::{IDENTITY_BYTES, Identity};
 use shmrc::cuda::{
     CleanupDeferral, CudaDevice, DeviceAllocator, DeviceBuf, DeviceHandle, DevicePtr, DeviceView,
     Driver, DriverAllocator, FakeDriver, HandleKind, IpcExport,

@@ -280,7 +280,7 @@ fn a_program_that_loads_the_library_as_a_plugin_gets_a_clear_error_not_a_copy_of
             && stdout.contains("SHMRC_MANAGER_PROGRAM"),
         "{stdout}"
     );
-    let socket = runtime_dir.join(shmrc::manager::runtime::SOCKET_FILE);
+    let socket = runtime_dir.join(shmrc::manager::SOCKET_FILE);
     assert!(!socket.exists(), "no manager was started");
     assert_eq!(t.names(), Vec::<String>::new());
 }

@@ -10,9 +10,9 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use shmrc::manager::launch::start_detached;
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
 use shmrc::manager::set_manager_command;
+use shmrc::manager::start_detached;
 use shmrc::{CreateOptions, Error, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
 

@@ -20,8 +20,8 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use shmrc::manager::launch::start_detached;
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
+use shmrc::manager::start_detached;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{hex, unhex};
 use shmrc_testkit::names::TestNamespace;

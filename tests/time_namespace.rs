@@ -44,7 +44,7 @@ use std::time::Duration;
 
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
 use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};
 use shmrc_testkit::names::TestNamespace;
@@ -403,7 +403,7 @@ fn scene_holder_outside() {
 fn scene_client_inside() {
     let t = TestNamespace::new("timens-client");
     let (_parent, runtime) = private_runtime();
-    let manager = shmrc::manager::launch::start_detached(&runtime, Duration::from_secs(1))
+    let manager = shmrc::manager::start_detached(&runtime, Duration::from_secs(1))
         .expect("start a manager outside");
     let env = [
         ("SHMRC_RUNTIME_DIR", runtime.path().display().to_string()),
@@ -629,7 +629,7 @@ fn sweep_role() {
 /// (it sweeps every namespace of this user at its start and when the grace is over).
 fn manager_role() {
     let runtime = RuntimeDir::at(std::env::var(RUNTIME).expect("a runtime directory"));
-    shmrc::manager::launch::serve_here(runtime, GRACE).expect("serve the manager");
+    shmrc::manager::serve_here(runtime, GRACE).expect("serve the manager");
 }
 
 /// In a time namespace whose boottime offset is 100.005 s: refused a slot, and judging

@@ -65,7 +65,7 @@ pub fn measure(ns: &Namespace, rounds: usize, others: &[usize]) -> Result<Vec<La
     let rows = measure_in(ns, &runtime, rounds, others);
     // The manager exits once its last client died and its grace period passed.
     let deadline = Instant::now() + Duration::from_secs(10);
-    while runtime.join(shmrc::manager::runtime::SOCKET_FILE).exists() && Instant::now() < deadline {
+    while runtime.join(shmrc::manager::SOCKET_FILE).exists() && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     let _ = std::fs::remove_dir_all(&runtime);

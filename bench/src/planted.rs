@@ -202,7 +202,7 @@ impl Runtime {
 
     /// Waits until its manager has gone (its grace period after its last client).
     fn wait_for_its_manager(&self) -> Result<()> {
-        let socket = self.0.join(shmrc::manager::runtime::SOCKET_FILE);
+        let socket = self.0.join(shmrc::manager::SOCKET_FILE);
         let deadline = Instant::now() + Duration::from_secs(30);
         while socket.exists() {
             if Instant::now() > deadline {

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
 use shmrc::manager::{self, Serve};
 
 use crate::error::Result;

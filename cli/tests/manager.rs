@@ -68,7 +68,7 @@ impl Runtime {
     }
 
     fn socket(&self) -> std::path::PathBuf {
-        self.dir().join(shmrc::manager::runtime::SOCKET_FILE)
+        self.dir().join(shmrc::manager::SOCKET_FILE)
     }
 
     /// Workers whose file_system attaches use this runtime's manager (mode `auto`

@@ -225,7 +225,7 @@ impl Manager {
     }
 
     fn socket(&self) -> PathBuf {
-        self.runtime.join(shmrc::manager::runtime::SOCKET_FILE)
+        self.runtime.join(shmrc::manager::SOCKET_FILE)
     }
 
     fn running(&self) -> bool {

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
 use shmrc::manager::{self, Serve};
 
 use crate::errors::{IntoPy, shmrc_err};

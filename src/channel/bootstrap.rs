@@ -27,7 +27,7 @@ use serde::de::DeserializeOwned;
 
 use super::{Receiver, Sender};
 use crate::error::{Error, Result};
-use crate::manager::runtime::RuntimeDir;
+use crate::manager::RuntimeDir;
 use crate::manager::sys::{FileLock, Peer, peer_credentials, poll_readable, try_lock_exclusive};
 
 /// The environment variable through which [`spawn`] tells the child where to connect

@@ -42,7 +42,7 @@ impl DevicePtr {
 /// Bytes in a legacy CUDA IPC memory handle (`CU_IPC_HANDLE_SIZE`).
 ///
 /// ```
-/// use shmrc::cuda::{IpcMemHandle, driver::IPC_HANDLE_BYTES};
+/// use shmrc::cuda::{IPC_HANDLE_BYTES, IpcMemHandle};
 /// let handle = IpcMemHandle([0; IPC_HANDLE_BYTES]);
 /// assert_eq!(handle.0.len(), 64);
 /// ```
@@ -645,7 +645,7 @@ impl fmt::Display for HandleKind {
 /// of your own returns for a failed call.
 ///
 /// ```
-/// use shmrc::cuda::driver::driver_error;
+/// use shmrc::cuda::driver_error;
 /// let err = driver_error("cuMemAlloc", 2, "CUDA_ERROR_OUT_OF_MEMORY");
 /// assert!(matches!(err, shmrc::Error::Cuda { code: 2, .. }));
 /// assert_eq!(err.to_string(), "cuMemAlloc failed with CUDA error 2 (CUDA_ERROR_OUT_OF_MEMORY)");

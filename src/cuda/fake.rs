@@ -76,7 +76,7 @@ const MAX_NAME: usize = IPC_HANDLE_BYTES - NAME_AT;
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::DefaultOs;
-/// use shmrc::cuda::{FakeDriver, fake::MAX_FAKE_PREFIX};
+/// use shmrc::cuda::{FakeDriver, MAX_FAKE_PREFIX};
 ///
 /// let too_long = "x".repeat(MAX_FAKE_PREFIX + 1);
 /// assert!(FakeDriver::new(DefaultOs::default(), &too_long, 1 << 20).is_err());

@@ -45,7 +45,7 @@ const _: () = assert!(END <= IDENTITY_BYTES);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # // SAFETY: a doc example runs one thread (fork's contract).
 /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
-/// use shmrc::cuda::{CudaDevice, DeviceHandle, identity::Identity};
+/// use shmrc::cuda::{CudaDevice, DeviceHandle, Identity};
 /// use shmrc::{CreateOptions, Namespace};
 ///
 /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-identity-type")?);

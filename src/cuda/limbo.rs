@@ -16,24 +16,22 @@ use crate::os::Os;
 use crate::segment::{self, Header};
 
 /// A dropped buffer waiting to be freed.
-#[doc(hidden)]
 #[derive(Debug)]
-pub struct Entry {
+pub(crate) struct Entry {
     /// The allocation, as its allocator returned it.
-    pub ptr: DevicePtr,
+    pub(crate) ptr: DevicePtr,
     /// Who frees it.
-    pub allocator: Arc<dyn DeviceAllocator>,
+    pub(crate) allocator: Arc<dyn DeviceAllocator>,
     /// Its keep-alive segment, while that may still exist (`None`: never shared, or
     /// known gone).
-    pub keepalive: Option<String>,
+    pub(crate) keepalive: Option<String>,
     /// Its IPC event, destroyed with the memory (a handle still in flight names it).
-    pub event: Option<(Arc<dyn Driver>, EventId)>,
+    pub(crate) event: Option<(Arc<dyn Driver>, EventId)>,
 }
 
 /// How hard [`drain`] looks at a keep-alive that still exists.
-#[doc(hidden)]
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Drain {
+pub(crate) enum Drain {
     /// Only whether its name is gone (one `shm_open`): on alloc and on free.
     Check,
     /// Finalize it as a sweep would (reclaiming dead holders' slots, unlinking it if
@@ -74,8 +72,7 @@ pub struct CollectReport {
 }
 
 /// Frees every entry of `limbo` nobody holds any more; keeps the others.
-#[doc(hidden)]
-pub fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport {
+pub(crate) fn drain<O: Os>(os: &O, limbo: &mut Vec<Entry>, how: Drain) -> CollectReport {
     let mut report = CollectReport::default();
     limbo.retain_mut(|entry| {
         if entry.allocator.deferral().is_deferred() {

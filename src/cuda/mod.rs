@@ -2,22 +2,21 @@
 //!
 //! A device allocation is one more resource guarded by holder slots: its keep-alive is
 //! an ordinary file_system segment ([`crate::ShmBuf`]) whose data part names the
-//! allocation ([`identity`]); consumers hold slots while they use it, and "unlink at
+//! allocation ([`Identity`]); consumers hold slots while they use it, and "unlink at
 //! zero" becomes "the producer may free". A consumer killed with SIGKILL is reclaimed
 //! by the same finalize as any CPU segment ([`crate::sweep()`], any later release, or
 //! [`CudaDevice::collect`]). See `docs/CUDA.md`.
 //!
-//! - [`driver`]: the [`Driver`] trait (the driver calls used) and its value types;
-//!   [`fake`]: a driver whose device memory is shared memory; the real driver, loaded
-//!   at run time from `libcuda.so.1`, is [`real::RealDriver`].
-//! - [`allocator`]: [`DeviceAllocator`], modelled on Numba's EMM plugin interface, and
-//!   the default [`DriverAllocator`].
-//! - [`device`]: [`CudaDevice`], one process's entry point (limbo list, per-process
-//!   table of opened IPC handles).
-//! - [`buf`]: [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
-//! - [`limbo`]: when a dropped buffer may be freed.
-//! - [`placement`]: one share path for host and device buffers ([`AnyHandle`] says
-//!   where its buffer lives; attach dispatches on it).
+//! - the [`Driver`] trait (the driver calls used) and its value types; [`FakeDriver`], a
+//!   driver whose device memory is shared memory; the real driver, loaded at run time
+//!   from `libcuda.so.1`, is [`RealDriver`].
+//! - [`DeviceAllocator`], modelled on Numba's EMM plugin interface, and the default
+//!   [`DriverAllocator`].
+//! - [`CudaDevice`], one process's entry point (limbo list: when a dropped buffer may
+//!   be freed; per-process table of opened IPC handles).
+//! - [`DeviceBuf`], [`DeviceHandle`], [`DeviceView`].
+//! - one share path for host and device buffers ([`AnyHandle`] says where its buffer
+//!   lives; attach dispatches on it).
 //! - [`transport`]: host and device handles over a Unix socket (a `posix_fd` handle's
 //!   descriptor rides with `SCM_RIGHTS`).
 //!
@@ -60,17 +59,20 @@
 
 use std::sync::{Mutex, MutexGuard};
 
-pub mod allocator;
-pub mod buf;
-pub mod device;
-pub mod driver;
-pub mod fake;
-pub mod identity;
-pub mod limbo;
+// The submodules are private but `transport` (a namespace, as `shmrc::transport`): what a
+// user may name is re-exported here, at one path.
+mod allocator;
+mod buf;
+mod device;
+mod driver;
+mod fake;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
+pub(crate) mod identity;
+mod limbo;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod placement;
+mod placement;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod real;
+mod real;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub mod transport;
 
@@ -81,12 +83,16 @@ pub use allocator::{
 pub use buf::{DeviceBuf, DeviceHandle, DeviceSpan, DeviceView};
 pub use device::CudaDevice;
 pub use driver::{
-    DeviceId, DevicePtr, Driver, EventId, HandleKind, IpcEventHandle, IpcMemHandle, MemoryInfo,
+    DeviceId, DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcEventHandle,
+    IpcMemHandle, MemoryInfo, driver_error,
 };
-pub use fake::FakeDriver;
+pub use fake::{FakeDriver, MAX_FAKE_PREFIX};
+pub use identity::Identity;
 pub use limbo::CollectReport;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use placement::{AnyBuf, AnyHandle, Placement};
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use real::{LIBCUDA, RealDriver};
 
 /// Locks `m`, recovering from poisoning: no code holding these locks panics half-way
 /// through an update.

@@ -45,7 +45,7 @@ use crate::error::{Error, Result};
 /// The library the driver ships as.
 ///
 /// ```
-/// assert_eq!(shmrc::cuda::real::LIBCUDA, "libcuda.so.1");
+/// assert_eq!(shmrc::cuda::LIBCUDA, "libcuda.so.1");
 /// ```
 pub const LIBCUDA: &str = "libcuda.so.1";
 
@@ -242,7 +242,7 @@ impl Api {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
-/// use shmrc::cuda::{CudaDevice, Driver, real::RealDriver};
+/// use shmrc::cuda::{CudaDevice, Driver, RealDriver};
 /// use shmrc::{CreateOptions, DefaultOs, Error};
 ///
 /// match RealDriver::load(0) {
@@ -291,7 +291,7 @@ impl RealDriver {
     /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
-    /// use shmrc::cuda::{Driver, real::RealDriver};
+    /// use shmrc::cuda::{Driver, RealDriver};
     /// use shmrc::Error;
     ///
     /// match RealDriver::load(0) {

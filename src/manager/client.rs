@@ -272,8 +272,7 @@ impl Connection {
 /// segment (per namespace for creates) and without waiting for an answer: one `write`
 /// on the first use, nothing after. The first use connects (starting a manager in
 /// `Auto` mode). Called before each file_system create/attach on the real backend.
-#[doc(hidden)]
-pub fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
+pub(super) fn watch(ns: &Namespace, segment: Option<&str>) -> Result<()> {
     let mode = mode()?;
     if mode == ManagerMode::Off {
         return Ok(());

@@ -72,7 +72,7 @@ pub fn status() -> Result<ManagerStatus> {
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
 /// use shmrc::Error;
-/// use shmrc::manager::{launch::start_detached, runtime::RuntimeDir, status_at};
+/// use shmrc::manager::{RuntimeDir, start_detached, status_at};
 /// use std::time::Duration;
 ///
 /// let dir = tempfile::tempdir().unwrap();

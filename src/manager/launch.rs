@@ -48,7 +48,7 @@ use crate::sync::process::{AtomicBool, Ordering};
 /// `shmrc` CLI does), instead of this program's own image.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::launch::PROGRAM_ENV, "SHMRC_MANAGER_PROGRAM");
+/// assert_eq!(shmrc::manager::PROGRAM_ENV, "SHMRC_MANAGER_PROGRAM");
 /// // e.g. `SHMRC_MANAGER_PROGRAM=/usr/local/bin/shmrc python train.py`
 /// ```
 pub const PROGRAM_ENV: &str = "SHMRC_MANAGER_PROGRAM";
@@ -131,7 +131,7 @@ pub(crate) fn manager_subcommand(
 /// manager; a program never sets it for itself.
 ///
 /// ```
-/// use shmrc::manager::launch::ROLE_ENV;
+/// use shmrc::manager::ROLE_ENV;
 /// assert_eq!(ROLE_ENV, "SHMRC_MANAGER_ROLE");
 /// // This process was started as a program, not as a manager:
 /// assert!(std::env::var_os(ROLE_ENV).is_none());
@@ -140,13 +140,13 @@ pub const ROLE_ENV: &str = "SHMRC_MANAGER_ROLE";
 /// The role that starts a detached manager and exits once it answers.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::launch::START, "start");
+/// assert_eq!(shmrc::manager::START, "start");
 /// ```
 pub const START: &str = "start";
 /// The role that is the manager.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::launch::SERVE, "serve");
+/// assert_eq!(shmrc::manager::SERVE, "serve");
 /// ```
 pub const SERVE: &str = "serve";
 /// The program a role re-executes: this process's own image.
@@ -239,7 +239,7 @@ pub enum Serve {
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-/// use shmrc::manager::{Serve, runtime::RuntimeDir, serve, status_at};
+/// use shmrc::manager::{RuntimeDir, Serve, serve, status_at};
 /// use std::time::Duration;
 ///
 /// let dir = tempfile::tempdir().unwrap();
@@ -379,7 +379,7 @@ pub(crate) fn own_image(role: &str, runtime: &RuntimeDir) -> Result<Command> {
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-/// use shmrc::manager::{connection::status_at, launch::start_detached, runtime::RuntimeDir};
+/// use shmrc::manager::{RuntimeDir, start_detached, status_at};
 /// use std::time::Duration;
 ///
 /// // A manager of a runtime directory of its own, as a test harness would start it.

@@ -3,27 +3,29 @@
 //! used it, so a SIGKILLed worker's segments do not wait for the end of the job.
 //!
 //! It needs nothing installed: the first file_system create or attach of a process
-//! connects to the manager of [`runtime::RuntimeDir::for_user`], and in
+//! connects to the manager of [`RuntimeDir::for_user`], and in
 //! [`ManagerMode::Auto`] (the default) starts one if none runs, by re-executing the
 //! program's own image, which the library catches before `main` and turns into the
-//! manager ([`launch`]). A manager exits a grace period (2 s by default) after its last
-//! client. `docs/MANAGER.md` has the whole design and the environment variables.
+//! manager. A manager exits a grace period (2 s by default) after its last client.
+//! `docs/MANAGER.md` has the whole design and the environment variables.
 //!
-//! - [`mode`]: [`ManagerMode`] and its process-wide switch ([`set_manager_mode`],
-//!   `$SHMRC_MANAGER`).
-//! - [`watched`]: [`Watched`], the production OS (the manager watches each use).
-//! - [`client`]: this process's one connection to its manager: the Hello and the Watch
-//!   of each namespace it uses.
-//! - [`launch`]: running a manager: [`serve`] ([`Serve::Foreground`] or
-//!   [`Serve::Detached`]), which program runs it ([`set_manager_program`],
-//!   [`set_manager_command`]), and starting one for a client when none runs.
-//! - [`connection`]: one round trip to a running manager, and [`status`]
-//!   ([`ManagerStatus`], [`ClientRow`]); never starts one.
-//! - [`runtime`]: where the manager lives (socket, lock, log).
-//! - `registry`: the manager's decisions (whom it watches, what to sweep when), pure
-//!   and generic over the OS; `server`: the poll loop that feeds it and carries them out;
-//!   `creations`: what each client created in `/dev/shm`, from inotify, so that its
-//!   death's sweep needs no listing.
+//! What a user names is here, at one path (the rooms below are private):
+//! - [`ManagerMode`] and its process-wide switch ([`set_manager_mode`],
+//!   `$SHMRC_MANAGER`, [`MODE_ENV`]);
+//! - [`Watched`], the production OS (the manager watches each use);
+//! - running a manager: [`serve`] ([`Serve::Foreground`] or [`Serve::Detached`]), which
+//!   program runs it ([`set_manager_program`], [`set_manager_command`]), and starting
+//!   one for a client when none runs ([`start_detached`]);
+//! - one round trip to a running manager, [`status`] ([`ManagerStatus`],
+//!   [`ClientRow`]), which never starts one;
+//! - where the manager lives: [`RuntimeDir`] (socket, lock, log).
+//!
+//! The rooms: `mode`, `watched`, `client` (this process's one connection to its
+//! manager: the Hello and the Watch of each namespace it uses), `launch`, `connection`,
+//! `runtime`; `registry`: the manager's decisions (whom it watches, what to sweep
+//! when), pure and generic over the OS; `server`: the poll loop that feeds it and
+//! carries them out; `creations`: what each client created in `/dev/shm`, from inotify,
+//! so that its death's sweep needs no listing.
 //!
 //! ```
 //! # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
@@ -51,32 +53,33 @@
 //! set_manager_mode(ManagerMode::Off);
 //! ```
 
-pub mod mode;
-pub use mode::{ManagerMode, manager_mode, set_manager_mode};
+// The submodules are private: what a user may name is re-exported here, at one path.
+mod mode;
+pub use mode::{MODE_ENV, ManagerMode, manager_mode, set_manager_mode};
 
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod client;
+mod client;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod connection;
+mod connection;
 // What the clients create in /dev/shm (inotify), for their deaths' sweeps.
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod creations;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod launch;
+mod launch;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod log;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod registry;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod runtime;
+mod runtime;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod server;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod sys;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
-pub mod watched;
+mod watched;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod wire;
@@ -84,8 +87,11 @@ pub(crate) mod wire;
 pub use connection::{status, status_at};
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use launch::{
-    Serve, manager_command, manager_program, serve, set_manager_command, set_manager_program,
+    PROGRAM_ENV, ROLE_ENV, SERVE, START, Serve, manager_command, manager_program, serve,
+    serve_here, set_manager_command, set_manager_program, start_detached,
 };
+#[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
+pub use runtime::{LOCK_FILE, LOG_FILE, RUNTIME_DIR_ENV, RuntimeDir, SOCKET_FILE, START_LOCK_FILE};
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use watched::{DefaultOs, Watched, inspect, sweep};
 /// The OS the user API runs on when none is named: in a loom or shuttle build there is

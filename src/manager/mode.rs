@@ -10,7 +10,7 @@ use crate::error::{Error, Result};
 /// [`set_manager_mode`] was not called.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::mode::MODE_ENV, "SHMRC_MANAGER");
+/// assert_eq!(shmrc::manager::MODE_ENV, "SHMRC_MANAGER");
 /// // e.g. `SHMRC_MANAGER=off python train.py` runs a job without a manager.
 /// ```
 pub const MODE_ENV: &str = "SHMRC_MANAGER";

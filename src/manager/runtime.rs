@@ -14,7 +14,7 @@ use crate::os::posix::PosixOs;
 /// manager).
 ///
 /// ```
-/// use shmrc::manager::runtime::RUNTIME_DIR_ENV;
+/// use shmrc::manager::RUNTIME_DIR_ENV;
 ///
 /// assert_eq!(RUNTIME_DIR_ENV, "SHMRC_RUNTIME_DIR");
 /// // A job that wants a manager of its own runs its workers with the variable set:
@@ -29,7 +29,7 @@ const XDG_RUNTIME_DIR_ENV: &str = "XDG_RUNTIME_DIR";
 /// The socket clients connect to ([`RuntimeDir::socket`]).
 ///
 /// ```
-/// use shmrc::manager::runtime::{RuntimeDir, SOCKET_FILE};
+/// use shmrc::manager::{RuntimeDir, SOCKET_FILE};
 /// let socket = RuntimeDir::at("/run/user/1000/shmrc").socket()?;
 /// assert_eq!(socket.file_name().unwrap(), SOCKET_FILE);
 /// # Ok::<(), shmrc::Error>(())
@@ -42,7 +42,7 @@ pub const SOCKET_FILE: &str = "manager-v2.sock";
 /// The file whose `flock` makes one manager per directory ([`RuntimeDir::lock`]).
 ///
 /// ```
-/// use shmrc::manager::runtime::{LOCK_FILE, RuntimeDir};
+/// use shmrc::manager::{LOCK_FILE, RuntimeDir};
 /// let lock = RuntimeDir::at("/run/user/1000/shmrc").lock();
 /// assert_eq!(lock.file_name().unwrap(), LOCK_FILE);
 /// ```
@@ -53,13 +53,13 @@ pub const LOCK_FILE: &str = "manager-v2.lock";
 /// clients finding none at once one starts it and the others wait for it.
 ///
 /// ```
-/// assert_eq!(shmrc::manager::runtime::START_LOCK_FILE, "start-v2.lock");
+/// assert_eq!(shmrc::manager::START_LOCK_FILE, "start-v2.lock");
 /// ```
 pub const START_LOCK_FILE: &str = "start-v2.lock";
 /// Where a detached manager's log goes ([`RuntimeDir::log`]).
 ///
 /// ```
-/// use shmrc::manager::runtime::{LOG_FILE, RuntimeDir};
+/// use shmrc::manager::{LOG_FILE, RuntimeDir};
 /// let log = RuntimeDir::at("/run/user/1000/shmrc").log();
 /// assert_eq!(log.file_name().unwrap(), LOG_FILE);
 /// ```
@@ -72,7 +72,7 @@ const SUN_PATH_LEN: usize = 108;
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-/// use shmrc::manager::runtime::RuntimeDir;
+/// use shmrc::manager::RuntimeDir;
 ///
 /// let uid = nix::unistd::geteuid().as_raw();
 /// let runtime = RuntimeDir::for_user(uid)?;
@@ -96,7 +96,7 @@ impl RuntimeDir {
     /// `/tmp/shmrc-<uid>`.
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     ///
     /// let runtime = RuntimeDir::for_user(1000)?;
     /// if std::env::var_os("SHMRC_RUNTIME_DIR").is_none() && std::env::var_os("XDG_RUNTIME_DIR").is_none() {
@@ -122,7 +122,7 @@ impl RuntimeDir {
     /// serve and query the manager in.
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     ///
     /// let runtime = RuntimeDir::of_this_user()?;
     /// assert!(runtime.path().is_dir());
@@ -138,7 +138,7 @@ impl RuntimeDir {
     /// A runtime directory at `dir` (nothing is checked or created yet).
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     /// let runtime = RuntimeDir::at("/run/shmrc-test");
     /// assert_eq!(runtime.path(), std::path::Path::new("/run/shmrc-test"));
     /// ```
@@ -149,7 +149,7 @@ impl RuntimeDir {
     /// The directory.
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     /// let runtime = RuntimeDir::at("/tmp/shmrc-1000");
     /// assert_eq!(runtime.path().file_name().unwrap(), "shmrc-1000");
     /// ```
@@ -161,7 +161,7 @@ impl RuntimeDir {
     /// [`Error::SocketPathTooLong`] when it does not.
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     ///
     /// let socket = RuntimeDir::at("/tmp/shmrc-1000").socket()?;
     /// assert_eq!(socket, std::path::Path::new("/tmp/shmrc-1000/manager-v2.sock"));
@@ -185,7 +185,7 @@ impl RuntimeDir {
     /// The lock file's path: a process holding its `flock` is the manager.
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     /// let lock = RuntimeDir::at("/tmp/shmrc-1000").lock();
     /// assert_eq!(lock, std::path::Path::new("/tmp/shmrc-1000/manager-v2.lock"));
     /// ```
@@ -197,7 +197,7 @@ impl RuntimeDir {
     /// start, each client, each sweep, each refusal).
     ///
     /// ```
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     /// let log = RuntimeDir::at("/tmp/shmrc-1000").log();
     /// assert_eq!(log, std::path::Path::new("/tmp/shmrc-1000/manager.log"));
     /// ```
@@ -230,7 +230,7 @@ impl RuntimeDir {
     /// ```
     /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use std::os::unix::fs::PermissionsExt;
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     ///
     /// let uid = nix::unistd::geteuid().as_raw();
     /// let parent = tempfile::tempdir().unwrap();
@@ -257,7 +257,7 @@ impl RuntimeDir {
     /// ```
     /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
     /// use std::os::unix::fs::PermissionsExt;
-    /// use shmrc::manager::runtime::RuntimeDir;
+    /// use shmrc::manager::RuntimeDir;
     ///
     /// let uid = nix::unistd::geteuid().as_raw();
     /// let dir = tempfile::tempdir().unwrap();

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use shmrc::manager::runtime::RuntimeDir;
+use shmrc::manager::RuntimeDir;
 use shmrc::manager::status_at;
 use shmrc::{Error, Result, ShareHandle, transport};
 
