@@ -212,6 +212,8 @@ mod strategy;
 mod sweep;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sync;
+#[cfg(test)]
+mod tests;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod token;
 pub mod transport;

@@ -490,20 +490,6 @@ fn malformed(why: String) -> Error {
     }
 }
 
-/// `handle`, sent by `from` to `to` over a simulated Unix stream and received there:
-/// how the unit tests of the rooms above hand a buffer to another simulated process.
-#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
-pub(crate) fn pass_over_sim_stream(
-    kernel: &crate::os::sim::SimKernel,
-    from: &crate::os::sim::SimOs,
-    to: &crate::os::sim::SimOs,
-    handle: ShareHandle<crate::os::sim::SimOs>,
-) -> ShareHandle<crate::os::sim::SimOs> {
-    let (tx, rx) = kernel.stream_pair(from, to);
-    send_with(from, &tx, b"", vec![handle]).unwrap();
-    recv_with(to, &rx).unwrap().handles.pop().unwrap()
-}
-
 #[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
 mod tests {
     use super::*;

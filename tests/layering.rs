@@ -6,7 +6,8 @@
 //! only re-exported at the root); the top-level modules import each other without a
 //! cycle, and so do the files of each room with several (`manager/`, `cuda/`, `buf/`,
 //! `channel/`). Unit-test modules are left
-//! out (a test may reach anything: `mod tests { .. }` blocks and `tests.rs` files);
+//! out (a test may reach anything: `mod tests { .. }` blocks, `tests.rs` files and
+//! `src/tests/`);
 //! doc comments and comments are too. The checker
 //! is shown to fail on a planted upward import and a planted cycle.
 // A check of the sources, not of a build: once, in the normal build.
@@ -155,7 +156,9 @@ fn graph(src: &Path) -> Graph {
             let rel = path.strip_prefix(src).unwrap();
             let top = rel.iter().next().unwrap().to_string_lossy();
             let top = top.trim_end_matches(".rs").to_owned();
-            let is_test_module = path.file_name().is_some_and(|name| name == "tests.rs");
+            // `tests.rs` files, and `src/tests/`: the crate's cross-module unit tests.
+            let is_test_module =
+                top == "tests" || path.file_name().is_some_and(|name| name == "tests.rs");
             if top == "lib" || is_test_module || path.extension().is_none_or(|e| e != "rs") {
                 continue;
             }

@@ -1,12 +1,12 @@
 //! Argument parsing and the `ls` and `sweep` commands.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 use shmrc::Namespace;
 
-use crate::error::{CliError, Result};
+use crate::error::Result;
+use crate::output::print_json;
 use crate::table::{Table, age, bytes};
 
 #[derive(Parser)]
@@ -169,22 +169,6 @@ fn run(command: Command) -> Result<()> {
 /// The namespace given, if any.
 fn parse_namespace(given: Option<&str>) -> Result<Option<Namespace>> {
     Ok(given.map(Namespace::new).transpose()?)
-}
-
-/// Prints `value` as one JSON document on stdout: indented, or on one line. Buffered:
-/// stdout flushes at each newline, which made the indented report of a 10,000-segment
-/// sweep 200,015 `write`s (1,320 through the buffer; `strace -c`, 2026-11-23).
-pub fn print_json(value: &impl serde::Serialize, pretty: bool) -> Result<()> {
-    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    if pretty {
-        serde_json::to_writer_pretty(&mut out, value)?;
-    } else {
-        serde_json::to_writer(&mut out, value)?;
-    }
-    writeln!(out)
-        .and_then(|()| out.flush())
-        .map_err(|e| CliError::Json(serde_json::Error::io(e)))?;
-    Ok(())
 }
 
 fn ls(namespace: Option<&str>, json: bool) -> Result<()> {

@@ -12,6 +12,7 @@ mod cli;
 mod demo;
 mod error;
 mod manager;
+mod output;
 mod soak;
 mod status;
 mod table;

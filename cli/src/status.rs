@@ -4,6 +4,7 @@
 use crate::table::{Table, age};
 
 use crate::error::Result;
+use crate::output::print_json;
 
 /// `shmrc status --json`: `{"running": false}` when no manager runs (the normal idle
 /// state), else `{"running": true, "pid": …, …}`.
@@ -26,7 +27,7 @@ pub fn run(json: bool) -> Result<()> {
                     running: false,
                     status: None,
                 };
-                return crate::cli::print_json(&doc, false);
+                return print_json(&doc, false);
             }
             println!("no manager running (one starts when a program first needs it)");
             return Ok(());
@@ -39,7 +40,7 @@ pub fn run(json: bool) -> Result<()> {
             running: true,
             status: Some(&status),
         };
-        return crate::cli::print_json(&doc, false);
+        return print_json(&doc, false);
     }
     let mut summary = Table::new(["MANAGER", ""]);
     for (key, value) in [

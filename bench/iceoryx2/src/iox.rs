@@ -30,18 +30,8 @@ use iceoryx2::prelude::*;
 use iceoryx2::service::ipc;
 
 use crate::error::{Error, Result, iox};
-use crate::peer::{HOLDING, PEER_TIMEOUT, Peer, READY, control_socket, wait_for_close};
+use crate::peer::{HOLDING, PEER_TIMEOUT, Peer, READY, control_socket, domain, wait_for_close};
 use crate::rounds::{Receive, RoundTrip, STOP, THROUGHPUT_BATCH, check_byte, read_stamp};
-
-/// The variable that names the run's iceoryx2 domain to its subscriber processes.
-pub const DOMAIN_ENV: &str = "SHMRC_COMPARE_IOX2_DOMAIN";
-
-/// The run's own iceoryx2 domain (the file prefix in `/dev/shm` and the root directory
-/// `/tmp/DOMAIN`): the publisher's process id, so that nothing of another iceoryx2 user
-/// is touched and [`remove_domain`] can remove everything the run left.
-pub fn domain() -> String {
-    std::env::var(DOMAIN_ENV).unwrap_or_else(|_| format!("shmrc_compare_{}_", std::process::id()))
-}
 
 fn node() -> Result<Node<ipc::Service>> {
     set_log_level(LogLevel::Error);

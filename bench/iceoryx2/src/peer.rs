@@ -3,7 +3,9 @@
 //! socket: readiness, "holding", and for the floor and shmrc's pooled hand-off the
 //! data path itself). A peer that dies or says nothing for [`PEER_TIMEOUT`] is an
 //! [`Error::Peer`] naming which and how it ended; a peer still running when its
-//! [`Peer`] is dropped is killed (by its pid) and reaped.
+//! [`Peer`] is dropped is killed (by its pid) and reaped. The run's iceoryx2 domain and
+//! shmrc namespace reach the peers through the environment ([`DOMAIN_ENV`],
+//! [`NAMESPACE_ENV`]).
 
 use std::io::{Read, Write};
 use std::os::fd::{AsFd, OwnedFd};
@@ -21,6 +23,24 @@ pub const READY: u8 = b'R';
 /// What a peer writes once it holds the samples of a recovery trial.
 pub const HOLDING: u8 = b'H';
 
+/// The variable that names the run's iceoryx2 domain to its subscriber processes.
+pub const DOMAIN_ENV: &str = "SHMRC_COMPARE_IOX2_DOMAIN";
+
+/// The run's own iceoryx2 domain (the file prefix in `/dev/shm` and the root directory
+/// `/tmp/DOMAIN`): the publisher's process id, so that nothing of another iceoryx2 user
+/// is touched and `iox::remove_domain` can remove everything the run left.
+pub fn domain() -> String {
+    std::env::var(DOMAIN_ENV).unwrap_or_else(|_| format!("shmrc_compare_{}_", std::process::id()))
+}
+
+/// The variable that names the run's shmrc namespace to its subscriber processes.
+pub const NAMESPACE_ENV: &str = "SHMRC_COMPARE_NAMESPACE";
+
+/// The name of the run's shmrc namespace (the publisher's process id).
+pub fn namespace_name() -> String {
+    std::env::var(NAMESPACE_ENV).unwrap_or_else(|_| format!("shmrc-compare-{}", std::process::id()))
+}
+
 /// One subscriber process and the publisher's end of its control socket.
 pub struct Peer {
     child: Child,
@@ -37,12 +57,8 @@ impl Peer {
         mine.set_read_timeout(Some(PEER_TIMEOUT))?;
         let child = Command::new(program)
             .arg("child")
-            .env(crate::iox::DOMAIN_ENV, crate::iox::domain())
-            .env(
-                crate::shmrc_pubsub::NAMESPACE_ENV,
-                std::env::var(crate::shmrc_pubsub::NAMESPACE_ENV)
-                    .unwrap_or_else(|_| format!("shmrc-compare-{}", std::process::id())),
-            )
+            .env(DOMAIN_ENV, domain())
+            .env(NAMESPACE_ENV, namespace_name())
             .args(args)
             .stdin(Stdio::from(OwnedFd::from(theirs)))
             .stdout(Stdio::null())

@@ -18,17 +18,14 @@ use shmrc::pubsub::{Publisher, PublisherOptions, Received, SlowSubscriber, Subsc
 
 use crate::error::{Error, Result};
 use crate::iox::spin;
-use crate::peer::{HOLDING, PEER_TIMEOUT, Peer, READY, control_socket, wait_for_close};
+use crate::peer::{
+    HOLDING, PEER_TIMEOUT, Peer, READY, control_socket, namespace_name, wait_for_close,
+};
 use crate::rounds::{Receive, RoundTrip, STOP, THROUGHPUT_BATCH, read_stamp, stamp};
-
-/// The variable that names the run's namespace to its subscriber processes.
-pub const NAMESPACE_ENV: &str = "SHMRC_COMPARE_NAMESPACE";
 
 /// The run's namespace (the publisher's process id).
 pub fn namespace() -> Result<Namespace> {
-    let name = std::env::var(NAMESPACE_ENV)
-        .unwrap_or_else(|_| format!("shmrc-compare-{}", std::process::id()));
-    Ok(Namespace::new(name)?)
+    Ok(Namespace::new(namespace_name())?)
 }
 
 /// Removes what the run's namespace still holds (nothing, when every publisher and

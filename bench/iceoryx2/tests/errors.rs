@@ -6,11 +6,10 @@ use std::path::Path;
 use std::process::Command;
 
 use shmrc_iceoryx2_compare::Error;
-use shmrc_iceoryx2_compare::iox::DOMAIN_ENV;
-use shmrc_iceoryx2_compare::peer::{Peer, READY};
+use shmrc_iceoryx2_compare::peer::{DOMAIN_ENV, NAMESPACE_ENV, Peer, READY};
 use shmrc_iceoryx2_compare::rounds::{Receive, RoundTrip};
 use shmrc_iceoryx2_compare::shmrc_pool::PoolHandOff;
-use shmrc_iceoryx2_compare::shmrc_pubsub::{NAMESPACE_ENV, PubSub};
+use shmrc_iceoryx2_compare::shmrc_pubsub::PubSub;
 
 const PROGRAM: &str = env!("CARGO_BIN_EXE_shmrc-iceoryx2-compare");
 

@@ -1,10 +1,9 @@
 //! The descriptor limit: raising this process's `RLIMIT_NOFILE` soft limit when the
-//! program asks ([`raise_fd_limit`]; the library never does it by itself), and turning
-//! `EMFILE`/`ENFILE` into [`Error::TooManyFds`] with the limit in force.
+//! program asks ([`raise_fd_limit`]; the library never does it by itself), and the soft
+//! limit in force ([`fd_limit`]) that [`Error::TooManyFds`] reports.
 
 use std::fs;
 
-use nix::errno::Errno;
 use nix::sys::resource::{Resource, getrlimit, setrlimit};
 
 use crate::error::{Error, Result};
@@ -56,16 +55,4 @@ pub fn raise_fd_limit() -> Result<u64> {
 /// The soft `RLIMIT_NOFILE` in force now (for error messages).
 pub(super) fn fd_limit() -> u64 {
     getrlimit(Resource::RLIMIT_NOFILE).map_or(u64::MAX, |(soft, _)| soft)
-}
-
-/// The error for `errno` from `call`, with the fd-limit case made explicit.
-pub(super) fn fd_error(call: &'static str, errno: Errno) -> Error {
-    match errno {
-        Errno::EMFILE | Errno::ENFILE => Error::TooManyFds {
-            call,
-            limit: fd_limit(),
-            liveness_fds: super::process::release_watched(),
-        },
-        e => Error::os(call, e),
-    }
 }

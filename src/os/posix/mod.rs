@@ -10,9 +10,10 @@
 //!
 //! This file holds the two types every call takes ([`PosixOs`], [`PosixFile`]) and the
 //! [`Os`] implementation, each method handing over to the file of its area:
-//! - `limits`: the `RLIMIT_NOFILE` soft limit ([`raise_fd_limit`]) and the
-//!   [`Error::TooManyFds`](crate::Error::TooManyFds) it leads to;
-//! - `shm`: named objects, memfds, seals, `dup`, sizing and `fstat`;
+//! - `limits`: the `RLIMIT_NOFILE` soft limit ([`raise_fd_limit`]) that
+//!   [`Error::TooManyFds`](crate::Error::TooManyFds) reports;
+//! - `shm`: named objects, memfds, seals, `dup`, sizing and `fstat`, and the
+//!   [`Error::TooManyFds`](crate::Error::TooManyFds) of a call out of descriptors;
 //! - `capacity`: whether memory (the file system, the machine, the memory cgroup) can
 //!   back a reservation, asked before it is made;
 //! - `map`: `mmap`, [`PosixMap`], the copies in and out of shared memory and
@@ -20,6 +21,7 @@
 //! - `socket`: bytes and descriptors over a stream socket (`SCM_RIGHTS`, `unsafe`);
 //! - `process`: this process's token, liveness through `/proc`, uid, pid namespace,
 //!   clock and random numbers;
+//! - `proc_stat`: the fields of `/proc/<pid>/stat` that `process` and `timens` read;
 //! - `timens`: how this process's time namespace shifts the start times it reads, and
 //!   taking that shift off, so that tokens compare across time namespaces;
 //! - `pidfd`: process descriptors (`unsafe`), and the table of those kept on processes
@@ -49,6 +51,7 @@ mod futex;
 mod limits;
 mod map;
 mod pidfd;
+mod proc_stat;
 mod process;
 mod shm;
 mod socket;

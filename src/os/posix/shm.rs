@@ -1,7 +1,8 @@
 //! Files: named shared-memory objects under `/dev/shm` (`shm_open`, `shm_unlink`, `link`, the
 //! listing, with each wanted name's owner), memfds and their seals (size, and write for frozen buffers), `dup`, sizing (`ftruncate` then
 //! `posix_fallocate`), `fstat`, and `fstatfs` (is a received descriptor in memory, or a
-//! file on a disk?).
+//! file on a disk?); and [`fd_error`], the error of a call (here or in `socket`) that
+//! ran out of descriptors.
 
 use std::fs;
 use std::os::fd::AsFd;
@@ -13,7 +14,8 @@ use nix::sys::stat::{Mode, fchmod, fstat, fstatat, stat as sys_stat};
 use nix::sys::statfs::{HUGETLBFS_MAGIC, TMPFS_MAGIC, fstatfs};
 use nix::unistd::ftruncate;
 
-use super::limits::fd_error;
+use super::limits::fd_limit;
+use super::process::release_watched;
 use super::{PosixFile, PosixOs};
 use crate::error::{Error, Result};
 use crate::os::{FileInfo, FileKind, Listed, Os};
@@ -304,6 +306,18 @@ pub(super) fn is_in_memory(file: &PosixFile) -> Result<bool> {
         fs.filesystem_type(),
         TMPFS_MAGIC | HUGETLBFS_MAGIC
     ))
+}
+
+/// The error for `errno` from `call`, with the fd-limit case made explicit.
+pub(super) fn fd_error(call: &'static str, errno: Errno) -> Error {
+    match errno {
+        Errno::EMFILE | Errno::ENFILE => Error::TooManyFds {
+            call,
+            limit: fd_limit(),
+            liveness_fds: release_watched(),
+        },
+        e => Error::os(call, e),
+    }
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@ use nix::errno::Errno;
 use nix::sys::socket::{ControlMessage, MsgFlags, send as sys_send, sendmsg};
 
 use super::PosixFile;
-use super::limits::{fd_error, fd_limit};
+use super::limits::fd_limit;
+use super::shm::fd_error;
 use crate::error::{Error, Result};
 use crate::os::MAX_FDS_PER_SEND;
 

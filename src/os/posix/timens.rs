@@ -258,7 +258,7 @@ fn tick_nanos() -> Option<i128> {
 /// This process's own start time as it reads it.
 fn own_reading() -> Option<u64> {
     let content = fs::read("/proc/self/stat").ok()?;
-    super::process::parse_start_ticks(&content)
+    super::proc_stat::parse_start_ticks(&content)
 }
 
 #[cfg(test)]

@@ -43,8 +43,9 @@
 //! - `sizing`: `ftruncate`/`posix_fallocate` of an object, the seal and space limit;
 //! - `map`: an object's memory, the copies in and out of it, [`SimMap`];
 //! - `stream`: [`SimStream`] pairs, sends and receives of bytes and files;
-//! - `faults`: kills and crash points, the fd and space limits, hostile damage;
-//! - `tests`: the unit tests.
+//! - `faults`: kills and crash points, the fd and space limits, hostile damage.
+//!
+//! Its unit tests are the crate's (`src/tests/sim.rs`).
 
 use std::io;
 
@@ -60,8 +61,6 @@ mod objects;
 mod process;
 mod sizing;
 mod stream;
-#[cfg(test)]
-mod tests;
 
 pub use faults::UnlinkRace;
 pub use kernel::SimKernel;
@@ -87,7 +86,7 @@ const EPOCH_NANOS: u64 = 1_700_000_000_000_000_000;
 /// Nanoseconds per tick of the logical clock.
 const NANOS_PER_TICK: u64 = 1_000;
 /// The longest name `shm_open` accepts (`NAME_MAX`).
-const NAME_MAX: usize = 255;
+pub(crate) const NAME_MAX: usize = 255;
 
 fn os_error(call: &'static str, errno: i32) -> Error {
     Error::os(call, io::Error::from_raw_os_error(errno))

@@ -8,10 +8,10 @@
 mod plain {
     use std::{fmt, io};
 
-    use super::super::{FIRST_PID, MACHINE_BYTES, NAME_MAX, SimFile, SimKernel, SimOs};
     use crate::error::{Error, Result};
     use crate::holders::{self, ClaimError, Outcome};
     use crate::namespace::Namespace;
+    use crate::os::sim::{FIRST_PID, MACHINE_BYTES, NAME_MAX, SimFile, SimKernel, SimOs};
     use crate::os::{FileInfo, MAX_FDS_PER_SEND, Mapping, Os};
     use crate::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
@@ -835,10 +835,10 @@ mod plain {
 #[cfg(shmrc_loom)]
 #[test]
 fn sim_processes_claim_distinct_slots_under_loom() {
-    use super::SimKernel;
     use crate::holders;
     use crate::namespace::Namespace;
     use crate::os::Os;
+    use crate::os::sim::SimKernel;
     use crate::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
 
@@ -880,10 +880,10 @@ fn sim_processes_claim_distinct_slots_under_loom() {
 #[cfg(shmrc_shuttle)]
 #[test]
 fn sim_release_and_claim_race_under_shuttle() {
-    use super::SimKernel;
     use crate::holders::{self, Outcome};
     use crate::namespace::Namespace;
     use crate::os::Os;
+    use crate::os::sim::SimKernel;
     use crate::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
     use crate::sync::process::{AtomicU64, Ordering::Relaxed};
