@@ -46,6 +46,11 @@ def queue_child(inbox, outbox):
     init_child()
     received = inbox.get()
     outbox.put((shmrc.torch.installed(), in_shmrc(received), torch.arange(64.0)))
+    # Alive until the parent has the tensor: a file_system handle in flight keeps its
+    # segment while its sender lives (P1), and a dead sender's in-flight reference is
+    # reclaimed, so a child that returned at once raced the parent's attach (lost once
+    # on a loaded machine: GoneError).
+    inbox.get(timeout=60)
 
 
 def pool_task(i):
@@ -76,6 +81,7 @@ def run():
     child.start()
     inbox.put(torch.ones(64))
     installed, received_in_shmrc, made = outbox.get(timeout=60)
+    inbox.put(None)  # received: the child may go
     child.join(30)
     result["queue"] = {
         "child_installed": installed,
