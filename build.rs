@@ -26,7 +26,7 @@ fn main() {
                 feature.to_lowercase()
             );
         }
-        if by_feature && !by_flag {
+        if by_feature {
             println!("cargo::rustc-cfg={cfg}");
         }
     }
