@@ -204,7 +204,7 @@ pub enum Error {
 
     /// The shared-memory file system (`/dev/shm`) or memory is full: creation failed
     /// before any byte was handed out (no SIGBUS later), and nothing is left behind.
-    /// Release buffers (or [`sweep()`](crate::sweep()) dead ones), create a smaller
+    /// Release buffers (or [`sweep()`](crate::protocol::sweep()) dead ones), create a smaller
     /// one, or give `/dev/shm` more room (`mount -o remount,size=...`, or
     /// `--shm-size` for a container).
     #[error("no space for a {len}-byte segment: /dev/shm or memory is full ({source})")]

@@ -36,14 +36,14 @@
 use std::fmt;
 
 use crate::error::{Error, Result};
-use crate::holders::{self, Slot};
 use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::PosixFile;
-use crate::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
+use crate::protocol::holders::{self, Slot};
+use crate::protocol::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
 use crate::strategy::Strategy;
 use crate::token::Token;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]

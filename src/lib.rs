@@ -184,8 +184,6 @@ mod environment;
 mod error;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod handle;
-#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-mod holders;
 // The channel's in-flight ledger, generic over the OS: outside the `channel` feature so
 // that the sim, loom and shuttle run it (the channel uses it; the checkers reach it).
 #[cfg(any(feature = "channel", feature = "checkers"))]
@@ -201,15 +199,11 @@ mod namespace;
 mod os;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod pool;
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
+mod protocol;
 pub mod pubsub;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-mod segment;
-#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-mod service_segment;
-#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod strategy;
-#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-mod sweep;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod sync;
 #[cfg(test)]
@@ -245,7 +239,7 @@ pub mod checkers {
     }
     /// The `holders` room (see its own docs).
     pub mod holders {
-        pub use crate::holders::*;
+        pub use crate::protocol::holders::*;
     }
     /// The channel's in-flight ledger (see its own docs).
     pub mod ledger {
@@ -270,14 +264,18 @@ pub mod checkers {
     /// The `pubsub` room (see its own docs).
     pub mod pubsub {
         pub use crate::pubsub::*;
+        /// The sample queue's steps (the `protocol/queue` room, see its own docs).
+        pub mod queue {
+            pub use crate::protocol::queue::*;
+        }
     }
     /// The `segment` room (see its own docs).
     pub mod segment {
-        pub use crate::segment::*;
+        pub use crate::protocol::segment::*;
     }
     /// The `service_segment` room (see its own docs).
     pub mod service_segment {
-        pub use crate::service_segment::*;
+        pub use crate::protocol::service_segment::*;
     }
     /// The `strategy` room (see its own docs).
     pub mod strategy {
@@ -285,7 +283,7 @@ pub mod checkers {
     }
     /// The `sweep` room (see its own docs).
     pub mod sweep {
-        pub use crate::sweep::*;
+        pub use crate::protocol::sweep::*;
     }
     /// The `sync` room (see its own docs).
     pub mod sync {
@@ -326,7 +324,6 @@ pub use buf::{CreateOptions, ShmBuf};
 pub use buf::{FreezeError, FrozenBuf, ShmBufMut};
 pub use error::{Error, Result};
 pub use handle::ShareHandle;
-pub use holders::{Census, Finalized, Outcome};
 pub use manager::DefaultOs;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use manager::{inspect, sweep};
@@ -335,10 +332,11 @@ pub use namespace::Namespace;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use pool::{Loan, Sample};
 pub use pool::{PoolLimits, PoolStats, ShmPool};
-pub use segment::{Fields, Layout};
+pub use protocol::holders::{Census, Finalized, Outcome};
+pub use protocol::segment::{Fields, Layout};
+pub use protocol::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
-pub use sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
 pub use token::Token;
 
 #[cfg(all(feature = "serde", not(any(shmrc_loom, shmrc_shuttle))))]

@@ -8,7 +8,7 @@
 //!   other than the pool's own is taken. It cannot be reused until that holder lets go;
 //! - **idle**: nobody uses or holds it. The next [`ShmPool::get`] of its length reuses
 //!   its segment (no `shm_open`, no page reservation) through the recycle step of the
-//!   holder protocol ([`crate::holders::recycle`]), which bumps the segment's
+//!   holder protocol ([`crate::protocol::holders::recycle`]), which bumps the segment's
 //!   generation so that a handle of the earlier use fails with
 //!   [`Error::Stale`](crate::Error::Stale).
 //!
@@ -24,7 +24,7 @@
 //! over a Unix socket ([`crate::transport`]).
 //!
 //! Lent is told from idle by a look at the holder slots
-//! ([`crate::holders::others_hold`]), without a syscall. A holder that died without
+//! ([`crate::protocol::holders::others_hold`]), without a syscall. A holder that died without
 //! letting go keeps its buffer lent until a sweep (or the manager) reclaims its slot,
 //! until the idle timeout gives the buffer back, or until a `get` that finds no idle
 //! buffer of its length makes its one recycle attempt on a lent one (the lent ones of

@@ -11,7 +11,7 @@ use crate::error::Result;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
+use crate::protocol::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
 
 /// `shmrc ls --json`: made by [`listing`].
 #[derive(Serialize)]
@@ -197,7 +197,7 @@ pub fn listing(namespace: Option<&Namespace>) -> Result<Listing> {
 }
 
 /// What `shmrc sweep --json [--dry-run]` prints: sweeps `namespace`, or every shmrc
-/// namespace of this user ([`crate::sweep()`]; with `dry_run`, [`crate::inspect`]).
+/// namespace of this user ([`crate::protocol::sweep()`]; with `dry_run`, [`crate::inspect`]).
 ///
 /// ```
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -364,7 +364,7 @@ fn state(seg: &SegmentReport, done: bool) -> String {
                         "finalizer held by pid {} (asked to run again {} times; taken over at {})",
                         t.pid(),
                         c.deferrals,
-                        crate::holders::Finalize::PATIENCE
+                        crate::protocol::holders::Finalize::PATIENCE
                     )
                 },
             ),

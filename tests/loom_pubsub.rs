@@ -1,5 +1,5 @@
 //! Publish/subscribe's queue under loom: the queue's real steps (`join`, `publish`,
-//! `take`, `leave`, src/pubsub/queue.rs) over the real atomics facade (loom's atomics
+//! `take`, `leave`, src/protocol/queue.rs) over the real atomics facade (loom's atomics
 //! under `--features loom`) and the simulated kernel, a publisher and one subscriber
 //! as loom threads, every interleaving up to the preemption bound, with weak memory for
 //! what is not `SeqCst`. The subscriber is killed at its n-th crash point for every n

@@ -2,7 +2,7 @@
 //! (join, loan-and-publish, reclaim, take, release, leave, kill a subscriber, kill the
 //! publisher, forge a stale descriptor; a subscriber's join, take, release and leave
 //! each possibly killed at any of its crash points) run on the real queue
-//! (src/pubsub/queue.rs: `join`, `publish`, `take`, `leave`, and the holder protocol's
+//! (src/protocol/queue.rs: `join`, `publish`, `take`, `leave`, and the holder protocol's
 //! `recycle` and `vacate`) over the simulated kernel and on the reference model
 //! `shmrc_model::pubsub`, under each slow-subscriber policy. After every operation:
 //! - the results agree (a join's entry, a publish's counts, a take's outcome, a

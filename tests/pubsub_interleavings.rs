@@ -1,4 +1,4 @@
-//! Publish/subscribe's sample queue (src/pubsub/queue.rs), explored exhaustively: a
+//! Publish/subscribe's sample queue (src/protocol/queue.rs), explored exhaustively: a
 //! publisher that loans (the holder protocol's own `Recycle`) and publishes samples, and
 //! two subscribers A and B that join, take, release and leave, every interleaving of
 //! their steps, with A killed at every step of every interleaving. The steps run are

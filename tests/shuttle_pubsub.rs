@@ -1,6 +1,6 @@
 //! Publish/subscribe's queue under shuttle: a publisher and three subscribers as
 //! shuttle threads running the queue's run-to-end functions (`join`, `publish`, `take`,
-//! `leave`, src/pubsub/queue.rs) on the simulated kernel, subscribers joining while the
+//! `leave`, src/protocol/queue.rs) on the simulated kernel, subscribers joining while the
 //! publisher publishes, each doomed or not (at random) to die at a random crash point.
 //! The publisher loans from a pool of three samples with the holder protocol's own
 //! recycle, so samples are reused while subscribers still race for older ones. Random

@@ -1,5 +1,5 @@
 //! Publish/subscribe's queue through its run-to-end functions (`join`, `publish`,
-//! `take`, `leave`, src/pubsub/queue.rs) on the simulated kernel, with a process killed
+//! `take`, `leave`, src/protocol/queue.rs) on the simulated kernel, with a process killed
 //! at *every* crash point they pass: a subscriber killed anywhere in its life leaves the
 //! other subscriber every sample and, after the publisher's next reclaim, every sample
 //! recyclable (P1, P3); a publisher killed anywhere in a publish leaves the subscriber a

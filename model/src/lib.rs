@@ -6,7 +6,7 @@
 //!   (create, attach, share, release, kill, sweep, set_strategy) is one transition. The
 //!   model-based tests in `tests/` and the `refcount` fuzz target run the real protocol
 //!   on the simulated OS beside it and require the two to agree after every step.
-//! - [`protocol`]: how it is done. The holder words of `src/holders.rs` (slots, the
+//! - [`protocol`]: how it is done. The holder words of `src/protocol/holders/` (slots, the
 //!   finalizer word, the pending flag) and each process's position inside claim,
 //!   transfer, release and finalize, one transition per atomic step, with a crash
 //!   possible between any two. Its holder steps are production's own

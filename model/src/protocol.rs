@@ -7,10 +7,10 @@
 //! [`holders::Finalize`]), and a transition runs [`holders::Claim::step`],
 //! [`holders::Finalize::step`] or [`holders::transfer_step`] on the segment's words
 //! (encoded as production's slot words, tokens and all), with a [`StepOs`] that answers
-//! from the state (who runs, who lives, the unlink). A bug planted in `src/holders.rs`
+//! from the state (who runs, who lives, the unlink). A bug planted in `src/protocol/holders/`
 //! alone is therefore in what the proofs explore. What remains the model's own is the
-//! glue around those steps, taken from `src/segment.rs`, `src/buf.rs` and
-//! `src/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
+//! glue around those steps, taken from `src/protocol/segment.rs`, `src/buf.rs` and
+//! `src/protocol/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
 //! open and validation, which reference an operation starts from, the generation checks
 //! around an attach (`hold`'s early one before anything is taken and its late one after
 //! the slot is, both production's [`holders::generation_is`]; the local table's; a
@@ -20,7 +20,7 @@
 //!
 //! # What a state is
 //! Per segment: whether it exists and is published (the creator's header write of
-//! `src/segment.rs`), whether its name is in the namespace, its slot words
+//! `src/protocol/segment.rs`), whether its name is in the namespace, its slot words
 //! ([`Word`]: free, tombstone, held by a process, in flight from a process), the
 //! finalizer word and the pending flag. Per process: alive or dead, the segments it
 //! holds (slot index), how many operations it may still start, and its position
@@ -95,7 +95,7 @@
 //!
 //! # Planted bugs
 //! The model plants nothing itself: built with `SHMRC_PLANT=NAME`, the steps it
-//! runs are `src/holders.rs`'s with that bug (`no_rollback`, `release_without_cas`,
+//! runs are `src/protocol/holders/`'s with that bug (`no_rollback`, `release_without_cas`,
 //! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
 //! alone.
 

@@ -29,7 +29,7 @@ use crate::handle::{HandleMeta, ShareHandle, Target};
 use crate::manager::DefaultOs;
 use crate::os::Os;
 use crate::os::posix::{PosixFile, PosixOs, SealedMap};
-use crate::segment::{self, Fields};
+use crate::protocol::segment::{self, Fields};
 use crate::strategy::Strategy;
 
 /// A buffer sealed against writes: every holder reads it as `&[u8]`

@@ -65,10 +65,10 @@ use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
 
 use crate::error::Result;
 use crate::handle::HandleMeta;
-use crate::holders;
 use crate::local::SegmentKey;
 use crate::os::{Mapping, Os};
-use crate::segment::{Fields, Header, Opened};
+use crate::protocol::holders;
+use crate::protocol::segment::{Fields, Header, Opened};
 use crate::token::Token;
 
 /// How much the mapping cache of a process keeps (see the module docs).

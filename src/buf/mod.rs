@@ -43,14 +43,14 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::handle::{HandleMeta, InFlight, ShareHandle, Target};
-use crate::holders::{self, ClaimError, Finalized, Holders};
 use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::DataRegion;
 use crate::os::{Mapping, Os};
-use crate::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
+use crate::protocol::holders::{self, ClaimError, Finalized, Holders};
+use crate::protocol::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
 use crate::strategy::{Strategy, strategy_in_force};
 use crate::sync::process::{AtomicBool, AtomicU64, Ordering};
 use crate::token::Token;
@@ -158,7 +158,7 @@ impl CreateOptions {
     }
 
     /// Create file_system buffers in `namespace` (file_descriptor buffers have no name).
-    /// A job that uses a namespace of its own can [`sweep()`](crate::sweep()) or
+    /// A job that uses a namespace of its own can [`sweep()`](crate::protocol::sweep()) or
     /// [`inspect()`](crate::inspect()) just its segments.
     ///
     /// ```

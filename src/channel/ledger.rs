@@ -21,9 +21,9 @@ use std::sync::Arc;
 use crate::buf::ShmBuf;
 use crate::error::Result;
 use crate::handle::{ShareHandle, Target};
-use crate::holders;
 use crate::os::Os;
-use crate::segment::Header;
+use crate::protocol::holders;
+use crate::protocol::segment::Header;
 
 /// An in-flight reference sent in a message (a file_system buffer's, or a pool's
 /// memfd's): what the sender needs to give it back if the message can never be

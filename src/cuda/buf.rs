@@ -24,9 +24,9 @@ use super::lock;
 use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
 use crate::handle::ShareHandle;
-use crate::holders::{Census, Finalized, Outcome};
 use crate::manager::DefaultOs;
 use crate::os::Os;
+use crate::protocol::holders::{Census, Finalized, Outcome};
 use crate::strategy::Strategy;
 
 /// A range of device memory, bounds-checked; what [`DeviceBuf`] and [`DeviceView`]

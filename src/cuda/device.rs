@@ -196,7 +196,7 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Finalizes the keep-alive of every buffer in limbo (reclaiming slots of dead
-    /// holders, as [`crate::sweep()`] does) and frees those nobody holds. Call it now
+    /// holders, as [`crate::protocol::sweep()`] does) and frees those nobody holds. Call it now
     /// and then (a training step) when consumers may be killed; a clean release frees
     /// without it.
     ///

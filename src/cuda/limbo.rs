@@ -2,7 +2,7 @@
 //! process may still hold. An entry is freed once its keep-alive segment is gone,
 //! which the holder protocol allows only when no live process holds or has in flight a
 //! reference (P1); a consumer killed with SIGKILL stops counting once a finalize
-//! reclaims its slot (any later release, [`crate::sweep()`], or
+//! reclaims its slot (any later release, [`crate::protocol::sweep()`], or
 //! [`CudaDevice::collect`](super::CudaDevice::collect)).
 
 use std::sync::Arc;
@@ -10,10 +10,10 @@ use std::sync::Arc;
 use super::allocator::DeviceAllocator;
 use super::driver::{DevicePtr, Driver, EventId};
 use crate::error::{Error, Result};
-use crate::holders::{self, Outcome, Reclaim};
 use crate::namespace::Namespace;
 use crate::os::Os;
-use crate::segment::{self, Header};
+use crate::protocol::holders::{self, Outcome, Reclaim};
+use crate::protocol::segment::{self, Header};
 
 /// A dropped buffer waiting to be freed.
 #[derive(Debug)]

@@ -4,7 +4,7 @@
 //! an ordinary file_system segment ([`crate::ShmBuf`]) whose data part names the
 //! allocation ([`Identity`]); consumers hold slots while they use it, and "unlink at
 //! zero" becomes "the producer may free". A consumer killed with SIGKILL is reclaimed
-//! by the same finalize as any CPU segment ([`crate::sweep()`], any later release, or
+//! by the same finalize as any CPU segment ([`crate::protocol::sweep()`], any later release, or
 //! [`CudaDevice::collect`]). See `docs/CUDA.md`.
 //!
 //! - the [`Driver`] trait (the driver calls used) and its value types; [`FakeDriver`], a

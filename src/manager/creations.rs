@@ -29,7 +29,7 @@ use super::log::warning;
 use crate::namespace::{DEFAULT_PREFIX, Namespace};
 use crate::os::Os;
 use crate::os::posix::PosixOs;
-use crate::service_segment;
+use crate::protocol::service_segment;
 use crate::token::Token;
 
 /// The most live names one client's creations are known by; past it, they are

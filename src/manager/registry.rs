@@ -28,8 +28,8 @@ use std::time::Duration;
 use crate::error::Result;
 use crate::namespace::Namespace;
 use crate::os::{Listed, Os};
-use crate::service_segment;
-use crate::sweep::{SweepReport, sweep_after_deaths, sweep_listed, sweep_named};
+use crate::protocol::service_segment;
+use crate::protocol::sweep::{SweepReport, sweep_after_deaths, sweep_listed, sweep_named};
 use crate::token::Token;
 
 /// The most namespaces one client may register: each costs a sweep at its death, and
@@ -631,7 +631,7 @@ mod tests {
     #[test]
     fn another_users_names_count_for_no_namespace_and_are_left_alone() {
         use crate::os::sim::SimKernel;
-        use crate::sweep::Action;
+        use crate::protocol::sweep::Action;
         use crate::{CreateOptions, ShmBuf, Strategy};
         const UID: u32 = 1000;
         let kernel = SimKernel::new(26);
@@ -669,7 +669,7 @@ mod tests {
         // sweep reports them, unopened.
         let whole = sweep_after_deaths(&manager, &ns("mine"), &[nobody], None).unwrap();
         assert!(whole.segments.is_empty(), "{whole:?}");
-        let own = crate::sweep::sweep_with(&manager, &ns("mine"), false).unwrap();
+        let own = crate::protocol::sweep::sweep_with(&manager, &ns("mine"), false).unwrap();
         assert_eq!(own.segments.len(), 50);
         assert!(own.segments.iter().all(|s| matches!(
             s.action,
@@ -686,7 +686,7 @@ mod tests {
     #[test]
     fn a_sweep_knowing_what_the_dead_created_sweeps_just_those_names() {
         use crate::os::sim::SimKernel;
-        use crate::sweep::Action;
+        use crate::protocol::sweep::Action;
         use crate::{CreateOptions, ShmBuf, Strategy};
         const UID: u32 = 1000;
         let kernel = SimKernel::new(27);

@@ -39,7 +39,7 @@ use crate::error::{Error, Result};
 use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::os::posix::PosixOs;
-use crate::sweep::SweepReport;
+use crate::protocol::sweep::SweepReport;
 use crate::token::Token;
 
 /// Environment variable: the grace period in milliseconds (default [`DEFAULT_GRACE`]).

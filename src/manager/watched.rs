@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::namespace::Namespace;
 use crate::os::posix::PosixOs;
 use crate::os::{Layer, Os};
-use crate::sweep::{SweepReport, sweep_with};
+use crate::protocol::sweep::{SweepReport, sweep_with};
 
 /// The real kernel, with the user's manager watching each file_system use. This is
 /// [`crate::DefaultOs`]: what [`crate::ShmBuf`] and the rest run on when no OS is named,

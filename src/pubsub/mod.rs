@@ -218,7 +218,7 @@
 //! tombstone, then unlink, and a tombstone whose holder died before its unlink taken
 //! over by a CAS to this process's tombstone, then unlink; validation on join: owner, mode 0600, length against
 //! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
-//! sweep (a user's [`sweep`](crate::sweep()) recognises the name and unlinks the
+//! sweep (a user's [`sweep`](crate::protocol::sweep()) recognises the name and unlinks the
 //! service once its publisher is dead and no subscriber lives:
 //! [`SweepReport::services`](crate::SweepReport::services)); the sample table; the user
 //! API. `tests/pubsub_api.rs` runs it between processes.
@@ -272,32 +272,24 @@
 
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod publisher;
-#[cfg(feature = "checkers")]
-pub mod queue;
-// The subscriber drives `Take` step by step (it opens a sample segment the first time
-// a descriptor names one); `take` and `take_within`, which run a take over a fixed
-// sample table, serve the checkers only.
-#[cfg(not(feature = "checkers"))]
-#[allow(unreachable_pub, dead_code)]
-pub(crate) mod queue;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 mod subscriber;
 
+pub use crate::protocol::queue::Policy as SlowSubscriber;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use publisher::{Delivery, Publisher, PublisherOptions, Sent};
-pub use queue::Policy as SlowSubscriber;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use subscriber::{Received, Subscriber};
 
 /// The queue's views of the entries of service segment `service`.
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 fn entries<O: crate::os::Os>(
-    service: &crate::service_segment::Service<O>,
-) -> Vec<queue::Entry<'_>> {
+    service: &crate::protocol::service_segment::Service<O>,
+) -> Vec<crate::protocol::queue::Entry<'_>> {
     (0..service.config.entries)
         .map(|e| {
             let w = service.entry_words(e);
-            queue::Entry::new(&w[0], &w[1], &w[2], &w[3..])
+            crate::protocol::queue::Entry::new(&w[0], &w[1], &w[2], &w[3..])
         })
         .collect()
 }

@@ -9,19 +9,19 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{
-    self, Descriptor, EntryState, Policy, Published, Queue, SampleViews, subscriber_slot,
-};
 use crate::buf::CreateOptions;
 use crate::error::{Error, Result};
-use crate::holders::{self, FREE, Holders, in_flight_word};
 use crate::local::SegmentKey;
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::Os;
 use crate::pool::{Loan, PoolLimits, PoolStats, ShmPool};
-use crate::segment::Header;
-use crate::service_segment::{self as service, Config, Created, Service};
+use crate::protocol::holders::{self, FREE, Holders, in_flight_word};
+use crate::protocol::queue::{
+    self, Descriptor, EntryState, Policy, Published, Queue, SampleViews, subscriber_slot,
+};
+use crate::protocol::segment::Header;
+use crate::protocol::service_segment::{self as service, Config, Created, Service};
 use crate::strategy::Strategy;
 use crate::sync::Ordering::SeqCst;
 

@@ -24,15 +24,17 @@ use std::time::{Duration, Instant};
 
 use bytemuck::Pod;
 
-use super::queue::{self, Descriptor, Queue, SampleViews, Take, TakeAt, Taken, subscriber_slot};
 use crate::buf::view;
 use crate::error::{Error, Result};
-use crate::holders::{self, FREE, Holders, held_word};
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
-use crate::segment::{self, Fields, Header};
-use crate::service_segment::{self as service, Service};
+use crate::protocol::holders::{self, FREE, Holders, held_word};
+use crate::protocol::queue::{
+    self, Descriptor, Queue, SampleViews, Take, TakeAt, Taken, subscriber_slot,
+};
+use crate::protocol::segment::{self, Fields, Header};
+use crate::protocol::service_segment::{self as service, Service};
 use crate::sync::{
     AtomicU64,
     Ordering::{Relaxed, SeqCst},

@@ -9,11 +9,11 @@ mod plain {
     use std::{fmt, io};
 
     use crate::error::{Error, Result};
-    use crate::holders::{self, ClaimError, Outcome};
     use crate::namespace::Namespace;
     use crate::os::sim::{FIRST_PID, MACHINE_BYTES, NAME_MAX, SimFile, SimKernel, SimOs};
     use crate::os::{FileInfo, MAX_FDS_PER_SEND, Mapping, Os};
-    use crate::segment::{self, Backing, Header};
+    use crate::protocol::holders::{self, ClaimError, Outcome};
+    use crate::protocol::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
     use crate::sync::Ordering;
     use crate::token::Token;
@@ -792,7 +792,7 @@ mod plain {
             Err(Error::BadMagic { .. })
         ));
         let stranger = k.spawn_in_namespace(UID, 2);
-        assert!(k.poke(name, 0, &crate::segment::MAGIC.to_ne_bytes()));
+        assert!(k.poke(name, 0, &crate::protocol::segment::MAGIC.to_ne_bytes()));
         assert!(matches!(
             segment::open_named(&stranger, &ns(), name, stranger.uid()),
             Err(Error::OtherPidNamespace { .. })
@@ -835,11 +835,11 @@ mod plain {
 #[cfg(shmrc_loom)]
 #[test]
 fn sim_processes_claim_distinct_slots_under_loom() {
-    use crate::holders;
     use crate::namespace::Namespace;
     use crate::os::Os;
     use crate::os::sim::SimKernel;
-    use crate::segment::{self, Backing, Header};
+    use crate::protocol::holders;
+    use crate::protocol::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
 
     loom::model(|| {
@@ -880,11 +880,11 @@ fn sim_processes_claim_distinct_slots_under_loom() {
 #[cfg(shmrc_shuttle)]
 #[test]
 fn sim_release_and_claim_race_under_shuttle() {
-    use crate::holders::{self, Outcome};
     use crate::namespace::Namespace;
     use crate::os::Os;
     use crate::os::sim::SimKernel;
-    use crate::segment::{self, Backing, Header};
+    use crate::protocol::holders::{self, Outcome};
+    use crate::protocol::segment::{self, Backing, Header};
     use crate::strategy::Strategy;
     use crate::sync::process::{AtomicU64, Ordering::Relaxed};
 

@@ -1,5 +1,5 @@
 //! The simulated kernel: a deterministic, in-memory implementation of [`Os`] on which the
-//! protocol code of production ([`crate::segment`], [`crate::holders`]) runs unchanged
+//! protocol code of production ([`crate::protocol::segment`], [`crate::protocol::holders`]) runs unchanged
 //! under loom, shuttle, proptest and cargo-fuzz, with many simulated processes.
 //!
 //! This module owns:

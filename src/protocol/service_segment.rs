@@ -1,7 +1,7 @@
 //! The service segment of publish/subscribe: its name, layout, creation (one per
 //! service name: made whole under a temporary name, then linked to its name, which
 //! fails if the name exists, as `O_EXCL` does; a dead publisher's taken over), the
-//! sweep of a dead creator's temporary file, validation on join (P4) and its sweep. The queue's words live here; `pubsub/queue.rs` owns their steps. A
+//! sweep of a dead creator's temporary file, validation on join (P4) and its sweep. The queue's words live here; `protocol/queue.rs` owns their steps. A
 //! protocol room of its own (below the sweep, which judges service segments), so that
 //! it imports nothing of the user API that `pubsub/` builds on it.
 //!
@@ -36,9 +36,9 @@
 //! SIGBUS).
 
 use crate::error::{Error, Result};
-use crate::holders::{Slot, TOMB, TOMB_BY, is_tomb, tomb_owner, tomb_word};
 use crate::namespace::{NameParts, Namespace, is_name_byte};
 use crate::os::{Mapping, Os};
+use crate::protocol::holders::{Slot, TOMB, TOMB_BY, is_tomb, tomb_owner, tomb_word};
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;
 
@@ -51,7 +51,7 @@ pub const SERVICE_HEADER_WORDS: usize = 16;
 /// Words per sample table row.
 pub const ROW_WORDS: usize = 3;
 /// The most subscriber entries a service may have (a sample segment has `1 + E`
-/// holder slots, at most [`crate::segment::MAX_CAPACITY`]).
+/// holder slots, at most [`crate::protocol::segment::MAX_CAPACITY`]).
 pub const MAX_ENTRIES: usize = 1024;
 /// The most descriptors a ring may hold.
 pub const MAX_RING: usize = 1 << 16;
@@ -606,7 +606,7 @@ pub struct Tombstoned<O: Os> {
     /// The mapping of the whole file.
     pub map: O::Map,
     /// Whose tombstone it is: the process that unlinks the name (None: nobody's, a
-    /// hostile writer's [`crate::holders::TOMB`]).
+    /// hostile writer's [`crate::protocol::holders::TOMB`]).
     pub by: Option<Token>,
 }
 
@@ -843,7 +843,7 @@ pub struct ServiceDetails {
 
 /// The sweep of service segment `name`: unlinked once its publisher is dead and every
 /// entry is free, left, or a dead subscriber's (a joined entry's state word is its
-/// subscriber's held word: `pubsub/queue.rs`'s join); kept while either lives. A
+/// subscriber's held word: `protocol/queue.rs`'s join); kept while either lives. A
 /// tombstoned one is kept while its tombstone's holder lives (it unlinks the name),
 /// taken over and unlinked once that holder is dead ([`Tombstoned::take_over`]); an
 /// error (it cannot be trusted: the error says why) leaves it alone. `dry_run`

@@ -1,8 +1,8 @@
 //! The sample queue of publish/subscribe as resumable steps: [`Join`], [`Publish`]
 //! (with its drain and drop-oldest give-back), [`Take`], [`leave_step`]. The protocol and
-//! its properties are stated in the [module docs](super); this module owns the code.
+//! its properties are stated in the [`pubsub` docs](crate::pubsub); this module owns the code.
 //!
-//! Like [`Claim`](crate::holders::Claim), each operation is a value that says where it
+//! Like [`Claim`](crate::protocol::holders::Claim), each operation is a value that says where it
 //! stands; each `step` runs from one crash point to the next and makes at most one
 //! access to a word another process writes. A read no other process can change at
 //! that moment joins the step it serves: the publisher's `tail` (only it writes it), a
@@ -39,8 +39,8 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use crate::error::Result;
-use crate::holders::{self, FREE, Holders, StepOs, held_word, in_flight_word, run_steps};
 use crate::os::Os;
+use crate::protocol::holders::{self, FREE, Holders, StepOs, held_word, in_flight_word, run_steps};
 use crate::sync::{
     AtomicU64, Ordering,
     Ordering::{Relaxed, SeqCst},

@@ -34,10 +34,10 @@
 //! may see the magic before the fields: loom's publish model must catch it.
 
 use crate::error::{Error, Result};
-use crate::holders::Holders;
 use crate::local::SegmentKey;
 use crate::namespace::Namespace;
 use crate::os::{FileInfo, FileKind, Mapping, Os};
+use crate::protocol::holders::Holders;
 use crate::strategy::Strategy;
 use crate::sync::{AtomicU64, Ordering};
 use crate::token::Token;

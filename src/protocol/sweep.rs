@@ -13,13 +13,13 @@
 use std::collections::BTreeSet;
 
 use crate::error::{Error, Result};
-use crate::holders::{self, Census, Outcome};
 use crate::namespace::{NameParts, Namespace};
 use crate::os::remembering::Remembering;
 use crate::os::{Listed, Os};
-use crate::segment::{self, Fields, Header};
-pub use crate::service_segment::ServiceDetails;
-use crate::service_segment::{self, Swept, SweptTemporary};
+use crate::protocol::holders::{self, Census, Outcome};
+use crate::protocol::segment::{self, Fields, Header};
+pub use crate::protocol::service_segment::ServiceDetails;
+use crate::protocol::service_segment::{self, Swept, SweptTemporary};
 use crate::token::Token;
 
 /// One segment as a sweep or listing saw it: an entry of
@@ -109,7 +109,7 @@ pub enum Action {
     Skipped(Error),
 }
 
-/// The result of [`sweep()`](crate::sweep()) or [`inspect()`](crate::inspect()).
+/// The result of [`sweep()`](crate::protocol::sweep()) or [`inspect()`](crate::inspect()).
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
