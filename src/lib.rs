@@ -184,12 +184,11 @@ mod environment;
 mod error;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod handle;
-// The channel's in-flight ledger, generic over the OS: outside the `channel` feature so
+// A sender's in-flight ledger, generic over the OS: outside the `channel` feature so
 // that the sim, loom and shuttle run it (the channel uses it; the checkers reach it).
 #[cfg(any(feature = "channel", feature = "checkers"))]
-#[path = "channel/ledger.rs"]
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
-mod ledger;
+mod in_flight;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 mod local;
 pub mod manager;
@@ -241,9 +240,9 @@ pub mod checkers {
     pub mod holders {
         pub use crate::protocol::holders::*;
     }
-    /// The channel's in-flight ledger (see its own docs).
-    pub mod ledger {
-        pub use crate::ledger::*;
+    /// A sender's in-flight ledger (the `in_flight` room, see its own docs).
+    pub mod in_flight {
+        pub use crate::in_flight::*;
     }
     /// The `local` room (see its own docs).
     pub mod local {

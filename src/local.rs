@@ -4,7 +4,9 @@
 //! (they share one token, so the finalizer word cannot tell them apart).
 //!
 //! It also keeps, without knowing its type, the cache of mappings this process let go
-//! of (`buf/map_cache.rs` owns it; this room may not name the buffers room).
+//! of (`buf/map_cache.rs` owns it; this room may not name the buffers room), and the
+//! record of which in-flight reference a sender's ledger may still give back
+//! ([`InFlightShares`]; `in_flight.rs` owns the ledgers).
 //!
 //! Each [`crate::os::Os`] value reaches one `ProcessLocal`: a static for the real
 //! process, one per simulated process for the sim.
@@ -48,6 +50,65 @@ pub struct ProcessLocal {
     /// The mapping cache of `buf/map_cache.rs`, created by its first use (type-erased:
     /// its entries hold the mappings of one `Os` type).
     map_cache: Mutex<Option<Box<dyn Any + Send>>>,
+    in_flight: Mutex<InFlightShares>,
+}
+
+/// Which in-flight reference each slot holds, for the senders' ledgers
+/// (`in_flight.rs`): an in-flight word is the sender's token alone, so a slot taken
+/// over, released and claimed again by another share of this process holds the same
+/// word as before, and only this record tells the two references apart. A ledger
+/// records its entry here (an epoch, [`InFlightShares::record`]); every share that
+/// claims an in-flight slot, in a ledger or not, erases what was recorded for that slot
+/// ([`InFlightShares::claimed`]: the slot was free when it was claimed, so the reference
+/// recorded there is gone); a ledger gives back only the latest record of a slot
+/// ([`InFlightShares::is_latest`]). Both sides hold [`ProcessLocal::in_flight_shares`]
+/// across their claim or give-back, so neither runs between the other's two steps.
+/// Only the ledgers' live entries are kept: each forgets its own when it drops it.
+#[derive(Default, Debug)]
+pub struct InFlightShares {
+    next: u64,
+    latest: HashMap<(Token, SegmentKey, usize), u64>,
+}
+
+impl InFlightShares {
+    /// Process `me` just claimed slot `slot` of segment `key` for a reference in
+    /// flight: whatever a ledger recorded for that slot is superseded.
+    pub fn claimed(&mut self, me: Token, key: SegmentKey, slot: usize) {
+        if !cfg!(shmrc_plant = "share_supersedes_nothing") {
+            self.latest.remove(&(me, key, slot));
+        }
+    }
+
+    /// A ledger records the reference process `me` put in flight in slot `slot` of
+    /// segment `key`: its epoch, latest until another share claims the slot.
+    pub fn record(&mut self, me: Token, key: SegmentKey, slot: usize) -> u64 {
+        self.next += 1;
+        self.latest.insert((me, key, slot), self.next);
+        self.next
+    }
+
+    /// Whether the record of epoch `epoch` is still the latest of its slot.
+    pub fn is_latest(&self, me: Token, key: SegmentKey, slot: usize, epoch: u64) -> bool {
+        cfg!(shmrc_plant = "give_back_ignores_epoch")
+            || self.latest.get(&(me, key, slot)) == Some(&epoch)
+    }
+
+    /// A ledger drops its entry of epoch `epoch`: the record goes if it is the latest.
+    pub fn forget(&mut self, me: Token, key: SegmentKey, slot: usize, epoch: u64) {
+        if self.latest.get(&(me, key, slot)) == Some(&epoch) {
+            self.latest.remove(&(me, key, slot));
+        }
+    }
+
+    /// How many records are kept (the ledgers' live entries).
+    pub fn len(&self) -> usize {
+        self.latest.len()
+    }
+
+    /// Whether no record is kept.
+    pub fn is_empty(&self) -> bool {
+        self.latest.is_empty()
+    }
 }
 
 impl ProcessLocal {
@@ -114,16 +175,27 @@ impl ProcessLocal {
         &self.map_cache
     }
 
-    /// Serializes finalizers within this process. Waits by [`crate::sync::spin`]
-    /// rather than blocking, so that under loom or shuttle two threads of one simulated
-    /// process yield to the checker instead of deadlocking it.
+    /// Serializes finalizers within this process (see [`spin_lock`]).
     pub fn finalize_lock(&self) -> MutexGuard<'_, ()> {
-        loop {
-            match self.finalize.try_lock() {
-                Ok(guard) => return guard,
-                Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
-                Err(TryLockError::WouldBlock) => crate::sync::spin(),
-            }
+        spin_lock(&self.finalize)
+    }
+
+    /// The record of in-flight references ([`InFlightShares`]), locked (see
+    /// [`spin_lock`]). Held across a share's claim and a ledger's give-back.
+    pub fn in_flight_shares(&self) -> MutexGuard<'_, InFlightShares> {
+        spin_lock(&self.in_flight)
+    }
+}
+
+/// Locks `m`, waiting by [`crate::sync::spin`] rather than blocking, so that under loom
+/// or shuttle two threads of one simulated process yield to the checker instead of
+/// deadlocking it; a poisoned lock is taken as it is (as [`lock`]).
+fn spin_lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    loop {
+        match m.try_lock() {
+            Ok(guard) => return guard,
+            Err(TryLockError::Poisoned(poisoned)) => return poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => crate::sync::spin(),
         }
     }
 }

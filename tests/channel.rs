@@ -343,6 +343,39 @@ fn a_buffer_on_two_channels_keeps_its_segment_when_the_first_channel_closes() {
     assert!(t.names().is_empty(), "{:?}", t.names());
 }
 
+/// A buffer sent on a channel whose receiver (a child) took it over, released it and
+/// exited, then shared by hand (`ShmBuf::share`, no channel): the share reuses the
+/// slot with the same word, and closing the first channel must leave it alone (the
+/// record of in-flight shares says the channel's entry is superseded).
+#[test]
+fn a_buffer_shared_by_hand_keeps_its_segment_when_a_channel_it_went_through_closes() {
+    let t = TestNamespace::new("chan-by-hand");
+    let buf = ShmBuf::with_options(64, &fs_options(&t.ns)).unwrap();
+    buf.write_at(0, &[9]).unwrap();
+    let (take, to_take, from_take) = start::<Vec<ShmBuf>, u8>("take", &t);
+    to_take.send(&vec![buf.clone()]).unwrap();
+    assert_eq!(from_take.recv_timeout(LIMIT).unwrap(), 9);
+    assert!(reap(take).success());
+    let by_hand = buf.share().unwrap();
+    assert_eq!(buf.census().unwrap().in_flight, 1);
+    assert_eq!(to_take.in_flight(), 0, "superseded by the share by hand");
+    assert!(matches!(to_take.send(&vec![]), Err(Error::Disconnected)));
+    drop(to_take);
+    assert_eq!(
+        buf.census().unwrap().in_flight,
+        1,
+        "the reference shared by hand is still in flight"
+    );
+    drop(buf);
+    let got = ShmBuf::attach(by_hand)
+        .expect("P1: a handle shared by hand from a live process keeps its segment");
+    let mut first = [0u8];
+    got.read_at(0, &mut first).unwrap();
+    assert_eq!(first[0], 9);
+    drop(got);
+    assert!(t.names().is_empty(), "{:?}", t.names());
+}
+
 /// One buffer on two channels, the first channel's receiver (a child) SIGKILLed before
 /// it read anything: dropping that channel's sender gives back its reference, and only
 /// that one; the second channel's, from this live sender, keeps the segment.

@@ -35,9 +35,10 @@ const PROTOCOL_ROOMS: [&str; 10] = [
 ];
 
 /// The rooms of the user API, above the protocol rooms.
-const USER_ROOMS: [&str; 8] = [
+const USER_ROOMS: [&str; 9] = [
     "buf",
     "handle",
+    "in_flight",
     "pool",
     "pubsub",
     "transport",

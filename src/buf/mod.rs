@@ -475,7 +475,12 @@ impl<O: Os> ShmBuf<O> {
         };
         let in_flight = || -> Result<InFlight> {
             let word = holders::in_flight_word(inner.holder);
+            // Locked across the claim and the record's update, so that no ledger gives
+            // back this reference as an older one of the same slot and word
+            // (`local::InFlightShares`).
+            let mut shares = os.local().in_flight_shares();
             let slot = claim(os, inner.holders(), word, meta.capacity, || inner.segment())?;
+            shares.claimed(inner.holder, meta.key, slot);
             Ok(InFlight { slot, word })
         };
         let target = match &inner.backing {

@@ -75,7 +75,7 @@ use std::marker::PhantomData;
 use std::net::Shutdown;
 use std::os::fd::{AsFd, AsRawFd};
 use std::os::unix::net::UnixStream;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -84,6 +84,7 @@ use serde::de::DeserializeOwned;
 #[cfg(doc)]
 use crate::buf::{FrozenBuf, ShmBuf};
 use crate::error::{Error, Result};
+use crate::in_flight::Ledger;
 use crate::manager::DefaultOs;
 use crate::manager::sys::poll_readable;
 use crate::transport::{self, MessageReader};
@@ -129,8 +130,10 @@ pub fn channel<T: Serialize + DeserializeOwned>() -> Result<(Sender<T>, Receiver
 /// ```
 pub struct Sender<T> {
     stream: UnixStream,
-    /// This channel's entries in the process's ledger of in-flight references.
-    id: u64,
+    /// The references this sender has in flight (`in_flight.rs`), locked across each
+    /// message's encoding: a message's own `Serialize` that sent on this same sender,
+    /// or asked its `in_flight`, would wait for it forever.
+    ledger: Mutex<Ledger<DefaultOs>>,
     message: PhantomData<fn(T)>,
 }
 
@@ -152,7 +155,7 @@ impl<T: Serialize> Sender<T> {
     pub fn from_stream(stream: UnixStream) -> Sender<T> {
         Sender {
             stream,
-            id: oob::new_channel(),
+            ledger: Mutex::new(Ledger::new()),
             message: PhantomData,
         }
     }
@@ -173,13 +176,13 @@ impl<T: Serialize> Sender<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn send(&self, msg: &T) -> Result<()> {
-        let (bytes, handles) = oob::encode_recorded(self.id, msg)?;
+        let (bytes, handles) = oob::encode_recorded(&mut self.ledger(), msg)?;
         match transport::send(&self.stream, &bytes, handles) {
             Ok(()) => Ok(()),
             Err(e) => {
                 // This message's handles were given back when `send` dropped them.
                 if matches!(e, Error::Disconnected) {
-                    oob::give_back(self.id);
+                    self.ledger().give_back_all();
                 }
                 Err(e)
             }
@@ -204,7 +207,13 @@ impl<T: Serialize> Sender<T> {
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn in_flight(&self) -> usize {
-        oob::pending(self.id)
+        self.ledger().pending()
+    }
+}
+
+impl<T> Sender<T> {
+    fn ledger(&self) -> MutexGuard<'_, Ledger<DefaultOs>> {
+        self.ledger.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
@@ -213,7 +222,7 @@ impl<T> Drop for Sender<T> {
         // A receiving end still open may yet read what is in flight: it stays (and goes
         // when this process exits). One that is closed never will: give it back.
         if receiving_end_gone(&self.stream) {
-            oob::give_back(self.id);
+            self.ledger().give_back_all();
         }
         // The peer's `recv` sees the end of the stream even while this process keeps a
         // `Receiver` on the same connection.

@@ -9,7 +9,6 @@
 //! serializing a buffer anywhere else is an error naming why.
 
 use std::cell::RefCell;
-use std::sync::{Mutex, MutexGuard};
 
 use serde::de::{DeserializeOwned, Error as _};
 use serde::ser::Error as _;
@@ -19,50 +18,20 @@ use crate::buf::FrozenBuf;
 use crate::buf::ShmBuf;
 use crate::error::{Error, Result};
 use crate::handle::ShareHandle;
-use crate::ledger::{self, InFlightEntry, Ledger};
+use crate::in_flight::{InFlightEntry, Ledger};
 use crate::manager::DefaultOs;
 
-/// Every in-flight reference (file_system, or a pool's memfd) this process's channels
-/// have in flight, by channel ([`crate::ledger`]): one ledger for the whole process,
-/// locked across each message's prune, encoding and record.
-/// (A buffer shared by hand, outside channels, into a slot a stale entry names is the
-/// one case this cannot see.)
-static LEDGER: Mutex<Ledger<DefaultOs>> = Mutex::new(Ledger::new());
-
-fn ledger() -> MutexGuard<'static, Ledger<DefaultOs>> {
-    LEDGER.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// A fresh channel id for the ledger.
-pub(crate) fn new_channel() -> u64 {
-    ledger().new_channel()
-}
-
-/// Encodes `msg` for `channel` ([`encode`]) with the ledger locked, recording the
+/// Encodes `msg` ([`encode`]) for the sender that owns `ledger`, recording the
 /// references it puts in flight ([`Ledger::encode_and_record`]): its bytes and the
 /// handles to send with them.
-/// (A message's own `Serialize` that sent on a channel, or asked a sender's
-/// `in_flight`, would wait for this lock forever: the one thing encoding must not do.)
 pub(crate) fn encode_recorded<T: Serialize>(
-    channel: u64,
+    ledger: &mut Ledger<DefaultOs>,
     msg: &T,
 ) -> Result<(Vec<u8>, Vec<ShareHandle>)> {
-    ledger().encode_and_record(channel, || {
+    ledger.encode_and_record(|| {
         let encoded = encode(msg)?;
         Ok(((encoded.bytes, encoded.handles), encoded.in_flight))
     })
-}
-
-/// How many references of `channel` are in flight, not yet taken over.
-pub(crate) fn pending(channel: u64) -> usize {
-    ledger().pending(channel)
-}
-
-/// Gives back every reference of `channel` still in flight: its receiving end is gone,
-/// so nobody can take them over any more. One already taken over is left alone.
-pub(crate) fn give_back(channel: u64) {
-    let mine = ledger().take_channel(channel);
-    ledger::give_back(mine);
 }
 
 #[derive(Default)]

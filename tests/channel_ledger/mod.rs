@@ -1,12 +1,13 @@
-//! Scenarios of a channel sender's in-flight ledger (`shmrc::ledger`, the code
-//! `shmrc::channel::Sender` runs) on the simulated kernel, shared by the sim test
+//! Scenarios of a sender's in-flight ledger (`src/in_flight.rs`, the code each
+//! `shmrc::channel::Sender` runs over its own ledger) on the simulated kernel, shared by the sim test
 //! (`tests/sim_channel.rs`, sequential and with a receiver killed at every crash point),
 //! loom (`tests/loom_channel.rs`) and shuttle (`tests/shuttle_channel.rs`).
 //!
-//! One sender process shares one file_system buffer on two channels. A channel is
-//! its ledger id and the handle bytes in flight on it; a receiver attaches them (takes
-//! the reference over) and releases; "the receiving end closed" is the sender's
-//! `take_channel` + `give_back`, as `Sender::send` does on `Disconnected` and
+//! One sender process shares one file_system buffer on two channels, or on one
+//! channel and then by hand (`ShmBuf::share`, outside any ledger). A channel is its
+//! sender's ledger and the handle bytes in flight on it; a receiver attaches them
+//! (takes the reference over) and releases; "the receiving end closed" is the
+//! ledger's `give_back_all`, as `Sender::send` does on `Disconnected` and
 //! `Sender::drop` does on a closed peer. The property (P1 for channels): **a handle in
 //! flight from a live sender never loses its segment**: however the first channel's
 //! receiver and close interleave with the send on the second, the second channel's
@@ -15,7 +16,7 @@
 #![allow(dead_code)]
 
 use shmrc::Result;
-use shmrc::checkers::ledger::{self, InFlightEntry, Ledger};
+use shmrc::checkers::in_flight::{InFlightEntry, Ledger};
 use shmrc::checkers::os::sim::SimOs;
 
 use super::concurrency::{Buf, World, ok_or_killed};
@@ -23,18 +24,27 @@ use super::concurrency::{Buf, World, ok_or_killed};
 /// `buf` sent on `channel`: the ledger pruned, the buffer shared and the in-flight
 /// reference recorded, exactly as `Sender::send` does; the handle's bytes are what the
 /// socket carries.
-pub fn send(ledger: &mut Ledger<SimOs>, channel: u64, buf: &Buf) -> Result<Vec<u8>> {
-    ledger.encode_and_record(channel, || {
+pub fn send(ledger: &mut Ledger<SimOs>, buf: &Buf) -> Result<Vec<u8>> {
+    ledger.encode_and_record(|| {
         let handle = buf.share()?;
         let entries: Vec<_> = InFlightEntry::of(buf, &handle).into_iter().collect();
         Ok((handle.into_bytes()?, entries))
     })
 }
 
-/// The receiving end of `channel` is gone: the sender gives back what it has in flight
-/// there.
-pub fn close(ledger: &mut Ledger<SimOs>, channel: u64) {
-    ledger::give_back(ledger.take_channel(channel));
+/// The receiving end of the channel whose sender owns `ledger` is gone: the sender
+/// gives back what it has in flight there.
+pub fn close(ledger: &mut Ledger<SimOs>) {
+    ledger.give_back_all();
+}
+
+/// How the sender shares the buffer the second time.
+#[derive(Clone, Copy, Debug)]
+pub enum Second {
+    /// On channel 2 (its own ledger).
+    Channel,
+    /// By hand: `ShmBuf::share`, no ledger (a handle passed by other means).
+    Direct,
 }
 
 /// What a first receiver does with the handle of channel 1.
@@ -48,13 +58,15 @@ pub enum First {
     KilledAt(u64),
 }
 
-/// One buffer on two channels; the first channel's receiver does `first`, concurrently
-/// with the sender's send on channel 2 when `run_concurrently` spawns a thread (loom,
-/// shuttle) or before it when it runs the closure at once; then channel 1 closes, the
-/// sender drops its buffer, and channel 2's receiver must attach. Returns whether the
+/// One buffer on two channels (or on channel 1, then by hand: `second`); the first
+/// channel's receiver does `first`, concurrently with the sender's second share when
+/// `spawn` spawns a thread (loom, shuttle) or before it when it runs the closure at
+/// once; then channel 1 closes, the sender drops its buffer, and the second handle's
+/// receiver must attach. Each channel's sender owns its ledger. Returns whether the
 /// first receiver was killed.
 pub fn one_buffer_two_channels<J>(
     first: First,
+    second: Second,
     spawn: impl FnOnce(Box<dyn FnOnce() + Send>) -> J,
     join: impl FnOnce(J),
 ) -> bool {
@@ -62,10 +74,9 @@ pub fn one_buffer_two_channels<J>(
     let sender = world.spawn();
     let (r1, r2) = (world.spawn(), world.spawn());
     let buf = world.create(&sender, 4).expect("create");
-    let mut ledger = Ledger::new();
-    let (ch1, ch2) = (ledger.new_channel(), ledger.new_channel());
+    let (mut ch1, mut ch2) = (Ledger::new(), Ledger::new());
 
-    let on_ch1 = send(&mut ledger, ch1, &buf).expect("send on channel 1");
+    let on_ch1 = send(&mut ch1, &buf).expect("send on channel 1");
     let w = world.clone();
     let pid = sender.pid();
     let r1_pid = r1.pid();
@@ -81,21 +92,27 @@ pub fn one_buffer_two_channels<J>(
             }
         }
     }));
-    let on_ch2 = send(&mut ledger, ch2, &buf).expect("send on channel 2");
+    let second_handle = match second {
+        Second::Channel => send(&mut ch2, &buf).expect("send on channel 2"),
+        Second::Direct => buf
+            .share()
+            .and_then(|h| h.into_bytes())
+            .expect("share by hand"),
+    };
     join(receiver);
     let killed = world.kernel.is_killed(r1_pid);
 
     // Channel 1's receiver is gone (it released, or died): the sender gives back what
-    // is in flight there, which must not be channel 2's reference.
-    close(&mut ledger, ch1);
+    // is in flight there, which must not be the second share's reference.
+    close(&mut ch1);
     world.release(buf).expect("the sender drops its own buffer");
     let got = world
-        .attach(&r2, &on_ch2, pid)
+        .attach(&r2, &second_handle, pid)
         .expect("receiver 2's attach")
-        .unwrap_or_else(|| panic!("P1 violated: the handle in flight on channel 2 from live sender {pid} lost its segment: {}", world.describe()));
+        .unwrap_or_else(|| panic!("P1 violated: the handle shared ({second:?}) from live sender {pid} lost its segment: {}", world.describe()));
     world.check_holder(&r2, &got);
-    assert_eq!(ledger.pending(ch2), 0, "receiver 2 took its reference over");
-    close(&mut ledger, ch2);
+    assert_eq!(ch2.pending(), 0, "receiver 2 took its reference over");
+    close(&mut ch2);
     world.finish(vec![(r2, got)]);
     killed
 }
