@@ -221,9 +221,9 @@ fn a_direct_share_reusing_a_released_channel_slot_keeps_its_reference() {
     world.finish(vec![(r2, got)]);
 }
 
-/// The same with the race forced in the other channel's order: the direct share is
-/// made while channel 1's entry is already pruned by nobody (channel 1's ledger is never
-/// asked between the release and the share), and the sender's `pending` sees it gone.
+/// A share by hand into the slot a channel's receiver released supersedes the
+/// channel's entry at once: the sender's `pending` no longer counts it, though the slot
+/// holds the same word, and the handle shared by hand keeps its segment.
 #[test]
 fn a_ledger_never_asked_sees_its_entry_superseded_by_a_share_by_hand() {
     let world = World::new(17);
