@@ -438,8 +438,10 @@ pub enum Error {
 
     /// The simulated process making the call was killed. Only the simulated kernel the
     /// checkers use returns it (a SIGKILLed real process makes no further call); no
-    /// production path produces or handles it.
-    #[doc(hidden)]
+    /// production path produces or handles it, so the variant exists only in the builds
+    /// that carry that kernel (the checkers' seam, loom, shuttle, the unit tests), never
+    /// in a user's (`Error` is `#[non_exhaustive]`: a variant more is no breaking change).
+    #[cfg(any(feature = "checkers", shmrc_loom, shmrc_shuttle, test))]
     #[error("the simulated process was killed")]
     Killed,
 

@@ -127,8 +127,10 @@
 //! `proofs/` run the very code production runs on a simulated kernel. That machinery
 //! (the `os`, `segment`, `holders`, `token`, `local` and `sync` rooms) is private: the
 //! checkers reach it through one declared seam, `shmrc::checkers`, behind the feature
-//! `checkers`, which is not API (no semver promise; see docs/ARCHITECTURE.md). The
-//! `*_with` functions, generic over the OS, are left out of these docs.
+//! `checkers`, which is not API (no semver promise; see docs/ARCHITECTURE.md). So are
+//! the constructors and functions generic over the OS (`create_with`, `send_with`, ...):
+//! the seam's extension traits (`checkers::buf::ShmBufExt`, ...) carry them, and a user
+//! build has none of them.
 //!
 //! # What shmrc does not do
 //! - It does not synchronize your reads and writes of a writable shared buffer: that
@@ -227,6 +229,8 @@ pub mod checkers {
     pub const PLANTED: Option<&str> = option_env!("SHMRC_PLANTED");
     /// The `buf` room (see its own docs).
     pub mod buf {
+        /// `ShmBuf`'s methods for the checkers (generic constructors, the segment's inside).
+        pub use crate::buf::ext::ShmBufExt;
         pub use crate::buf::*;
     }
     /// The `error` room (see its own docs).
@@ -293,6 +297,10 @@ pub mod checkers {
     pub mod token {
         pub use crate::token::*;
     }
+    /// `transport::send` and `transport::recv` for any OS.
+    pub mod transport {
+        pub use crate::transport::generic::*;
+    }
     /// The manager's inner rooms (the registry's decisions, the server loop, the wire).
     #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
     pub mod manager {
@@ -309,9 +317,11 @@ pub mod checkers {
             pub use crate::manager::wire::*;
         }
     }
-    /// The CUDA variant's keepalive identity (its wire form, for the forged-input tests).
+    /// The CUDA variant's keepalive identity (its wire form, for the forged-input tests)
+    /// and `DeviceHandle`'s decoding for any OS.
     #[cfg(feature = "cuda")]
-    pub mod cuda_identity {
+    pub mod cuda {
+        pub use crate::cuda::buf::DeviceHandleExt;
         pub use crate::cuda::identity::*;
     }
 }

@@ -41,7 +41,10 @@ use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimOs, SimStream};
 use shmrc::checkers::segment::HEADER_BYTES;
 use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
-use shmrc::{Error, Result, transport};
+use shmrc::checkers::transport;
+use shmrc::{Error, Result};
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shuttle::rand::{Rng, thread_rng};
 use shuttle::sync::mpsc::{Receiver, Sender, channel};
 

@@ -428,8 +428,31 @@ impl<O: Os> DeviceBuf<O> {
             .and_then(|shared| shared.keepalive.name().map(str::to_owned))
     }
 
-    /// The keep-alive's holder slots, once the buffer was shared.
-    #[doc(hidden)]
+    /// The holder slots of the keep-alive segment ([`Census`](crate::Census)), once
+    /// the buffer was shared (`None` before: a buffer never shared has no keep-alive):
+    /// this producer's own slot, the consumers that hold the buffer, the references in
+    /// flight, and the consumers that died without letting go. A snapshot read without
+    /// a lock, as [`ShmBuf::census`](crate::ShmBuf::census).
+    ///
+    /// ```
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-dev-census")?);
+    /// let device = CudaDevice::fake("shmrc-doc-dev-census", 1 << 20, &keepalive)?;
+    /// let buf = device.alloc(4096)?;
+    /// assert!(buf.census().is_none()); // never shared
+    /// let handle = buf.share()?;
+    /// let census = buf.census().unwrap();
+    /// assert_eq!((census.live, census.in_flight), (1, 1)); // the producer; the handle
+    /// drop(handle); // never attached: the reference is given back
+    /// assert_eq!(buf.census().unwrap().in_flight, 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn census(&self) -> Option<Census> {
         lock(&self.keepalive)
             .as_ref()
@@ -680,9 +703,24 @@ impl<O: Os> DeviceHandle<O> {
     }
 
     /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
-    #[doc(hidden)]
-    pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
+    pub(crate) fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
+    }
+}
+
+/// [`DeviceHandle`]'s decoding for any OS, for the checkers' seam (feature `checkers`,
+/// not API): `shmrc::checkers::cuda::DeviceHandleExt`. It is the crate's own
+/// `pub(crate)` method of the same name.
+#[cfg(feature = "checkers")]
+pub trait DeviceHandleExt<O: Os>: Sized {
+    /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<Self>;
+}
+
+#[cfg(feature = "checkers")]
+impl<O: Os> DeviceHandleExt<O> for DeviceHandle<O> {
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
+        DeviceHandle::from_bytes_with(os, bytes)
     }
 }
 

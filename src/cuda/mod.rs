@@ -62,7 +62,8 @@ use std::sync::{Mutex, MutexGuard};
 // The submodules are private but `transport` (a namespace, as `shmrc::transport`): what a
 // user may name is re-exported here, at one path.
 mod allocator;
-mod buf;
+// `pub(crate)` for the checkers' seam (`DeviceHandleExt`).
+pub(crate) mod buf;
 mod device;
 mod driver;
 mod fake;
