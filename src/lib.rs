@@ -343,8 +343,9 @@ pub use namespace::Namespace;
 pub use pool::{Loan, Sample};
 pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use protocol::holders::{Census, Finalized, Outcome};
-pub use protocol::segment::{Fields, Layout};
-pub use protocol::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
+pub use protocol::sweep::{
+    Action, SegmentHeader, SegmentReport, ServiceDetails, ServiceReport, SweepReport,
+};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
 pub use token::Token;

@@ -33,12 +33,12 @@ use concurrency::{Buf, MarkRace, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
+use shmrc::checkers::buf::ShmBufExt;
 use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::SimOs;
 use shmrc::checkers::segment;
 use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
-use shmrc::checkers::buf::ShmBufExt;
 
 /// The preemption bound of the 2-process models when `LOOM_MAX_PREEMPTIONS` is not set.
 const PREEMPTIONS_2: usize = 3;

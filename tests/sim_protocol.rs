@@ -762,7 +762,7 @@ fn a_finalize_whose_unlink_races_or_is_refused_is_reported_as_such() {
         // The header and slots read before the unlink are reported whatever became of it.
         let seg = &report.segments[0];
         assert!(
-            seg.fields.is_some() && seg.census.is_some(),
+            seg.header.is_some() && seg.census.is_some(),
             "{race:?}: {seg:?}"
         );
         if race == UnlinkRace::UnlinkedFirst {
