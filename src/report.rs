@@ -197,7 +197,7 @@ pub fn listing(namespace: Option<&Namespace>) -> Result<Listing> {
 }
 
 /// What `shmrc sweep --json [--dry-run]` prints: sweeps `namespace`, or every shmrc
-/// namespace of this user ([`crate::protocol::sweep()`]; with `dry_run`, [`crate::inspect`]).
+/// namespace of this user ([`crate::sweep()`]; with `dry_run`, [`crate::inspect`]).
 ///
 /// ```
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);

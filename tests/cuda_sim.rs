@@ -3,7 +3,7 @@
 //! or while it holds), and the producer frees the device memory exactly when the
 //! holder protocol says nobody holds it: after the last live consumer releases, after
 //! a sweep or `collect` reclaims the dead one, never while cleanup is deferred.
-#![cfg(all(feature = "cuda", not(any(shmrc_loom, shmrc_shuttle))))]
+#![cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::sync::{Arc, Mutex};
 

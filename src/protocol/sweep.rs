@@ -153,7 +153,7 @@ pub enum Action {
     Skipped(Error),
 }
 
-/// The result of [`sweep()`](crate::protocol::sweep()) or [`inspect()`](crate::inspect()).
+/// The result of [`sweep()`](crate::sweep()) or [`inspect()`](crate::inspect()).
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
