@@ -60,7 +60,7 @@ pub struct Namespace {
 /// let buf = ShmBuf::with_options(64, &options)?;
 /// let segment = shmrc::inspect(&ns)?.segments.remove(0);
 /// assert_eq!(segment.parts.creator.pid(), std::process::id());
-/// assert_eq!(segment.parts.uid, segment.fields.unwrap().uid);
+/// assert_eq!(segment.parts.uid, nix::unistd::geteuid().as_raw());
 /// drop(buf);
 /// # }
 /// # Ok::<(), shmrc::Error>(())
