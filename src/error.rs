@@ -204,7 +204,7 @@ pub enum Error {
 
     /// The shared-memory file system (`/dev/shm`) or memory is full: creation failed
     /// before any byte was handed out (no SIGBUS later), and nothing is left behind.
-    /// Release buffers (or [`sweep()`](crate::protocol::sweep()) dead ones), create a smaller
+    /// Release buffers (or [`sweep()`](crate::sweep()) dead ones), create a smaller
     /// one, or give `/dev/shm` more room (`mount -o remount,size=...`, or
     /// `--shm-size` for a container).
     #[error("no space for a {len}-byte segment: /dev/shm or memory is full ({source})")]
@@ -438,8 +438,10 @@ pub enum Error {
 
     /// The simulated process making the call was killed. Only the simulated kernel the
     /// checkers use returns it (a SIGKILLed real process makes no further call); no
-    /// production path produces or handles it.
-    #[doc(hidden)]
+    /// production path produces or handles it, so the variant exists only in the builds
+    /// that carry that kernel (the checkers' seam, loom, shuttle, the unit tests), never
+    /// in a user's (`Error` is `#[non_exhaustive]`: a variant more is no breaking change).
+    #[cfg(any(feature = "checkers", shmrc_loom, shmrc_shuttle, test))]
     #[error("the simulated process was killed")]
     Killed,
 
@@ -539,7 +541,7 @@ pub enum Error {
     /// No CUDA driver could be used (no `libcuda.so.1`, a missing entry point, no
     /// device, or `cuInit` failed). Every device call returns this on a machine without
     /// a GPU; nothing else is wrong: fall back to host buffers ([`ShmBuf`](crate::ShmBuf)),
-    /// or to `CudaDevice::fake` in tests.
+    /// or to `CudaDevice::fake` (feature `cuda-fake`) in tests.
     #[error("CUDA is unavailable: {reason}")]
     CudaUnavailable {
         /// Why the driver could not be used.

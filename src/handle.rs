@@ -374,12 +374,6 @@ impl<O: Os> ShareHandle<O> {
         std::mem::replace(&mut self.target, Target::Taken)
     }
 
-    /// The segment's identity.
-    #[doc(hidden)]
-    pub fn key(&self) -> SegmentKey {
-        self.meta.key
-    }
-
     /// The encoding of this handle, without giving up its in-flight reference.
     pub(crate) fn encoded(&self) -> Vec<u8> {
         let (name, in_flight) = match &self.target {
@@ -439,8 +433,7 @@ impl<O: Os> ShareHandle<O> {
 
     /// A handle decoded from bytes made by [`ShareHandle::into_bytes`] in another
     /// process of this user; it owns the in-flight reference they carry.
-    #[doc(hidden)]
-    pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
+    pub(crate) fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
         let decoded = decode_asking(bytes, || os.uid())?;
         match decoded.name {
             Some(name) => Ok(ShareHandle {
@@ -662,6 +655,28 @@ impl ShareHandle {
                 in_flight: decoded.in_flight,
             },
         })
+    }
+}
+
+/// [`ShareHandle`]'s methods for the checkers' seam (feature `checkers`, not API):
+/// `shmrc::checkers::handle::ShareHandleExt`.
+#[cfg(feature = "checkers")]
+pub trait ShareHandleExt<O: Os>: Sized {
+    /// The segment's identity.
+    fn key(&self) -> SegmentKey;
+    /// A handle decoded from bytes made by [`ShareHandle::into_bytes`] in another
+    /// process of this user, as process `os`; it owns the in-flight reference they carry.
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<Self>;
+}
+
+#[cfg(feature = "checkers")]
+impl<O: Os> ShareHandleExt<O> for ShareHandle<O> {
+    fn key(&self) -> SegmentKey {
+        self.meta.key
+    }
+
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<ShareHandle<O>> {
+        ShareHandle::from_bytes_with(os, bytes)
     }
 }
 

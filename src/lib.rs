@@ -127,8 +127,10 @@
 //! `proofs/` run the very code production runs on a simulated kernel. That machinery
 //! (the `os`, `segment`, `holders`, `token`, `local` and `sync` rooms) is private: the
 //! checkers reach it through one declared seam, `shmrc::checkers`, behind the feature
-//! `checkers`, which is not API (no semver promise; see docs/ARCHITECTURE.md). The
-//! `*_with` functions, generic over the OS, are left out of these docs.
+//! `checkers`, which is not API (no semver promise; see docs/ARCHITECTURE.md). So are
+//! the constructors and functions generic over the OS (`create_with`, `send_with`, ...):
+//! the seam's extension traits (`checkers::buf::ShmBufExt`, ...) carry them, and a user
+//! build has none of them.
 //!
 //! # What shmrc does not do
 //! - It does not synchronize your reads and writes of a writable shared buffer: that
@@ -226,6 +228,8 @@ pub mod checkers {
     pub const PLANTED: Option<&str> = option_env!("SHMRC_PLANTED");
     /// The `buf` room (see its own docs).
     pub mod buf {
+        /// `ShmBuf`'s methods for the checkers (generic constructors, the segment's inside).
+        pub use crate::buf::ext::ShmBufExt;
         pub use crate::buf::*;
     }
     /// The `error` room (see its own docs).
@@ -292,6 +296,10 @@ pub mod checkers {
     pub mod token {
         pub use crate::token::*;
     }
+    /// `transport::send` and `transport::recv` for any OS.
+    pub mod transport {
+        pub use crate::transport::generic::*;
+    }
     /// The manager's inner rooms (the registry's decisions, the server loop, the wire).
     #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
     pub mod manager {
@@ -308,9 +316,11 @@ pub mod checkers {
             pub use crate::manager::wire::*;
         }
     }
-    /// The CUDA variant's keepalive identity (its wire form, for the forged-input tests).
+    /// The CUDA variant's keepalive identity (its wire form, for the forged-input tests)
+    /// and `DeviceHandle`'s decoding for any OS.
     #[cfg(feature = "cuda")]
-    pub mod cuda_identity {
+    pub mod cuda {
+        pub use crate::cuda::buf::DeviceHandleExt;
         pub use crate::cuda::identity::*;
     }
 }
@@ -332,8 +342,9 @@ pub use namespace::Namespace;
 pub use pool::{Loan, Sample};
 pub use pool::{PoolLimits, PoolStats, ShmPool};
 pub use protocol::holders::{Census, Finalized, Outcome};
-pub use protocol::segment::{Fields, Layout};
-pub use protocol::sweep::{Action, SegmentReport, ServiceDetails, ServiceReport, SweepReport};
+pub use protocol::sweep::{
+    Action, SegmentHeader, SegmentReport, ServiceDetails, ServiceReport, SweepReport,
+};
 pub use strategy::UnknownStrategy;
 pub use strategy::{Strategy, all_sharing_strategies, set_sharing_strategy, sharing_strategy};
 pub use token::Token;

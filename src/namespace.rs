@@ -60,7 +60,7 @@ pub struct Namespace {
 /// let buf = ShmBuf::with_options(64, &options)?;
 /// let segment = shmrc::inspect(&ns)?.segments.remove(0);
 /// assert_eq!(segment.parts.creator.pid(), std::process::id());
-/// assert_eq!(segment.parts.uid, segment.fields.unwrap().uid);
+/// assert_eq!(segment.parts.uid, nix::unistd::geteuid().as_raw());
 /// drop(buf);
 /// # }
 /// # Ok::<(), shmrc::Error>(())
@@ -123,16 +123,42 @@ impl Namespace {
         &self.prefix
     }
 
-    /// The start shared by every name of this namespace for user `uid`.
-    #[doc(hidden)]
+    /// The start of every name this namespace has in `/dev/shm` for user `uid`:
+    /// `<prefix>.<uid>.`, its segments' names and its publish/subscribe services' alike.
+    /// A prefix never holds a `.`, so no other namespace's name starts the same way; a
+    /// name that does is not necessarily shmrc's ([`Namespace::contains`] says whether
+    /// it is one of this namespace's segments). For a program that watches or counts
+    /// the namespace's names itself (`/dev/shm`, inotify).
+    ///
+    /// ```
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let uid = nix::unistd::geteuid().as_raw();
+    /// let ns = Namespace::new("shmrc-doc-name-start")?;
+    /// assert_eq!(ns.name_start(uid), format!("shmrc-doc-name-start.{uid}."));
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(ns.clone());
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let ours = std::fs::read_dir("/dev/shm")
+    ///     .map_err(|e| shmrc::Error::os("read /dev/shm", e))?
+    ///     .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+    ///     .filter(|name| name.starts_with(&ns.name_start(uid)))
+    ///     .count();
+    /// assert_eq!(ours, 1);
+    /// drop(buf);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn name_start(&self, uid: u32) -> String {
         format!("{}.{}.", self.prefix, uid)
     }
 
     /// The name of a new segment of user `uid` created by `creator`, a process of pid
     /// namespace `pid_namespace`.
-    #[doc(hidden)]
-    pub fn segment_name(
+    pub(crate) fn segment_name(
         &self,
         uid: u32,
         pid_namespace: u64,
@@ -150,8 +176,7 @@ impl Namespace {
     }
 
     /// Parses `name` as a segment of this namespace for user `uid`, or says why not.
-    #[doc(hidden)]
-    pub fn parse(&self, name: &str, uid: u32) -> Result<NameParts> {
+    pub(crate) fn parse(&self, name: &str, uid: u32) -> Result<NameParts> {
         let outside = || Error::OutsideNamespace {
             name: name.to_owned(),
             namespace: format!("{}.{}", self.prefix, uid),
@@ -165,8 +190,7 @@ impl Namespace {
 
     /// Parses `name` as a segment of *any* shmrc namespace of user `uid` (as a handle
     /// received from a peer names it), returning that namespace and the parts.
-    #[doc(hidden)]
-    pub fn of_segment(name: &str, uid: u32) -> Result<(Namespace, NameParts)> {
+    pub(crate) fn of_segment(name: &str, uid: u32) -> Result<(Namespace, NameParts)> {
         let prefix = name.split('.').next().unwrap_or_default();
         let ns = Namespace::new(prefix).map_err(|_| Error::OutsideNamespace {
             name: name.to_owned(),
@@ -257,6 +281,37 @@ fn canonical_decimal(s: &str) -> Option<u64> {
         s.parse().ok()
     } else {
         None
+    }
+}
+
+/// [`Namespace`]'s name making and parsing, for the checkers' seam (feature `checkers`,
+/// not API): `shmrc::checkers::namespace::NamespaceExt`, to make the names of segments
+/// a test plants and to read the names it finds. Each is the crate's own `pub(crate)`
+/// method of the same name.
+#[cfg(feature = "checkers")]
+pub trait NamespaceExt: Sized {
+    /// The name of a new segment of user `uid` created by `creator`, a process of pid
+    /// namespace `pid_namespace`.
+    fn segment_name(&self, uid: u32, pid_namespace: u64, creator: Token, nonce: u128) -> String;
+    /// Parses `name` as a segment of this namespace for user `uid`, or says why not.
+    fn parse(&self, name: &str, uid: u32) -> Result<NameParts>;
+    /// Parses `name` as a segment of *any* shmrc namespace of user `uid`, returning
+    /// that namespace and the parts.
+    fn of_segment(name: &str, uid: u32) -> Result<(Self, NameParts)>;
+}
+
+#[cfg(feature = "checkers")]
+impl NamespaceExt for Namespace {
+    fn segment_name(&self, uid: u32, pid_namespace: u64, creator: Token, nonce: u128) -> String {
+        Namespace::segment_name(self, uid, pid_namespace, creator, nonce)
+    }
+
+    fn parse(&self, name: &str, uid: u32) -> Result<NameParts> {
+        Namespace::parse(self, name, uid)
+    }
+
+    fn of_segment(name: &str, uid: u32) -> Result<(Namespace, NameParts)> {
+        Namespace::of_segment(name, uid)
     }
 }
 

@@ -244,8 +244,7 @@ impl<O: Os> ShmPool<O> {
     /// [`crate::set_sharing_strategy`] does not mix strategies in one pool; a capacity
     /// of 0 slots is [`Error::InvalidArgument`](crate::Error::InvalidArgument) (a
     /// recycled buffer needs one).
-    #[doc(hidden)]
-    pub fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
+    pub(crate) fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
         let strategy = options.resolved_strategy()?;
         options.check_recyclable(strategy)?;
         Ok(ShmPool {
@@ -466,6 +465,23 @@ impl<O: Os> std::fmt::Debug for ShmPool<O> {
             .field("limits", &self.limits)
             .field("stats", &self.stats())
             .finish()
+    }
+}
+
+/// [`ShmPool`]'s constructor for any OS, for the checkers' seam (feature `checkers`,
+/// not API): `shmrc::checkers::pool::ShmPoolExt`. It is the crate's own `pub(crate)`
+/// `ShmPool::with_os`.
+#[cfg(feature = "checkers")]
+pub trait ShmPoolExt<O: Os>: Sized {
+    /// A pool of buffers created as process `os` with `options` ([`ShmPool::new`] for
+    /// any OS).
+    fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<Self>;
+}
+
+#[cfg(feature = "checkers")]
+impl<O: Os> ShmPoolExt<O> for ShmPool<O> {
+    fn with_os(os: O, options: CreateOptions, limits: PoolLimits) -> Result<ShmPool<O>> {
+        ShmPool::with_os(os, options, limits)
     }
 }
 

@@ -197,7 +197,7 @@ pub fn listing(namespace: Option<&Namespace>) -> Result<Listing> {
 }
 
 /// What `shmrc sweep --json [--dry-run]` prints: sweeps `namespace`, or every shmrc
-/// namespace of this user ([`crate::protocol::sweep()`]; with `dry_run`, [`crate::inspect`]).
+/// namespace of this user ([`crate::sweep()`]; with `dry_run`, [`crate::inspect`]).
 ///
 /// ```
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
@@ -305,16 +305,16 @@ fn service_state(service: &ServiceReport, done: bool) -> String {
 impl SegmentView {
     /// The view of `seg`; `done`: the sweep really ran.
     pub fn new(seg: &SegmentReport, done: bool, now_nanos: u64) -> SegmentView {
-        let created = seg.fields.map(|f| f.created_at_nanos);
+        let created = seg.header.map(|h| h.created_at_nanos);
         SegmentView {
             name: seg.name.clone(),
-            size: seg.fields.map(|f| f.layout.data_len),
-            holders: match (&seg.census, &seg.fields) {
-                (Some(c), Some(f)) => Some(Holders {
+            size: seg.header.map(|h| h.data_len),
+            holders: match (&seg.census, &seg.header) {
+                (Some(c), Some(h)) => Some(Holders {
                     live: c.live,
                     in_flight: c.in_flight,
                     dead: c.dead,
-                    capacity: f.layout.capacity,
+                    capacity: h.capacity,
                     finalizer_pid: c.finalizer.map(|t| t.pid()),
                     finalizer_deferrals: c.deferrals,
                 }),

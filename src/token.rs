@@ -43,10 +43,9 @@ const TOKEN_MASK: u64 = (1 << (PID_BITS + START_BITS)) - 1;
 pub struct Token(u64);
 
 impl Token {
-    #[doc(hidden)]
     /// The token of process `pid` started `start_ticks` clock ticks after boot.
     /// Returns `None` for pid 0 or a pid beyond 22 bits.
-    pub fn new(pid: u32, start_ticks: u64) -> Option<Token> {
+    pub(crate) fn new(pid: u32, start_ticks: u64) -> Option<Token> {
         let pid = u64::from(pid);
         if pid == 0 || pid > PID_MASK {
             return None;
@@ -54,19 +53,17 @@ impl Token {
         Some(Token(pid | ((start_ticks & START_MASK) << PID_BITS)))
     }
 
-    #[doc(hidden)]
     /// Decodes a slot or header word; `None` when no token encodes to it (0, or bits
     /// above 61 set).
-    pub fn from_word(word: u64) -> Option<Token> {
+    pub(crate) fn from_word(word: u64) -> Option<Token> {
         if word & !TOKEN_MASK != 0 || word & PID_MASK == 0 {
             return None;
         }
         Some(Token(word))
     }
 
-    #[doc(hidden)]
     /// The word stored in slots and headers.
-    pub fn word(self) -> u64 {
+    pub(crate) fn word(self) -> u64 {
         self.0
     }
 
@@ -109,10 +106,10 @@ impl Token {
         (self.0 >> PID_BITS) & START_MASK
     }
 
-    #[doc(hidden)]
     /// Whether `start_ticks` (read from `/proc`, its time namespace's shift taken off)
     /// names the same start as this token.
-    pub fn matches_start(self, start_ticks: u64) -> bool {
+    #[cfg_attr(any(shmrc_loom, shmrc_shuttle), allow(dead_code))]
+    pub(crate) fn matches_start(self, start_ticks: u64) -> bool {
         self.start_ticks() == start_ticks & START_MASK
     }
 }
@@ -126,6 +123,37 @@ impl fmt::Debug for Token {
 impl fmt::Display for Token {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}@{}", self.pid(), self.start_ticks())
+    }
+}
+
+/// [`Token`]'s encoding, for the checkers' seam (feature `checkers`, not API):
+/// `shmrc::checkers::token::TokenExt`, to make the token of any pid and start time and
+/// to read and forge the words the protocol stores. Each is the crate's own
+/// `pub(crate)` method of the same name.
+#[cfg(feature = "checkers")]
+pub trait TokenExt: Sized {
+    /// The token of process `pid` started `start_ticks` clock ticks after boot.
+    /// Returns `None` for pid 0 or a pid beyond 22 bits.
+    fn new(pid: u32, start_ticks: u64) -> Option<Self>;
+    /// Decodes a slot or header word; `None` when no token encodes to it (0, or bits
+    /// above 61 set).
+    fn from_word(word: u64) -> Option<Self>;
+    /// The word stored in slots and headers.
+    fn word(self) -> u64;
+}
+
+#[cfg(feature = "checkers")]
+impl TokenExt for Token {
+    fn new(pid: u32, start_ticks: u64) -> Option<Token> {
+        Token::new(pid, start_ticks)
+    }
+
+    fn from_word(word: u64) -> Option<Token> {
+        Token::from_word(word)
+    }
+
+    fn word(self) -> u64 {
+        Token::word(self)
     }
 }
 

@@ -143,8 +143,7 @@ pub fn recv(stream: &UnixStream) -> Result<Message> {
 /// [`send`] as process `os` (any backend). On success the handles' in-flight
 /// references belong to the receiver; on failure they are given back when the handles
 /// you passed are dropped.
-#[doc(hidden)]
-pub fn send_with<O: Os>(
+pub(crate) fn send_with<O: Os>(
     os: &O,
     stream: &O::Stream,
     payload: &[u8],
@@ -214,8 +213,7 @@ fn split_into_frames(carries_fd: impl IntoIterator<Item = bool>) -> Vec<std::ops
 
 /// [`recv`] as process `os` (any backend). [`Error::Disconnected`] if the peer closed
 /// the socket before a message began.
-#[doc(hidden)]
-pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
+pub(crate) fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
     match MessageReader::new().read_on(os, stream)? {
         Some(message) => Ok(message),
         // Only a non-blocking stream runs dry; this call has no way to wait on it.
@@ -487,6 +485,33 @@ fn malformed(why: String) -> Error {
     Error::Malformed {
         what: "transport frame",
         why,
+    }
+}
+
+/// [`send`] and [`recv`] for any OS, for the checkers' seam (feature `checkers`, not
+/// API): `shmrc::checkers::transport`. Each is the crate's own `pub(crate)` function of
+/// the same name, which a seam cannot re-export itself.
+#[cfg(feature = "checkers")]
+pub(crate) mod generic {
+    use super::{Message, Os, Result, ShareHandle};
+
+    /// [`send`](super::send) as process `os` (any backend). On success the handles'
+    /// in-flight references belong to the receiver; on failure they are given back when
+    /// the handles you passed are dropped.
+    pub fn send_with<O: Os>(
+        os: &O,
+        stream: &O::Stream,
+        payload: &[u8],
+        handles: Vec<ShareHandle<O>>,
+    ) -> Result<()> {
+        super::send_with(os, stream, payload, handles)
+    }
+
+    /// [`recv`](super::recv) as process `os` (any backend).
+    /// [`Error::Disconnected`](crate::error::Error::Disconnected) if the peer closed the
+    /// socket before a message began.
+    pub fn recv_with<O: Os>(os: &O, stream: &O::Stream) -> Result<Message<O>> {
+        super::recv_with(os, stream)
     }
 }
 

@@ -10,7 +10,7 @@
 //! The other way round too: a producer process (the same role, told to `produce`)
 //! SIGKILLed while this process and a consumer process hold its memory; both keep
 //! reading and writing it, and it is released when the last of them lets go.
-#![cfg(all(feature = "cuda", not(any(shmrc_loom, shmrc_shuttle))))]
+#![cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::{UnixListener, UnixStream};

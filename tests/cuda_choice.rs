@@ -1,7 +1,7 @@
 //! How a `CudaDevice` picks its handle kind: by capability (does the device export
 //! POSIX fds?) and by the process-wide sharing strategy. One test, alone in its binary:
 //! it switches the process-wide strategy, which parallel tests must not see.
-#![cfg(all(feature = "cuda", not(any(shmrc_loom, shmrc_shuttle))))]
+#![cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::sync::Arc;
 

@@ -12,7 +12,7 @@
 //! They are what catches a synchronous call that returns early (issue 28: on an H100
 //! a consumer's `cuMemcpyHtoD` had not landed when the producer read; the fake driver
 //! stages such copies, so they fail here without a GPU too).
-#![cfg(all(feature = "cuda", not(any(shmrc_loom, shmrc_shuttle))))]
+#![cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::io::{BufRead, IoSlice, IoSliceMut};
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};

@@ -3,11 +3,12 @@
 //! or while it holds), and the producer frees the device memory exactly when the
 //! holder protocol says nobody holds it: after the last live consumer releases, after
 //! a sweep or `collect` reclaims the dead one, never while cleanup is deferred.
-#![cfg(all(feature = "cuda", not(any(shmrc_loom, shmrc_shuttle))))]
+#![cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))]
 
 use std::sync::{Arc, Mutex};
 
-use shmrc::checkers::cuda_identity::{IDENTITY_BYTES, Identity};
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::cuda::{DeviceHandleExt, IDENTITY_BYTES, Identity, IdentityExt};
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
 use shmrc::checkers::sweep::{inspect, sweep_with};
 use shmrc::cuda::{
@@ -738,15 +739,20 @@ fn a_device_handle_travels_over_the_transport_with_its_reference() {
     let consumer = &scene.consumers[0];
     let (to_consumer, at_consumer) = scene.kernel.stream_pair(&scene.producer.os, &consumer.os);
     let handle = scene.buf.share().unwrap().into_share_handle().unwrap();
-    shmrc::transport::send_with(&scene.producer.os, &to_consumer, b"tensor 7", vec![handle])
-        .unwrap();
+    shmrc::checkers::transport::send_with(
+        &scene.producer.os,
+        &to_consumer,
+        b"tensor 7",
+        vec![handle],
+    )
+    .unwrap();
     assert_eq!(
         scene.buf.census().unwrap().in_flight,
         1,
         "in flight while it travels"
     );
 
-    let message = shmrc::transport::recv_with(&consumer.os, &at_consumer).unwrap();
+    let message = shmrc::checkers::transport::recv_with(&consumer.os, &at_consumer).unwrap();
     assert_eq!(message.payload, b"tensor 7");
     let handle = message.handles.into_iter().next().unwrap();
     let view = consumer

@@ -9,9 +9,11 @@
 use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
+use shmrc::checkers::namespace::NamespaceExt;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
 use shmrc::checkers::segment::{self, MAGIC};
+use shmrc::checkers::token::TokenExt;
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
 

@@ -16,6 +16,7 @@ use nix::sys::resource::{Resource, setrlimit};
 use shmrc::Error;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
+use shmrc::checkers::token::TokenExt;
 use shmrc_testkit::process::{output_within, test_role, text_of};
 
 const ROLE: &str = "SHMRC_TEST_FD_BUDGET";

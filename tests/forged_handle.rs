@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use shmrc::checkers::handle::{Decoded, HandleMeta, InFlight, encode};
 use shmrc::checkers::local::SegmentKey;
+use shmrc::checkers::namespace::NamespaceExt;
 use shmrc::checkers::segment::{DEFAULT_CAPACITY, Layout};
 use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 use shmrc_testkit::data::{fnv1a, hex, pattern, unhex};

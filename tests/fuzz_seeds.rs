@@ -7,6 +7,8 @@
 
 use shmrc_testkit::attacks;
 
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use std::path::PathBuf;
 
 fn seed_dir(target: &str) -> PathBuf {

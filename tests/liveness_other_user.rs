@@ -22,6 +22,7 @@ use std::time::Duration;
 use shmrc::Token;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
+use shmrc::checkers::token::TokenExt;
 use shmrc_testkit::process::{copy_of_this_test, output_within, text_of};
 use shmrc_testkit::users::{ThrowawayUser, cannot_attack};
 

@@ -33,6 +33,7 @@ use concurrency::{Buf, MarkRace, World, ok_or_killed};
 use loom::sync::mpsc;
 use loom::thread;
 use shmrc::Error;
+use shmrc::checkers::buf::ShmBufExt;
 use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::SimOs;

@@ -30,6 +30,8 @@ use proptest::sample::select;
 use proptest::strategy::Union;
 use proptest::test_runner::Config;
 use proptest_state_machine::{ReferenceStateMachine, StateMachineTest, prop_state_machine};
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders::Slot;
 use shmrc::checkers::manager::registry::{
     MAX_NAMESPACES, Registry, Scope, Sweep, Tick, Use, sweep_everything,

@@ -20,9 +20,12 @@ use std::os::unix::net::UnixStream;
 use std::process::Command;
 use std::time::Duration;
 
+use shmrc::checkers::buf::ShmBufExt;
 use shmrc::checkers::buf::map_cache::{self, MapCacheLimits, MapCacheStats};
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
+use shmrc::checkers::pool::ShmPoolExt;
 use shmrc::manager::DefaultOs;
 use shmrc::{
     CreateOptions, Error, Namespace, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy, transport,
@@ -63,8 +66,8 @@ fn pass(
     handle: ShareHandle<SimOs>,
 ) -> ShareHandle<SimOs> {
     let (tx, rx) = kernel.stream_pair(from, to);
-    transport::send_with(from, &tx, b"", vec![handle]).unwrap();
-    transport::recv_with(to, &rx)
+    shmrc::checkers::transport::send_with(from, &tx, b"", vec![handle]).unwrap();
+    shmrc::checkers::transport::recv_with(to, &rx)
         .unwrap()
         .handles
         .pop()

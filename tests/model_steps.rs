@@ -23,6 +23,8 @@
 
 use std::collections::HashMap;
 
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders::Slot;
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
 use shmrc::checkers::segment::{GENERATION_OFFSET, HEADER_BYTES, MAGIC};

@@ -20,10 +20,10 @@
 use std::collections::HashSet;
 
 use shmrc::Error;
-use shmrc::checkers::namespace::Namespace;
+use shmrc::checkers::namespace::{Namespace, NamespaceExt};
 use shmrc::checkers::os::{MAX_FDS_PER_SEND, Mapping, Os};
 use shmrc::checkers::sync::Ordering;
-use shmrc::checkers::token::Token;
+use shmrc::checkers::token::{Token, TokenExt};
 
 type File<H> = <<H as Harness>::O as Os>::File;
 type Stream<H> = <<H as Harness>::O as Os>::Stream;
@@ -766,7 +766,7 @@ mod posix_only {
     use shmrc::Error;
     use shmrc::checkers::os::Os;
     use shmrc::checkers::os::posix::{PosixOs, raise_fd_limit};
-    use shmrc::checkers::token::Token;
+    use shmrc::checkers::token::{Token, TokenExt};
 
     use super::Scratch;
 

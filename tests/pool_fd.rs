@@ -13,6 +13,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
+use shmrc::checkers::buf::ShmBufExt;
 use shmrc::{CreateOptions, Error, PoolLimits, ShareHandle, ShmBuf, ShmPool, Strategy, transport};
 use shmrc_testkit::data::hex;
 use shmrc_testkit::process::SocketPeer;

@@ -30,6 +30,7 @@ use std::time::Duration;
 use shmrc::Token;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
+use shmrc::checkers::token::TokenExt;
 use shmrc_testkit::process::output_within;
 use shmrc_testkit::users::namespaces_unavailable;
 

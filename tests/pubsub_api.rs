@@ -17,6 +17,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use shmrc::checkers::token::TokenExt;
 use shmrc::pubsub::{Delivery, Publisher, PublisherOptions, SlowSubscriber, Subscriber};
 use shmrc::{Action, Error, Namespace};
 use shmrc_testkit::names::{TestNamespace, current_uid};

@@ -38,7 +38,7 @@ use shmrc::checkers::pubsub::queue::{
     announce_waiter, leave_step, subscriber_slot,
 };
 use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
-use shmrc::checkers::token::Token;
+use shmrc::checkers::token::{Token, TokenExt};
 
 const ENTRIES: usize = 2;
 const SLOTS: usize = 1 + ENTRIES;

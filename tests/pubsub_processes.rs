@@ -19,7 +19,7 @@ use shmrc::checkers::holders::{self, Recycled, held_word};
 use shmrc::checkers::os::posix::PosixOs;
 use shmrc::checkers::os::{Mapping, Os};
 use shmrc::checkers::pubsub::queue::{self, Policy, Taken, subscriber_slot};
-use shmrc::checkers::token::Token;
+use shmrc::checkers::token::{Token, TokenExt};
 use shmrc_testkit::process::{Talker, test_role};
 
 const NAME: &str = "SHMRC_TEST_PUBSUB_NAME";

@@ -36,12 +36,15 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Instant;
 
 use concurrency::{Buf, MarkRace, Stalled, World, ok_or_killed};
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimOs, SimStream};
 use shmrc::checkers::segment::HEADER_BYTES;
 use shmrc::checkers::sync::process::{AtomicU64, Ordering::Relaxed};
-use shmrc::{Error, Result, transport};
+use shmrc::checkers::transport;
+use shmrc::{Error, Result};
 use shuttle::rand::{Rng, thread_rng};
 use shuttle::sync::mpsc::{Receiver, Sender, channel};
 

@@ -6,12 +6,17 @@
 //! hostile words in a header are recovered (P5).
 #![cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders::Outcome;
+use shmrc::checkers::namespace::NamespaceExt;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, UnlinkRace};
 use shmrc::checkers::segment::HEADER_BYTES;
 use shmrc::checkers::sweep::{Action, SweepReport, inspect, sweep_after_deaths, sweep_with};
-use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
+use shmrc::checkers::token::TokenExt;
+use shmrc::checkers::transport;
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 const UID: u32 = 1000;
 const PAYLOAD: &[u8] = b"the data a live holder must keep seeing";
@@ -352,9 +357,9 @@ fn a_receiver_at_its_fd_limit_gets_too_many_fds() {
         .map(|_| ShmBuf::create_with(&a, 64, &opts).unwrap())
         .collect();
     let handles = bufs.iter().map(|b| b.share().unwrap()).collect();
-    shmrc::transport::send_with(&a, &to_b, b"three", handles).unwrap();
+    transport::send_with(&a, &to_b, b"three", handles).unwrap();
     kernel.set_fd_limit(b.pid(), kernel.open_files(b.pid()) + 2);
-    let err = shmrc::transport::recv_with(&b, &at_b).unwrap_err();
+    let err = transport::recv_with(&b, &at_b).unwrap_err();
     assert!(matches!(err, Error::TooManyFds { .. }), "{err}");
     drop(bufs);
     assert_eq!(
@@ -391,14 +396,14 @@ fn handles_and_fds_travel_over_the_sim_transport() {
     )
     .unwrap();
     anon.write_at(0, PAYLOAD).unwrap();
-    shmrc::transport::send_with(
+    transport::send_with(
         &a,
         &to_b,
         b"two",
         vec![named.share().unwrap(), anon.share().unwrap()],
     )
     .unwrap();
-    let msg = shmrc::transport::recv_with(&b, &at_b).unwrap();
+    let msg = transport::recv_with(&b, &at_b).unwrap();
     assert_eq!(msg.payload, b"two");
     let got: Vec<_> = msg
         .handles
@@ -757,7 +762,7 @@ fn a_finalize_whose_unlink_races_or_is_refused_is_reported_as_such() {
         // The header and slots read before the unlink are reported whatever became of it.
         let seg = &report.segments[0];
         assert!(
-            seg.fields.is_some() && seg.census.is_some(),
+            seg.header.is_some() && seg.census.is_some(),
             "{race:?}: {seg:?}"
         );
         if race == UnlinkRace::UnlinkedFirst {

@@ -12,7 +12,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use shmrc::checkers::holders::Finalize;
-use shmrc::checkers::token::Token;
+use shmrc::checkers::token::{Token, TokenExt};
 use shmrc::{Action, CreateOptions, Namespace, Outcome, ShmBuf, Strategy};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::wait_within;

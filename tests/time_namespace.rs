@@ -44,6 +44,7 @@ use std::time::Duration;
 
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::posix::PosixOs;
+use shmrc::checkers::token::TokenExt;
 use shmrc::manager::RuntimeDir;
 use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy, Token};

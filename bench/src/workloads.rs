@@ -1141,6 +1141,7 @@ mod tests {
         Contender, FloorFd, FloorMap, FloorNamed, FloorReused, Payload, Shmrc, nanos, stream,
     };
     use shmrc::Strategy;
+    use shmrc::checkers::buf::ShmBufExt;
     use shmrc_testkit::names::TestNamespace;
     use std::os::unix::net::UnixStream;
     use std::time::Duration;

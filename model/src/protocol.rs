@@ -113,7 +113,7 @@ use shmrc::checkers::segment::{self, Fields, Layout};
 use shmrc::checkers::sweep::{self, Decision, Found};
 use shmrc::checkers::sync::process::AtomicU64 as Counter;
 use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
-use shmrc::checkers::token::Token;
+use shmrc::checkers::token::{Token, TokenExt};
 
 /// Most processes in a state: users plus the fresh sweeper of [`State::check_p3`].
 pub const MAX_PROCS: usize = 5;

@@ -5,6 +5,7 @@
 //!   `HashMap::new` beside `HashMap<K, V, S>`;
 //! - `buf_mut.rs`: [`ShmBufMut`], the creator's exclusive, writable buffer;
 //! - `frozen.rs`: [`FrozenBuf`], a sealed, read-only buffer (and [`FreezeError`]);
+//! - `ext.rs` (feature `checkers`): `ShmBufExt`, the methods the checkers' seam adds;
 //! - `view.rs`: typed views (`Pod` items) over a buffer's bytes, the range checks shared by
 //!   all of the above;
 //! - `array.rs` (feature `ndarray`): `FrozenArray`, an `ndarray` view of a frozen buffer;
@@ -26,6 +27,8 @@
 pub(crate) mod array;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod buf_mut;
+#[cfg(feature = "checkers")]
+pub(crate) mod ext;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod frozen;
 pub mod map_cache;
@@ -387,16 +390,18 @@ impl<O: Os> Clone for ShmBuf<O> {
 
 impl<O: Os> ShmBuf<O> {
     /// Creates a buffer of `len` bytes (zero-filled) as process `os`.
-    #[doc(hidden)]
-    pub fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
+    pub(crate) fn create_with(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
         Self::create_slotted(os, len, options, false)
     }
 
     /// [`ShmBuf::create_with`] for a [`crate::ShmPool`]: a file_descriptor buffer gets
     /// the options' holder slots too, so that the pool can tell when no other process
     /// holds it and recycle it ([`ShmBuf::recycle`]).
-    #[doc(hidden)]
-    pub fn create_recyclable(os: &O, len: usize, options: &CreateOptions) -> Result<ShmBuf<O>> {
+    pub(crate) fn create_recyclable(
+        os: &O,
+        len: usize,
+        options: &CreateOptions,
+    ) -> Result<ShmBuf<O>> {
         Self::create_slotted(os, len, options, true)
     }
 
@@ -808,14 +813,12 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// The segment's identity.
-    #[doc(hidden)]
-    pub fn key(&self) -> SegmentKey {
+    pub(crate) fn key(&self) -> SegmentKey {
         self.inner.fields.key()
     }
 
     /// The header fields (creator, capacity, creation time).
-    #[doc(hidden)]
-    pub fn fields(&self) -> &Fields {
+    pub(crate) fn fields(&self) -> &Fields {
         &self.inner.fields
     }
 
@@ -839,8 +842,7 @@ impl<O: Os> ShmBuf<O> {
     /// `false` if it is still held (or is a plain file_descriptor buffer, without
     /// slots). The caller (a
     /// [`crate::ShmPool`]) makes sure no other reference of this process uses it.
-    #[doc(hidden)]
-    pub fn recycle(&self) -> Result<bool> {
+    pub(crate) fn recycle(&self) -> Result<bool> {
         let inner = &self.inner;
         let (Some(slot), Some(h)) = (own_slot(&inner.backing), inner.holders()) else {
             return Ok(false);
@@ -888,8 +890,36 @@ impl<O: Os> ShmBuf<O> {
         self.inner.os.current() == self.inner.holder
     }
 
-    /// A read-only count of the holder slots (file_system buffers).
-    #[doc(hidden)]
+    /// A look at the holder slots of this buffer's segment ([`Census`](crate::Census)):
+    /// how many live processes hold it, how many references are in flight, how many
+    /// holders died without letting go. A snapshot, read without a lock or a syscall:
+    /// other processes may attach or let go while it is read. A plain file_descriptor
+    /// buffer has no slots (the kernel counts its references): its census counts
+    /// nothing. `None` only if the header's slots lay outside the mapping (a header
+    /// shmrc made, or validated on attach, never does).
+    ///
+    /// ```
+    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
+    ///
+    /// let options = CreateOptions::new()
+    ///     .strategy(Strategy::FileSystem)
+    ///     .namespace(Namespace::new("shmrc-doc-buf-census")?);
+    /// let buf = ShmBuf::with_options(64, &options)?;
+    /// let census = buf.census().expect("a validated header");
+    /// assert_eq!((census.live, census.in_flight, census.dead), (1, 0, 0)); // this process
+    /// let handle = buf.share()?;
+    /// assert_eq!(buf.census().unwrap().in_flight, 1); // a reference on its way
+    /// drop(handle); // never attached: the reference is given back
+    /// assert_eq!(buf.census().unwrap().in_flight, 0);
+    ///
+    /// let plain = CreateOptions::new().strategy(Strategy::FileDescriptor);
+    /// let census = ShmBuf::with_options(64, &plain)?.census().unwrap();
+    /// assert_eq!(census.live + census.free, 0); // no slots
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn census(&self) -> Option<holders::Census> {
         self.inner
             .holders()
@@ -1008,8 +1038,7 @@ impl<O: Os> ShmBuf<O> {
     }
 
     /// The memfd of a file_descriptor buffer (`None` for file_system ones).
-    #[doc(hidden)]
-    pub fn anonymous_file(&self) -> Option<&O::File> {
+    pub(crate) fn anonymous_file(&self) -> Option<&O::File> {
         match &self.inner.backing {
             Backing::Anonymous { file, .. } => Some(file),
             Backing::Named { .. } => None,

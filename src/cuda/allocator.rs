@@ -17,7 +17,7 @@ use crate::error::{Error, Result};
 /// [`DeviceAllocator::interface_version`] reports unless an allocator says otherwise.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -34,7 +34,7 @@ pub const EMM_INTERFACE_VERSION: u32 = 1;
 /// it, and where in that allocation the buffer starts.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -60,7 +60,7 @@ pub struct IpcExport {
 /// by: what [`DeviceAllocator::export`] returns.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -101,7 +101,7 @@ pub enum DeviceExport {
 /// ([`IpcExport`]). shmrc frees a buffer only once no process holds it any more.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -162,7 +162,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// The EMM interface version implemented.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -179,7 +179,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// Allocates `size` bytes of device memory.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -197,7 +197,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// no process holds the buffer any more, and never while cleanup is deferred.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -214,7 +214,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// The IPC handle (base + offset) of the buffer at `ptr`.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -233,7 +233,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// cannot tell (EMM allows this).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -251,7 +251,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// Drops whatever the allocator caches. It never frees memory a buffer still owns.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -269,7 +269,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// The allocator's deferral counter (see [`DeviceAllocator::defer_cleanup`]).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -288,7 +288,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// default, through [`DeviceAllocator::get_ipc_handle`]) or [`HandleKind::PosixFd`].
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DriverAllocator, FakeDriver, HandleKind, VmmAllocator};
     /// let driver = Arc::new(FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-kind", 1 << 30)?);
@@ -305,7 +305,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// export is a new descriptor each time.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use std::sync::Arc;
     /// use shmrc::cuda::{DeviceAllocator, DeviceExport, DriverAllocator, FakeDriver};
     /// let driver = Arc::new(FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-export-default", 1 << 20)?);
@@ -323,7 +323,7 @@ pub trait DeviceAllocator: Send + Sync + fmt::Debug {
     /// meanwhile wait in the limbo list (EMM's `defer_cleanup` context).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
@@ -394,7 +394,7 @@ impl CleanupDeferral {
 /// `defer_cleanup` context): buffers dropped meanwhile wait in the limbo list.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -424,7 +424,7 @@ impl Drop for DeferGuard {
 /// starts with one; an allocator of your own may delegate to it.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -449,7 +449,7 @@ impl DriverAllocator {
     /// The default allocator over `driver`.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -508,7 +508,7 @@ impl DeviceAllocator for DriverAllocator {
 /// device supports it and the process-wide strategy is file_descriptor.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use std::sync::Arc;
@@ -535,7 +535,7 @@ impl VmmAllocator {
     /// device cannot export POSIX fds.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use std::sync::Arc;
     /// use shmrc::cuda::{FakeDriver, VmmAllocator};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-vmm-new", 1 << 30)?;

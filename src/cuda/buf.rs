@@ -34,7 +34,7 @@ use crate::strategy::Strategy;
 /// and reach memory already unmapped or freed.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -60,7 +60,7 @@ impl DeviceSpan {
     /// The device address (in this process), to pass to kernels or libraries.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::CreateOptions;
@@ -80,7 +80,7 @@ impl DeviceSpan {
     /// Length in bytes.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-len", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -95,7 +95,7 @@ impl DeviceSpan {
     /// Whether the span is empty (never: buffers have at least one byte).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-empty", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -113,7 +113,7 @@ impl DeviceSpan {
     /// [`Error::OutOfBounds`] and copies nothing.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
@@ -137,7 +137,7 @@ impl DeviceSpan {
     /// end is [`Error::OutOfBounds`].
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-read", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -208,7 +208,7 @@ impl fmt::Debug for DeviceSpan {
 ///   free waits for this process's work on it.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceBuf};
@@ -269,7 +269,7 @@ impl<O: Os> DeviceBuf<O> {
     /// over a socket ([`super::transport::send`]).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -383,7 +383,7 @@ impl<O: Os> DeviceBuf<O> {
     /// [`HandleKind::PosixFd`], as its allocator exports it); `None` before.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, HandleKind};
@@ -406,7 +406,7 @@ impl<O: Os> DeviceBuf<O> {
     /// buffer never shared has no keep-alive). It is what [`crate::inspect()`] lists.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -428,8 +428,31 @@ impl<O: Os> DeviceBuf<O> {
             .and_then(|shared| shared.keepalive.name().map(str::to_owned))
     }
 
-    /// The keep-alive's holder slots, once the buffer was shared.
-    #[doc(hidden)]
+    /// The holder slots of the keep-alive segment ([`Census`](crate::Census)), once
+    /// the buffer was shared (`None` before: a buffer never shared has no keep-alive):
+    /// this producer's own slot, the consumers that hold the buffer, the references in
+    /// flight, and the consumers that died without letting go. A snapshot read without
+    /// a lock, as [`ShmBuf::census`](crate::ShmBuf::census).
+    ///
+    /// ```
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
+    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+    /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
+    /// use shmrc::cuda::CudaDevice;
+    /// use shmrc::{CreateOptions, Namespace};
+    ///
+    /// let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-dev-census")?);
+    /// let device = CudaDevice::fake("shmrc-doc-dev-census", 1 << 20, &keepalive)?;
+    /// let buf = device.alloc(4096)?;
+    /// assert!(buf.census().is_none()); // never shared
+    /// let handle = buf.share()?;
+    /// let census = buf.census().unwrap();
+    /// assert_eq!((census.live, census.in_flight), (1, 1)); // the producer; the handle
+    /// drop(handle); // never attached: the reference is given back
+    /// assert_eq!(buf.census().unwrap().in_flight, 0);
+    /// # }
+    /// # Ok::<(), shmrc::Error>(())
+    /// ```
     pub fn census(&self) -> Option<Census> {
         lock(&self.keepalive)
             .as_ref()
@@ -485,7 +508,7 @@ impl<O: Os> fmt::Debug for DeviceBuf<O> {
 /// handle that was never attached gives its reference back.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CudaDevice, DeviceHandle};
@@ -518,7 +541,7 @@ impl<O: Os> DeviceHandle<O> {
     /// buffers, in one message).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -553,7 +576,7 @@ impl<O: Os> DeviceHandle<O> {
     /// descriptor and travels only with [`super::transport::send`].
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -590,7 +613,7 @@ impl<O: Os> DeviceHandle<O> {
     /// share or received with [`super::transport`]; not one rebuilt from bytes).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::CudaDevice;
     /// use shmrc::CreateOptions;
@@ -630,7 +653,7 @@ impl<O: Os> DeviceHandle<O> {
     /// ([`Error::CudaBadIdentity`]).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{CudaDevice, DeviceHandle};
@@ -659,7 +682,7 @@ impl<O: Os> DeviceHandle<O> {
     /// this process exits).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -680,9 +703,24 @@ impl<O: Os> DeviceHandle<O> {
     }
 
     /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
-    #[doc(hidden)]
-    pub fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
+    pub(crate) fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
         ShareHandle::from_bytes_with(os, bytes).map(DeviceHandle::from_share_handle)
+    }
+}
+
+/// [`DeviceHandle`]'s decoding for any OS, for the checkers' seam (feature `checkers`,
+/// not API): `shmrc::checkers::cuda::DeviceHandleExt`. It is the crate's own
+/// `pub(crate)` method of the same name.
+#[cfg(feature = "checkers")]
+pub trait DeviceHandleExt<O: Os>: Sized {
+    /// A handle from [`DeviceHandle::into_bytes`], as process `os`.
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<Self>;
+}
+
+#[cfg(feature = "checkers")]
+impl<O: Os> DeviceHandleExt<O> for DeviceHandle<O> {
+    fn from_bytes_with(os: &O, bytes: &[u8]) -> Result<DeviceHandle<O>> {
+        DeviceHandle::from_bytes_with(os, bytes)
     }
 }
 
@@ -741,7 +779,7 @@ impl<O: Os> Drop for IpcLease<O> {
 /// free it.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -856,7 +894,7 @@ impl<O: Os> DeviceView<O> {
     /// buffer starts in it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -888,7 +926,7 @@ impl<O: Os> DeviceView<O> {
     /// released it too.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -926,7 +964,7 @@ impl<O: Os> DeviceView<O> {
     /// buffer).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -989,7 +1027,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::Cuda`]: crate::Error::Cuda
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::{CreateOptions, Error};
@@ -1020,7 +1058,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::CudaBadIdentity`]: crate::Error::CudaBadIdentity
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).

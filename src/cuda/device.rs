@@ -47,11 +47,11 @@ impl<O: Os> Drop for DeviceInner<O> {
 /// One process's entry point to one device: its driver, the installed
 /// [`DeviceAllocator`], the limbo list of dropped buffers other processes may still
 /// hold, and the table of IPC handles opened here (each opened once per process).
-/// Create one per process ([`CudaDevice::real`], [`CudaDevice::fake`] or
-/// [`CudaDevice::with_driver`]) and clone it; clones share everything.
+/// Create one per process ([`CudaDevice::real`], `CudaDevice::fake` (feature
+/// `cuda-fake`) or [`CudaDevice::with_driver`]) and clone it; clones share everything.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::CudaDevice;
@@ -99,10 +99,10 @@ impl<O: Os> CudaDevice<O> {
     /// Keep-alive
     /// segments are created with `keepalive` (its namespace and holder capacity; the
     /// strategy is always file_system). For a [`Driver`] of your own; the real and fake
-    /// drivers have [`CudaDevice::real`] and [`CudaDevice::fake`].
+    /// drivers have [`CudaDevice::real`] and `CudaDevice::fake` (feature `cuda-fake`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -133,7 +133,7 @@ impl<O: Os> CudaDevice<O> {
     /// information, address ranges).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-driver", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -149,7 +149,7 @@ impl<O: Os> CudaDevice<O> {
     /// The allocator new buffers come from.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-allocator-get", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -173,7 +173,7 @@ impl<O: Os> CudaDevice<O> {
     /// of your own.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use std::sync::Arc;
@@ -196,12 +196,12 @@ impl<O: Os> CudaDevice<O> {
     }
 
     /// Finalizes the keep-alive of every buffer in limbo (reclaiming slots of dead
-    /// holders, as [`crate::protocol::sweep()`] does) and frees those nobody holds. Call it now
+    /// holders, as [`crate::sweep()`] does) and frees those nobody holds. Call it now
     /// and then (a training step) when consumers may be killed; a clean release frees
     /// without it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -226,7 +226,7 @@ impl<O: Os> CudaDevice<O> {
     /// Buffers dropped here that some process may still hold.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::CudaDevice;
@@ -254,7 +254,7 @@ impl<O: Os> CudaDevice<O> {
     /// [`Error::CudaUnsupported`]: crate::Error::CudaUnsupported
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// let device = shmrc::cuda::CudaDevice::fake("shmrc-doc-meminfo", 1 << 20, &shmrc::CreateOptions::new())?;
@@ -309,7 +309,7 @@ impl<O: Os> CudaDevice<O> {
     /// views of it live).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).

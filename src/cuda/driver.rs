@@ -1,8 +1,8 @@
 //! The CUDA driver as shmrc uses it: the few entry points a shared device allocation
 //! needs, as the [`Driver`] trait, with the value types that cross it. Two
 //! implementations: the real driver loaded at run time (`shmrc::cuda::real`) and the
-//! fake one ([`super::fake::FakeDriver`]) whose device memory is shared memory, so the
-//! whole flow runs across real processes without a GPU.
+//! fake one (`fake.rs`, feature `cuda-fake`) whose device memory is shared memory, so
+//! the whole flow runs across real processes without a GPU.
 
 use std::fmt;
 use std::os::fd::{BorrowedFd, OwnedFd};
@@ -53,7 +53,7 @@ pub const IPC_HANDLE_BYTES: usize = 64;
 /// meet it only through a [`Driver`] or a [`DeviceAllocator`](super::DeviceAllocator).
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -83,7 +83,7 @@ impl fmt::Debug for IpcMemHandle {
 /// whatever `CUDA_VISIBLE_DEVICES` makes of the ordinal).
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -107,7 +107,7 @@ pub struct DeviceId {
 /// Free and total device memory in bytes (`cuMemGetInfo`).
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -129,7 +129,7 @@ pub struct MemoryInfo {
 
 /// The driver calls shmrc makes, on one device and in the calling process's context.
 /// Implemented by [`RealDriver`](super::real::RealDriver) and
-/// [`FakeDriver`](super::FakeDriver); implement it to run shmrc over another runtime,
+/// `FakeDriver` (feature `cuda-fake`); implement it to run shmrc over another runtime,
 /// and install it with [`CudaDevice::with_driver`](super::CudaDevice::with_driver).
 ///
 /// Every method of an unusable driver returns [`Error::CudaUnavailable`]; a driver call
@@ -148,11 +148,11 @@ pub struct MemoryInfo {
 /// waits for them. shmrc issues no memset; a driver of your own that adds one makes it
 /// synchronous the same way. An [`Driver::event_record`] completes once the work queued
 /// before it has; [`Driver::stream_wait_event`] orders this process's later work after
-/// it, on the device. [`FakeDriver`](super::FakeDriver) models this: its copies land
+/// it, on the device. `FakeDriver` (feature `cuda-fake`) models this: its copies land
 /// only at those points, so code that forgets a wait fails on a CPU too.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::CreateOptions;
@@ -177,7 +177,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// The device this driver works on (`cuDeviceGet`, `cuDeviceGetUuid`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -191,7 +191,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Allocates `size` bytes of device memory (`cuMemAlloc`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -207,7 +207,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// queued before it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -222,7 +222,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// The IPC handle of the allocation whose base is `ptr` (`cuIpcGetMemHandle`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -238,7 +238,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Maps another process's allocation here (`cuIpcOpenMemHandle`); returns its base.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -269,7 +269,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// returns.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -298,7 +298,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Base and length of the allocation containing `ptr` (`cuMemGetAddressRange`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -314,7 +314,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Free and total memory of the device (`cuMemGetInfo`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -331,7 +331,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// returns the bytes are in device memory, visible to every process mapping it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -348,7 +348,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// after the work this process queued before it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -368,7 +368,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Either side may be an IPC or fd mapping of another process's memory.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 20)?;
@@ -390,7 +390,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// work with an IPC event instead).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
     /// use shmrc::cuda::{Driver, FakeDriver};
@@ -409,7 +409,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// [`HandleKind::PosixFd`] path of the `vmm_*` calls below.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
     /// assert!(driver.supports_posix_fd()?);
@@ -421,7 +421,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// minimum granularity of a pinned device allocation exportable as a POSIX fd).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
     /// assert_eq!(driver.vmm_granularity()?, 2 << 20); // as on current NVIDIA GPUs
@@ -434,7 +434,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// device: `cuMemCreate`, `cuMemAddressReserve`, `cuMemMap`, `cuMemSetAccess`.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
     /// let size = driver.vmm_granularity()?;
@@ -452,7 +452,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// `SCM_RIGHTS` ([`super::transport`]), close it when done.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
     /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
@@ -469,7 +469,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// does; `fd` may be closed at once.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use std::os::fd::AsFd;
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
@@ -493,7 +493,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// refers to it.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-drv", 1 << 30)?;
     /// let ptr = driver.vmm_alloc(driver.vmm_granularity()?)?;
@@ -508,7 +508,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// `CU_EVENT_INTERPROCESS | CU_EVENT_DISABLE_TIMING`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
@@ -524,7 +524,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// (`cuIpcGetEventHandle`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
@@ -539,7 +539,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// [`Driver::event_destroy`] when done.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver, IpcEventHandle};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
@@ -552,7 +552,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// completes when the work queued there before it has.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
@@ -567,7 +567,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// completes (`cuStreamWaitEvent`); the host does not block.
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;
@@ -582,7 +582,7 @@ pub trait Driver: Send + Sync + fmt::Debug {
     /// Destroys an event created or opened here (`cuEventDestroy`).
     ///
     /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+    /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{Driver, FakeDriver};
     /// let driver = FakeDriver::new(shmrc::DefaultOs::default(), "shmrc-doc-ev", 1 << 20)?;

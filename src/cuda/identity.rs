@@ -15,10 +15,8 @@ use crate::error::{Error, Result};
 use crate::token::Token;
 
 /// Bytes of the data part of a keep-alive segment.
-#[doc(hidden)]
 pub const IDENTITY_BYTES: usize = 256;
 /// Layout version of the identity record.
-#[doc(hidden)]
 pub const IDENTITY_VERSION: u32 = 2;
 const MAGIC: &[u8; 8] = b"SHMRCDEV";
 
@@ -40,7 +38,7 @@ const _: () = assert!(END <= IDENTITY_BYTES);
 /// [`DeviceView::identity`](super::DeviceView::identity) reads it.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// # // SAFETY: a doc example runs one thread (fork's contract).
@@ -89,8 +87,7 @@ pub struct Identity {
 
 impl Identity {
     /// The record's bytes.
-    #[doc(hidden)]
-    pub fn encode(&self) -> [u8; IDENTITY_BYTES] {
+    pub(crate) fn encode(&self) -> [u8; IDENTITY_BYTES] {
         let mut b = [0u8; IDENTITY_BYTES];
         b[..AT_VERSION].copy_from_slice(MAGIC);
         b[AT_VERSION..AT_ORDINAL].copy_from_slice(&IDENTITY_VERSION.to_le_bytes());
@@ -113,8 +110,7 @@ impl Identity {
     }
 
     /// Decodes and validates the record read from segment `segment`.
-    #[doc(hidden)]
-    pub fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Identity> {
+    pub(crate) fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Identity> {
         let bad = |what: String| Error::CudaBadIdentity {
             segment: segment.to_owned(),
             what,
@@ -167,6 +163,28 @@ impl Identity {
             },
             producer,
         })
+    }
+}
+
+/// [`Identity`]'s wire form, for the checkers' seam (feature `checkers`, not API):
+/// `shmrc::checkers::cuda::IdentityExt`, for the forged-record tests. Each is the
+/// crate's own `pub(crate)` method of the same name.
+#[cfg(feature = "checkers")]
+pub trait IdentityExt: Sized {
+    /// The record's bytes.
+    fn encode(&self) -> [u8; IDENTITY_BYTES];
+    /// Decodes and validates the record read from segment `segment`.
+    fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Self>;
+}
+
+#[cfg(feature = "checkers")]
+impl IdentityExt for Identity {
+    fn encode(&self) -> [u8; IDENTITY_BYTES] {
+        Identity::encode(self)
+    }
+
+    fn decode(b: &[u8; IDENTITY_BYTES], segment: &str) -> Result<Identity> {
+        Identity::decode(b, segment)
     }
 }
 

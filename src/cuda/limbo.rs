@@ -2,7 +2,7 @@
 //! process may still hold. An entry is freed once its keep-alive segment is gone,
 //! which the holder protocol allows only when no live process holds or has in flight a
 //! reference (P1); a consumer killed with SIGKILL stops counting once a finalize
-//! reclaims its slot (any later release, [`crate::protocol::sweep()`], or
+//! reclaims its slot (any later release, [`crate::sweep()`], or
 //! [`CudaDevice::collect`](super::CudaDevice::collect)).
 
 use std::sync::Arc;
@@ -43,7 +43,7 @@ pub(crate) enum Drain {
 /// [`CudaDevice::collect`](super::CudaDevice::collect) returns.
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 /// use shmrc::cuda::{CollectReport, CudaDevice};

@@ -4,12 +4,14 @@
 //! an ordinary file_system segment ([`crate::ShmBuf`]) whose data part names the
 //! allocation ([`Identity`]); consumers hold slots while they use it, and "unlink at
 //! zero" becomes "the producer may free". A consumer killed with SIGKILL is reclaimed
-//! by the same finalize as any CPU segment ([`crate::protocol::sweep()`], any later release, or
+//! by the same finalize as any CPU segment ([`crate::sweep()`], any later release, or
 //! [`CudaDevice::collect`]). See `docs/CUDA.md`.
 //!
-//! - the [`Driver`] trait (the driver calls used) and its value types; [`FakeDriver`], a
-//!   driver whose device memory is shared memory; the real driver, loaded at run time
-//!   from `libcuda.so.1`, is [`RealDriver`].
+//! - the [`Driver`] trait (the driver calls used) and its value types; the real driver,
+//!   loaded at run time from `libcuda.so.1`, is [`RealDriver`]. Feature `cuda-fake`
+//!   adds `FakeDriver`, a driver whose device memory is shared memory, and
+//!   `CudaDevice::fake`: the whole flow, across real processes, without a GPU (for your
+//!   own tests, and this crate's examples).
 //! - [`DeviceAllocator`], modelled on Numba's EMM plugin interface, and the default
 //!   [`DriverAllocator`].
 //! - [`CudaDevice`], one process's entry point (limbo list: when a dropped buffer may
@@ -21,7 +23,7 @@
 //!   descriptor rides with `SCM_RIGHTS`).
 //!
 //! ```
-//! # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+//! # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
 //! # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 //! # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
 //! # // SAFETY: a doc example runs one thread (fork's contract).
@@ -29,8 +31,8 @@
 //! use shmrc::cuda::{CudaDevice, DeviceHandle};
 //! use shmrc::{CreateOptions, Namespace};
 //!
-//! // Keep-alive segments in a namespace of the job's own; a fake device (no GPU needed:
-//! // `CudaDevice::real` is the same with the driver).
+//! // Keep-alive segments in a namespace of the job's own; a fake device (feature
+//! // `cuda-fake`, no GPU needed: `CudaDevice::real` is the same with the driver).
 //! let keepalive = CreateOptions::new().namespace(Namespace::new("shmrc-doc-cuda")?);
 //! let producer = CudaDevice::fake("shmrc-doc-cuda", 1 << 20, &keepalive)?;
 //! let buf = producer.alloc(4096)?;
@@ -62,9 +64,11 @@ use std::sync::{Mutex, MutexGuard};
 // The submodules are private but `transport` (a namespace, as `shmrc::transport`): what a
 // user may name is re-exported here, at one path.
 mod allocator;
-mod buf;
+// `pub(crate)` for the checkers' seam (`DeviceHandleExt`).
+pub(crate) mod buf;
 mod device;
 mod driver;
+#[cfg(feature = "cuda-fake")]
 mod fake;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod identity;
@@ -86,6 +90,8 @@ pub use driver::{
     DeviceId, DevicePtr, Driver, EventId, HandleKind, IPC_HANDLE_BYTES, IpcEventHandle,
     IpcMemHandle, MemoryInfo, driver_error,
 };
+#[cfg(feature = "cuda-fake")]
+#[cfg_attr(docsrs, doc(cfg(feature = "cuda-fake")))]
 pub use fake::{FakeDriver, MAX_FAKE_PREFIX};
 pub use identity::Identity;
 pub use limbo::CollectReport;
@@ -104,8 +110,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 mod production {
     use std::sync::Arc;
 
+    #[cfg(feature = "cuda-fake")]
+    use super::FakeDriver;
     use super::real::RealDriver;
-    use super::{CudaDevice, DeviceHandle, FakeDriver};
+    use super::{CudaDevice, DeviceHandle};
     use crate::buf::CreateOptions;
     use crate::error::Result;
     use crate::manager::DefaultOs;
@@ -146,11 +154,12 @@ mod production {
 
         /// A fake device of `total` bytes whose memory is shared memory named
         /// `<prefix>-...` in `/dev/shm` (see [`FakeDriver`]): the whole flow, across
-        /// real processes, without a GPU. Every process sharing buffers uses the same
+        /// real processes, without a GPU (feature `cuda-fake`: for a program's own tests
+        /// on machines without one). Every process sharing buffers uses the same
         /// `prefix`.
         ///
         /// ```
-        /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+        /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// use shmrc::CreateOptions;
@@ -163,6 +172,8 @@ mod production {
         /// # }
         /// # Ok::<(), shmrc::Error>(())
         /// ```
+        #[cfg(feature = "cuda-fake")]
+        #[cfg_attr(docsrs, doc(cfg(feature = "cuda-fake")))]
         pub fn fake(prefix: &str, total: u64, keepalive: &CreateOptions) -> Result<CudaDevice> {
             let driver = FakeDriver::new(DefaultOs::default(), prefix, total)?;
             Ok(CudaDevice::with_driver(
@@ -179,7 +190,7 @@ mod production {
         /// [`CudaDevice::attach`], or drop it to give the reference back).
         ///
         /// ```
-        /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+        /// # #[cfg(all(feature = "cuda-fake", not(any(shmrc_loom, shmrc_shuttle))))] {
         /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
         /// # shmrc::set_sharing_strategy(shmrc::Strategy::FileSystem); // legacy IPC handles
         /// # // SAFETY: a doc example runs one thread (fork's contract).

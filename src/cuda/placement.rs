@@ -45,6 +45,7 @@ impl fmt::Display for Placement {
 /// A handle of a host or a device buffer, on its way to another process.
 ///
 /// ```
+/// # #[cfg(feature = "cuda-fake")] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// use shmrc::cuda::{AnyHandle, CudaDevice, Placement};
 /// use shmrc::{CreateOptions, ShmBuf};
@@ -54,6 +55,7 @@ impl fmt::Display for Placement {
 /// let gpu: AnyHandle = device.alloc(64)?.share()?.into();
 /// assert_eq!(host.placement(), Placement::Host);
 /// assert_eq!(gpu.placement().to_string(), "cuda:0");
+/// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 #[derive(Debug)]
@@ -124,6 +126,7 @@ impl AnyHandle {
     /// given back.
     ///
     /// ```
+    /// # #[cfg(feature = "cuda-fake")] {
     /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
     /// use shmrc::cuda::{AnyHandle, CudaDevice};
     /// use shmrc::{CreateOptions, Error};
@@ -132,6 +135,7 @@ impl AnyHandle {
     /// let gpu: AnyHandle = device.alloc(64)?.share()?.into();
     /// let err = gpu.attach(&[]).unwrap_err();
     /// assert!(matches!(err, Error::InvalidArgument(ref why) if why.contains("cuda:0")));
+    /// # }
     /// # Ok::<(), shmrc::Error>(())
     /// ```
     pub fn attach(self, devices: &[CudaDevice]) -> Result<AnyBuf> {

@@ -47,6 +47,7 @@ pub struct DeviceMessage {
 /// file_descriptor handles are split over frames as [`crate::transport::send`] does.
 ///
 /// ```
+/// # #[cfg(feature = "cuda-fake")] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
 /// # // SAFETY: a doc example runs one thread (fork's contract).
 /// # fn in_child(c: impl FnOnce() -> shmrc::Result<()>) { use nix::{sys::wait::{WaitStatus, waitpid}, unistd::{ForkResult, alarm, fork}}; match unsafe { fork() }.unwrap() { ForkResult::Child => { alarm::set(60); let code = i32::from(c().is_err()); unsafe { nix::libc::_exit(code) } } ForkResult::Parent { child } => assert!(matches!(waitpid(child, None).unwrap(), WaitStatus::Exited(_, 0))) } }
@@ -86,6 +87,7 @@ pub struct DeviceMessage {
 ///     }
 ///     Ok(())
 /// });
+/// # }
 /// # Ok::<(), shmrc::Error>(())
 /// ```
 pub fn send(stream: &UnixStream, payload: &[u8], handles: Vec<AnyHandle>) -> Result<()> {

@@ -18,7 +18,7 @@ pub const MODE_ENV: &str = "SHMRC_MANAGER";
 ///
 /// The manager only matters for file_system buffers (a file_descriptor buffer is
 /// freed by the kernel). With [`ManagerMode::Off`], a dead holder's slot waits for the
-/// next [`sweep()`](crate::protocol::sweep()) or release of its segment.
+/// next [`sweep()`](crate::sweep()) or release of its segment.
 ///
 /// ```
 /// use shmrc::manager::{ManagerMode, manager_mode, set_manager_mode};

@@ -207,21 +207,18 @@ impl RuntimeDir {
 
     /// Opens (creating, mode 0600) the start lock ([`START_LOCK_FILE`]) for writing,
     /// refusing a symlink.
-    #[doc(hidden)]
-    pub fn open_start_lock(&self) -> Result<File> {
+    pub(crate) fn open_start_lock(&self) -> Result<File> {
         open_private(&self.dir.join(START_LOCK_FILE), false)
             .map_err(|e| Error::os("open manager start lock", e))
     }
 
     /// Opens (creating, mode 0600) the lock file for writing, refusing a symlink.
-    #[doc(hidden)]
-    pub fn open_lock(&self) -> Result<File> {
+    pub(crate) fn open_lock(&self) -> Result<File> {
         open_private(&self.lock(), false).map_err(|e| Error::os("open manager lock", e))
     }
 
     /// Opens (creating, mode 0600) the log file for appending, refusing a symlink.
-    #[doc(hidden)]
-    pub fn open_log(&self) -> Result<File> {
+    pub(crate) fn open_log(&self) -> Result<File> {
         open_private(&self.log(), true).map_err(|e| Error::os("open manager log", e))
     }
 

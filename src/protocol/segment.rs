@@ -90,18 +90,19 @@ pub const FINALIZER_OFFSET: usize = W_FINALIZER * 8;
 #[cfg_attr(not(feature = "checkers"), allow(dead_code))] // used by the checkers
 pub const MARK_OFFSET: usize = W_MARK * 8;
 
-/// Where things are in a segment.
+/// Where things are in a segment (the checkers' seam reads it; a user sees
+/// [`SegmentHeader`](crate::protocol::sweep::SegmentHeader) in reports).
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "checkers", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::checkers::buf::ShmBufExt;
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
 /// let ns = Namespace::new("shmrc-doc-layout")?;
 /// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
 /// let buf = ShmBuf::with_options(64, &options)?;
-/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
-/// let layout = segment.fields.expect("a valid header").layout;
+/// let layout = buf.fields().layout;
 /// assert_eq!(layout.data_len, buf.len());
 /// assert_eq!(layout.data_offset % 64, 0); // the data is cache-line aligned
 /// assert!(layout.capacity > 0);
@@ -120,7 +121,6 @@ pub struct Layout {
 }
 
 impl Layout {
-    #[doc(hidden)]
     /// The layout for `data_len` bytes and `capacity` slots, checked against the limits.
     pub fn new(data_len: usize, capacity: usize) -> Result<Layout> {
         if data_len == 0 || data_len as u64 > MAX_DATA_LEN {
@@ -140,7 +140,6 @@ impl Layout {
         })
     }
 
-    #[doc(hidden)]
     /// Length of the whole segment.
     pub fn total_len(&self) -> usize {
         self.data_offset + self.data_len
@@ -151,18 +150,21 @@ fn data_offset_for(capacity: usize) -> usize {
     (HEADER_BYTES + 8 * capacity).next_multiple_of(DATA_ALIGN)
 }
 
-/// The immutable header fields, as written by the creator.
+/// The immutable header fields, as written by the creator (the checkers' seam reads
+/// them; a report shows a user only
+/// [`SegmentHeader`](crate::protocol::sweep::SegmentHeader), never the nonce or the
+/// share key).
 ///
 /// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # #[cfg(all(feature = "checkers", not(any(shmrc_loom, shmrc_shuttle))))] {
 /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::checkers::buf::ShmBufExt;
 /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
 ///
 /// let ns = Namespace::new("shmrc-doc-fields")?;
 /// let options = CreateOptions::new().strategy(Strategy::FileSystem).namespace(ns.clone());
 /// let buf = ShmBuf::with_options(64, &options)?;
-/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
-/// let fields = segment.fields.expect("a valid header");
+/// let fields = *buf.fields();
 /// assert_eq!(fields.layout.data_len, 64);
 /// assert_eq!(fields.creator.pid(), std::process::id());
 /// assert!(fields.created_at_nanos > 0);
@@ -193,7 +195,6 @@ pub struct Fields {
 }
 
 impl Fields {
-    #[doc(hidden)]
     /// The segment's identity.
     pub fn key(&self) -> SegmentKey {
         SegmentKey {

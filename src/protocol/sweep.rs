@@ -39,7 +39,7 @@ use crate::token::Token;
 /// let segment: &SegmentReport = &report.segments[0];
 /// assert_eq!(Some(segment.name.as_str()), buf.name());
 /// assert!(segment.creator_alive);
-/// assert!(segment.fields.is_some()); // its header validated
+/// assert!(segment.header.is_some()); // its header validated
 /// assert_eq!(segment.reclaimed, 0);
 /// assert!(matches!(segment.action, Action::Kept));
 /// # }
@@ -54,8 +54,8 @@ pub struct SegmentReport {
     /// Whether the creator (from the name) is alive; `true` when it cannot be judged
     /// (a segment of another pid namespace).
     pub creator_alive: bool,
-    /// The header, when it validated.
-    pub fields: Option<Fields>,
+    /// What its header says, when it validated.
+    pub header: Option<SegmentHeader>,
     /// The holder slots, when the header validated: as they were (dry run) or as the
     /// sweep left them.
     pub census: Option<Census>,
@@ -65,6 +65,50 @@ pub struct SegmentReport {
     pub reclaimed: u32,
     /// What was done (or, in a dry run, would be).
     pub action: Action,
+}
+
+/// What a segment's header says, as a sweep or listing read it: the entry
+/// [`SegmentReport::header`] (what `shmrc ls` prints as the size, the slots and the
+/// age). The creator is in the name ([`SegmentReport::parts`]).
+///
+/// ```
+/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
+/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
+/// use shmrc::{CreateOptions, Namespace, SegmentHeader, ShmBuf, Strategy};
+///
+/// let ns = Namespace::new("shmrc-doc-segment-header")?;
+/// let options = CreateOptions::new()
+///     .strategy(Strategy::FileSystem)
+///     .namespace(ns.clone())
+///     .capacity(16);
+/// let buf = ShmBuf::with_options(100, &options)?;
+/// let segment = shmrc::inspect(&ns)?.segments.remove(0);
+/// let header: SegmentHeader = segment.header.expect("a valid header");
+/// assert_eq!((header.data_len, header.capacity), (100, 16));
+/// assert!(header.created_at_nanos > 0);
+/// drop(buf);
+/// # }
+/// # Ok::<(), shmrc::Error>(())
+/// ```
+#[derive(Copy, Clone, PartialEq, Eq, Debug)]
+pub struct SegmentHeader {
+    /// Bytes of the buffer (its data region).
+    pub data_len: usize,
+    /// Holder slots: how many processes may hold it (or have it in flight) at once.
+    pub capacity: usize,
+    /// When its creator made it, in nanoseconds since the Unix epoch (its clock).
+    pub created_at_nanos: u64,
+}
+
+impl SegmentHeader {
+    /// The public part of `fields` (no nonce, pid namespace, share key or offsets).
+    fn of(fields: &Fields) -> SegmentHeader {
+        SegmentHeader {
+            data_len: fields.layout.data_len,
+            capacity: fields.layout.capacity,
+            created_at_nanos: fields.created_at_nanos,
+        }
+    }
 }
 
 /// What a sweep did to one segment (in a dry run, [`inspect()`](crate::inspect()):
@@ -109,7 +153,7 @@ pub enum Action {
     Skipped(Error),
 }
 
-/// The result of [`sweep()`](crate::protocol::sweep()) or [`inspect()`](crate::inspect()).
+/// The result of [`sweep()`](crate::sweep()) or [`inspect()`](crate::inspect()).
 ///
 /// ```
 /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
@@ -450,7 +494,7 @@ impl SegmentReport {
             name,
             parts,
             creator_alive: true,
-            fields: None,
+            header: None,
             census: None,
             reclaimed: 0,
             action: Action::Skipped(why),
@@ -576,7 +620,7 @@ fn sweep_one<O: Os>(
         name,
         parts,
         creator_alive,
-        fields: None,
+        header: None,
         census: None,
         reclaimed: 0,
         action: Action::Kept,
@@ -601,7 +645,7 @@ fn sweep_one<O: Os>(
             return seg;
         }
     };
-    seg.fields = Some(opened.fields);
+    seg.header = Some(SegmentHeader::of(&opened.fields));
     let Some(header) = Header::of(&opened.map, opened.fields.layout.capacity) else {
         seg.action = Action::Skipped(Error::Corrupted {
             segment: seg.name.clone(),

@@ -218,7 +218,7 @@
 //! tombstone, then unlink, and a tombstone whose holder died before its unlink taken
 //! over by a CAS to this process's tombstone, then unlink; validation on join: owner, mode 0600, length against
 //! `fstat` and the layout, magic, version, bounds, uid, pid namespace: P4) and its
-//! sweep (a user's [`sweep`](crate::protocol::sweep()) recognises the name and unlinks the
+//! sweep (a user's [`sweep`](crate::sweep()) recognises the name and unlinks the
 //! service once its publisher is dead and no subscriber lives:
 //! [`SweepReport::services`](crate::SweepReport::services)); the sample table; the user
 //! API. `tests/pubsub_api.rs` runs it between processes.

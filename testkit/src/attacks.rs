@@ -19,11 +19,13 @@
 //! the committed seeds (`fuzz/seeds/<target>/`) in `cargo test` and checks the seeds
 //! are still what [`seeds`] makes.
 
-use shmrc::checkers::handle::{self, Decoded};
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::{self, Decoded, ShareHandleExt};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs};
 use shmrc::checkers::sweep::{Action, sweep_with};
-use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy, transport};
+use shmrc::checkers::transport;
+use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, Strategy};
 
 /// The user every process of the world runs as.
 pub const UID: u32 = 1000;

@@ -31,13 +31,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::sync::Mutex;
 
-use shmrc::checkers::buf::map_cache;
+use shmrc::checkers::buf::{ShmBufExt, map_cache};
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders::{self, Slot};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
 use shmrc::checkers::segment::{FINALIZER_OFFSET, GENERATION_OFFSET, HEADER_BYTES};
 use shmrc::checkers::sweep::{Action, sweep_with};
-use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf, transport};
+use shmrc::checkers::transport;
+use shmrc::{CreateOptions, Error, Namespace, ShareHandle, ShmBuf};
 use shmrc_model::oracle::{
     self, Count, DATA_LEN, Name, Op, Oracle, Outcome, PROCESSES, SegObservation, SlotObservation,
     Step, Strategy, Via, Violation,

@@ -25,13 +25,17 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use shmrc::checkers::buf::ShmBufExt;
+use shmrc::checkers::handle::ShareHandleExt;
 use shmrc::checkers::holders::{self, FREE, Slot};
+use shmrc::checkers::namespace::NamespaceExt;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::os::sim::{SimKernel, SimOs, SimStream};
 use shmrc::checkers::segment::{self, HEADER_BYTES, Header};
 use shmrc::checkers::sweep::{Action, sweep_with};
 use shmrc::checkers::sync::Ordering;
-use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy, transport};
+use shmrc::checkers::transport;
+use shmrc::{CreateOptions, Error, Namespace, Result, ShareHandle, ShmBuf, Strategy};
 
 /// The user every simulated process runs as.
 pub const UID: u32 = 1000;
