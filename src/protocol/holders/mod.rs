@@ -390,6 +390,11 @@ impl<'a> Holders<'a> {
         self.generation.map_or(0, |g| g.load(SeqCst))
     }
 
+    /// How many slots there are (0: a segment without slots, which no claim can hold).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The word in slot `index` (None if out of range).
     pub fn slot_word(&self, index: usize) -> Option<u64> {
         // SeqCst: a diagnostic read, ordered like the protocol's own.
@@ -426,14 +431,14 @@ impl<O: Os> StepOs for O {
 
 /// The OS of one operation run to its end by production: the process's token read
 /// once (a `getpid` and a load) instead of at every step: a finalize of 64 slots made
-/// some 200 `getpid` calls.
-struct Operation<'a, O: Os> {
+/// some 200 `getpid` calls. (Also [`attach`](crate::protocol::attach::attach)'s.)
+pub(crate) struct Operation<'a, O: Os> {
     os: &'a O,
     me: Token,
 }
 
 impl<'a, O: Os> Operation<'a, O> {
-    fn new(os: &'a O) -> Operation<'a, O> {
+    pub(crate) fn new(os: &'a O) -> Operation<'a, O> {
         Operation {
             os,
             me: Os::current(os),
