@@ -2,19 +2,23 @@
 //! exhaustively and `tests/model_steps.rs` holds against the real code.
 //!
 //! # Production code, stepped
-//! The protocol's shared steps are not copied here: a process inside `claim`, `transfer`
-//! or `finalize` holds production's own resumable operation ([`holders::Claim`],
-//! [`holders::Finalize`]), and a transition runs [`holders::Claim::step`],
-//! [`holders::Finalize::step`] or [`holders::transfer_step`] on the segment's words
+//! The protocol's shared steps are not copied here: a process inside a share's
+//! `claim`, an `attach`, a `recycle` or a `finalize` holds production's own resumable
+//! operation ([`holders::Claim`], [`Attach`], [`holders::Recycle`],
+//! [`holders::Finalize`]), and a transition runs its `step` (or
+//! [`holders::transfer_step`], a release's or a cancel's vacate) on the segment's words
 //! (encoded as production's slot words, tokens and all), with a [`StepOs`] that answers
-//! from the state (who runs, who lives, the unlink). A bug planted in `src/protocol/holders/`
-//! alone is therefore in what the proofs explore. What remains the model's own is the
-//! glue around those steps, taken from `src/protocol/segment.rs`, `src/buf.rs` and
-//! `src/protocol/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
-//! open and validation, which reference an operation starts from, the generation checks
-//! around an attach (`hold`'s early one before anything is taken and its late one after
-//! the slot is, both production's [`holders::generation_is`]; the local table's; a
-//! dropped handle's give-back of its own use only), and the sweep's per-name decision;
+//! from the state (who runs, who lives, the unlink). An attach is
+//! `src/protocol/attach.rs`'s [`Attach`] from its [`Attach::begin`] (the early
+//! generation check) to its end: the transfer of the handle's reference or a claim,
+//! the generation check after the slot is taken, a stale use's give-back. A bug planted
+//! in `src/protocol/` alone is therefore in what the proofs explore. What remains the
+//! model's own is the glue around those steps, taken from `src/protocol/segment.rs`,
+//! `src/buf/mod.rs` and `src/protocol/sweep.rs`: create's publish (the creator's word in
+//! slot 0, the magic), attach's open and validation, which reference an operation
+//! starts from, the local table's generation check (production's
+//! [`holders::generation_is`]), a dropped handle's give-back of its own use only, the
+//! finalize after a stale attach's give-back, and the sweep's per-name decision;
 //! `tests/model_steps.rs` holds that glue to the code, recycles, local attaches and
 //! stale handles included.
 //!
@@ -95,9 +99,9 @@
 //!
 //! # Planted bugs
 //! The model plants nothing itself: built with `SHMRC_PLANT=NAME`, the steps it
-//! runs are `src/protocol/holders/`'s with that bug (`no_rollback`, `release_without_cas`,
-//! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
-//! alone.
+//! runs are `src/protocol/holders/`'s and `src/protocol/attach.rs`'s with that bug
+//! (`no_rollback`, `release_without_cas`, `reclaim_live`, `tomb_owner_ignored`,
+//! `attach_skips_late_check`, …), so the proofs catch a bug put into the code alone.
 
 use std::cell::Cell;
 use std::fmt;
@@ -105,6 +109,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use shmrc::Error;
+use shmrc::checkers::attach::{Attach, AttachAt, AttachError};
 use shmrc::checkers::holders::{
     self, Claim, Finalize, Holders, Reclaim, Recycle, Recycled, StepOs,
 };
@@ -294,22 +299,19 @@ pub enum Step {
         /// Whether a successful vacate is followed by a finalize.
         finalize: bool,
     },
-    /// attach: `transfer` of the handle's in-flight reference to `Held(me)`.
-    Transfer,
-    /// Inside `holders::claim` (of a share, or an attach whose transfer failed): the
-    /// production code's own resumable claim, stepped by [`holders::Claim::step`].
+    /// Inside `holders::claim` of a share: the production code's own resumable claim,
+    /// stepped by [`holders::Claim::step`].
     Claim(Claim),
+    /// Inside an attach (of a handle, or of a kept copy of one): production's own
+    /// resumable [`Attach`] (the handle's transfer or a claim, the generation check
+    /// after the slot is taken, a stale use's give-back), stepped by [`Attach::step`].
+    Attach(Attach),
     /// sweep: a half-created segment whose creator is dead: reopen, unlink if still
     /// unpublished.
     HalfCreated,
     /// Inside `holders::finalize`: the production code's own resumable finalize,
     /// stepped by [`holders::Finalize::step`].
     Fin(Finalize),
-    /// attach: the slot `.0` is taken; `holders::generation_is` of the handle's.
-    CheckGeneration(u8),
-    /// attach of a stale handle: give slot `.0` back (a `vacate` of our held word),
-    /// then finalize (not for an anonymous segment).
-    GiveBack(u8),
     /// Inside `holders::recycle`: production's own resumable recycle.
     Recycle(Recycle),
 }
@@ -651,8 +653,16 @@ impl State {
     /// or was, in its slot; nobody else can use it meanwhile).
     pub fn carried(op: Op, step: Step) -> Option<Handle> {
         match (op, step) {
-            (Op::Attach { h, .. }, Step::Vacate { .. } | Step::Transfer | Step::Claim(_))
-            | (Op::Cancel(h), Step::Vacate { .. }) => Some(h),
+            (Op::Attach { h, .. }, Step::Vacate { .. }) | (Op::Cancel(h), Step::Vacate { .. }) => {
+                Some(h)
+            }
+            // Before its slot is taken: the transfer of the handle's reference, or the
+            // claim that follows a failed one.
+            (Op::Attach { h, .. }, Step::Attach(a))
+                if matches!(a.at(), AttachAt::Transfer { .. } | AttachAt::Claim(_)) =>
+            {
+                Some(h)
+            }
             _ => None,
         }
     }
@@ -696,7 +706,11 @@ impl State {
                 seg.creator = p;
                 self.set_pc(p, Pc::At(op, first));
             }
-            Op::Share(_) => self.set_pc(p, claim_start(op, p)),
+            Op::Share(_) => {
+                // A claim of a slot for an in-flight word of ours.
+                let claim = Claim::new(Word::InFlight(p).encode());
+                self.set_pc(p, Pc::At(op, Step::Claim(claim)));
+            }
             Op::Release(_) => {
                 let finalize = self.finalizes();
                 self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
@@ -721,16 +735,23 @@ impl State {
                     // finds nothing either. (Never for an anonymous segment: the
                     // handle's descriptor keeps the memfd.)
                     self.end(p);
-                } else if !self.early_generation_check(h) {
-                    // `hold`'s early check: `Stale` before anything is taken; the
-                    // dropped handle gives nothing back (`give_back_in_flight`).
-                    self.end(p);
                 } else {
-                    // Gone for good: every slot a tombstone under a committed finalizer
-                    // word (before the commit, a finalizer taken over rolls back).
-                    let doomed = self.all_tomb(h.seg)
-                        && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
-                    self.set_pc(p, Pc::At(Op::Attach { h, doomed }, Step::Transfer));
+                    let in_flight = (usize::from(h.slot), Word::InFlight(h.sender).encode());
+                    match self.attach_begin(p, h, Some(in_flight)) {
+                        // `Attach::begin`'s early check: `Stale` before anything is
+                        // taken; the dropped handle gives nothing back
+                        // (`give_back_in_flight`).
+                        Err(_) => self.end(p),
+                        Ok(attach) => {
+                            // Gone for good: every slot a tombstone under a committed
+                            // finalizer word (before the commit, a finalizer taken over
+                            // rolls back).
+                            let doomed = self.all_tomb(h.seg)
+                                && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
+                            let op = Op::Attach { h, doomed };
+                            self.set_pc(p, Pc::At(op, Step::Attach(attach)));
+                        }
+                    }
                 }
             }
             Op::Cancel(h) => {
@@ -746,13 +767,17 @@ impl State {
             Op::AttachCopy(h) => {
                 self.copy = None;
                 let held = self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some();
-                if held || !self.seg(h.seg).named || !self.early_generation_check(h) {
+                if held || !self.seg(h.seg).named {
                     // Already held here (production compares the generations in
-                    // process: a clone, or `Stale`), open_named: Gone, or `hold`'s
-                    // early check: `Stale` before anything is taken.
+                    // process: a clone, or `Stale`), or open_named: Gone.
                     self.end(p);
                 } else {
-                    self.set_pc(p, claim_start(op, p));
+                    // No in-flight reference (it went with the first attach): a claim.
+                    match self.attach_begin(p, h, None) {
+                        // `Attach::begin`'s early check: `Stale` before anything is taken.
+                        Err(_) => self.end(p),
+                        Ok(attach) => self.set_pc(p, Pc::At(op, Step::Attach(attach))),
+                    }
                 }
             }
             Op::Recycle(s) => {
@@ -852,18 +877,10 @@ impl State {
                     self.end(p);
                 }
             }
-            Step::Transfer => {
-                let Op::Attach { h, .. } = op else {
-                    unreachable!()
-                };
-                if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
-                    self.set_pc(p, Pc::At(op, Step::CheckGeneration(h.slot)));
-                } else {
-                    self.set_pc(p, claim_start(op, p));
-                }
-            }
             Step::Claim(mut claim) => {
-                let s = claim_seg(op);
+                let Op::Share(s) = op else {
+                    unreachable!("claim in {op:?}")
+                };
                 claim.set_round(if last_round { Claim::ROUNDS - 1 } else { 0 });
                 let os = self.kernel(p, s);
                 CLAIM_STEPS.fetch_add(1, Relaxed);
@@ -872,20 +889,47 @@ impl State {
                         claim.set_round(0);
                         self.set_pc(p, Pc::At(op, Step::Claim(claim)));
                     }
-                    Poll::Ready(Ok(slot)) => match op {
-                        Op::Share(s) => {
-                            self.push_handle(Handle {
-                                seg: s,
-                                slot: slot as u8,
-                                sender: p,
-                                generation: self.procs[usize::from(p)].generations[usize::from(s)],
-                            });
+                    Poll::Ready(Ok(slot)) => {
+                        self.push_handle(Handle {
+                            seg: s,
+                            slot: slot as u8,
+                            sender: p,
+                            generation: self.procs[usize::from(p)].generations[usize::from(s)],
+                        });
+                        self.end(p);
+                    }
+                    // Gone or Full: the share returns the error.
+                    Poll::Ready(Err(_)) => self.end(p),
+                }
+            }
+            Step::Attach(mut attach) => {
+                let h = handle_of(op);
+                attach.set_round(if last_round { Claim::ROUNDS - 1 } else { 0 });
+                let os = self.kernel(p, h.seg);
+                ATTACH_STEPS.fetch_add(1, Relaxed);
+                match self.with_holders(h.seg, |w| attach.step(&os, w)) {
+                    Poll::Pending => {
+                        attach.set_round(0);
+                        self.set_pc(p, Pc::At(op, Step::Attach(attach)));
+                    }
+                    Poll::Ready(Ok(slot)) => {
+                        // In the handle's use (the generation checked after the slot
+                        // was taken).
+                        self.proc_mut(p).generations[usize::from(h.seg)] = h.generation;
+                        self.hold(p, op, h.seg, slot as u8);
+                    }
+                    // Gone or Full.
+                    Poll::Ready(Err(AttachError::Claim(_))) => self.claim_failed(p, op),
+                    // Stale: the slot given back (`false`: it no longer held our word);
+                    // a named segment is then finalized, as a release does.
+                    Poll::Ready(Err(AttachError::Stale { gave_back })) => {
+                        if gave_back && self.finalizes() {
+                            let fin = self.fin_start(op);
+                            self.set_pc(p, fin);
+                        } else {
                             self.end(p);
                         }
-                        _ => self.set_pc(p, Pc::At(op, Step::CheckGeneration(slot as u8))),
-                    },
-                    // Gone or Full.
-                    Poll::Ready(Err(_)) => self.claim_failed(p, op),
+                    }
                 }
             }
             Step::HalfCreated => {
@@ -900,27 +944,6 @@ impl State {
                     self.unlink(s);
                 }
                 self.end(p);
-            }
-            Step::CheckGeneration(slot) => {
-                let h = handle_of(op);
-                GENERATION_CHECKS.fetch_add(1, Relaxed);
-                let current =
-                    self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()));
-                if current {
-                    self.proc_mut(p).generations[usize::from(h.seg)] = h.generation;
-                    self.hold(p, op, h.seg, slot);
-                } else {
-                    self.set_pc(p, Pc::At(op, Step::GiveBack(slot)));
-                }
-            }
-            Step::GiveBack(slot) => {
-                let s = handle_of(op).seg;
-                if self.transfer(s, slot, Word::Held(p), Word::Free) && self.finalizes() {
-                    let fin = self.fin_start(op);
-                    self.set_pc(p, fin);
-                } else {
-                    self.end(p);
-                }
             }
             Step::Recycle(mut recycle) => {
                 let Op::Recycle(s) = op else { unreachable!() };
@@ -1014,11 +1037,21 @@ impl State {
         }
     }
 
-    /// `hold`'s early check, before an attach takes anything: production's
-    /// [`holders::generation_is`] of the handle's generation.
-    fn early_generation_check(&mut self, h: Handle) -> bool {
-        GENERATION_CHECKS.fetch_add(1, Relaxed);
-        self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    /// Production's [`Attach::begin`] for process `p`'s attach of `h` (with its
+    /// in-flight reference `in_flight`, or none: a kept copy's claim): the early
+    /// generation check, before anything is taken; then where its first step stands.
+    fn attach_begin(
+        &mut self,
+        p: Pid,
+        h: Handle,
+        in_flight: Option<(usize, u64)>,
+    ) -> Result<Attach, AttachError> {
+        let os = self.kernel(p, h.seg);
+        let memfd = self.anonymous;
+        ATTACH_STEPS.fetch_add(1, Relaxed);
+        self.with_holders(h.seg, |w| {
+            Attach::begin(&os, w, Some(h.generation.into()), in_flight, memfd)
+        })
     }
 
     /// `holders::give_back_in_flight`'s test: the segment is still in the use `h` was
@@ -1045,9 +1078,10 @@ impl State {
         self.end(p);
     }
 
-    /// A claim ended in `Gone` or `Full`: a share returns the error; an attach returns
-    /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates
-    /// (an anonymous one: vacates its in-flight word, no finalize).
+    /// An attach's claim ended in `Gone` or `Full`: the attach returns it and drops the
+    /// handle, whose `cancel_in_flight` opens the segment and vacates (an anonymous one:
+    /// vacates its in-flight word, no finalize); an attach of a kept copy has nothing
+    /// to give back.
     fn claim_failed(&mut self, p: Pid, op: Op) {
         match op {
             // The handle's cancel gives back only a reference of the segment's use.
@@ -1165,10 +1199,11 @@ static PUBLISHES: Counter = Counter::new(0);
 static SWEEP_DECISIONS: Counter = Counter::new(0);
 static RECYCLE_STEPS: Counter = Counter::new(0);
 static GENERATION_CHECKS: Counter = Counter::new(0);
+static ATTACH_STEPS: Counter = Counter::new(0);
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
-pub fn production_steps() -> [(&'static str, u64); 7] {
+pub fn production_steps() -> [(&'static str, u64); 8] {
     [
         (
             "shmrc::checkers::holders::Claim::step",
@@ -1195,7 +1230,11 @@ pub fn production_steps() -> [(&'static str, u64); 7] {
             RECYCLE_STEPS.load(Relaxed),
         ),
         (
-            "shmrc::checkers::holders::generation_is",
+            "shmrc::checkers::attach::Attach::begin and step",
+            ATTACH_STEPS.load(Relaxed),
+        ),
+        (
+            "shmrc::checkers::holders::generation_is (the local table's check)",
             GENERATION_CHECKS.load(Relaxed),
         ),
     ]
@@ -1247,29 +1286,11 @@ impl Word {
     }
 }
 
-/// A claim round from its first slot, for `p` (an in-flight word for a share, a held
-/// word for an attach whose transfer failed).
-fn claim_start(op: Op, p: Pid) -> Pc {
-    let word = match op {
-        Op::Share(_) => Word::InFlight(p),
-        _ => Word::Held(p),
-    };
-    Pc::At(op, Step::Claim(Claim::new(word.encode())))
-}
-
 /// The handle an attach (or an attach of a copy) works with.
 fn handle_of(op: Op) -> Handle {
     match op {
         Op::Attach { h, .. } | Op::AttachCopy(h) => h,
         _ => unreachable!("no handle in {op:?}"),
-    }
-}
-
-fn claim_seg(op: Op) -> u8 {
-    match op {
-        Op::Share(s) => s,
-        Op::Attach { h, .. } | Op::AttachCopy(h) => h.seg,
-        _ => unreachable!("claim in {op:?}"),
     }
 }
 
