@@ -1,8 +1,11 @@
 //! The buffers room: every type a user holds shared memory through, with its
 //! constructors beside it.
-//! - this file: [`ShmBuf`] (a reference to a segment, on any OS) and [`CreateOptions`];
-//!   the default-OS constructors are beside the generic type, as std keeps
-//!   `HashMap::new` beside `HashMap<K, V, S>`;
+//! - this file: [`ShmBuf`] (a reference to a segment, on any OS); the default-OS
+//!   constructors are beside the generic type, as std keeps `HashMap::new` beside
+//!   `HashMap<K, V, S>`; attaching it is the protocol's `Attach`
+//!   (`src/protocol/attach.rs`), this file keeping the glue (open, check, attach, map
+//!   to [`Error`]);
+//! - `options.rs`: [`CreateOptions`], how a buffer is created;
 //! - `buf_mut.rs`: [`ShmBufMut`], the creator's exclusive, writable buffer;
 //! - `frozen.rs`: [`FrozenBuf`], a sealed, read-only buffer (and [`FreezeError`]);
 //! - `view.rs`: typed views (`Pod` items) over a buffer's bytes, the range checks shared by
@@ -30,6 +33,7 @@ pub(crate) mod buf_mut;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod frozen;
 pub mod map_cache;
+pub(crate) mod options;
 pub(crate) mod view;
 
 #[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
@@ -38,6 +42,7 @@ pub use array::FrozenArray;
 pub use buf_mut::ShmBufMut;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use frozen::{FreezeError, FrozenBuf};
+pub use options::CreateOptions;
 
 use std::fmt;
 use std::sync::Arc;
@@ -52,157 +57,10 @@ use crate::os::posix::DataRegion;
 use crate::os::{Mapping, Os};
 use crate::protocol::attach::{AttachError, Expect, attach};
 use crate::protocol::holders::{self, Finalized, Holders, Reclaim};
-use crate::protocol::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
-use crate::strategy::{Strategy, strategy_in_force};
+use crate::protocol::segment::{self, Backing, Fields, Header};
+use crate::strategy::Strategy;
 use crate::sync::process::{AtomicBool, AtomicU64, Ordering};
 use crate::token::Token;
-
-/// How to create a buffer. `Default`: the process-wide strategy, 64 holder slots, the
-/// namespace `shmrc`.
-///
-/// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-///
-/// let options = CreateOptions::new()
-///     .strategy(Strategy::FileSystem)
-///     .capacity(8)
-///     .namespace(Namespace::new("shmrc-doc-options")?);
-/// let buf = ShmBuf::with_options(1024, &options)?;
-/// assert_eq!(buf.strategy(), Strategy::FileSystem);
-/// assert!(buf.name().unwrap().starts_with("shmrc-doc-options."));
-/// # }
-/// # Ok::<(), shmrc::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct CreateOptions {
-    strategy: Option<Strategy>,
-    capacity: usize,
-    namespace: Namespace,
-}
-
-impl Default for CreateOptions {
-    fn default() -> CreateOptions {
-        CreateOptions {
-            strategy: None,
-            capacity: DEFAULT_CAPACITY,
-            namespace: Namespace::default(),
-        }
-    }
-}
-
-impl CreateOptions {
-    /// The defaults: the process-wide strategy ([`crate::sharing_strategy`]), 64 holder
-    /// slots, the namespace `shmrc`.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, ShmBuf};
-    ///
-    /// let buf = ShmBuf::with_options(16, &CreateOptions::new())?;
-    /// assert_eq!(buf.strategy(), shmrc::sharing_strategy());
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn new() -> CreateOptions {
-        CreateOptions::default()
-    }
-
-    /// Use `strategy` instead of the process-wide one.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// use shmrc::{CreateOptions, ShmBuf, Strategy};
-    ///
-    /// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
-    /// let buf = ShmBuf::with_options(16, &options)?;
-    /// assert_eq!(buf.strategy(), Strategy::FileDescriptor);
-    /// assert_eq!(buf.name(), None); // an anonymous memfd has no name
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn strategy(mut self, strategy: Strategy) -> CreateOptions {
-        self.strategy = Some(strategy);
-        self
-    }
-
-    /// Holder slots of a file_system buffer, or of a file_descriptor buffer from a
-    /// [`crate::ShmPool`] (1 to 4096; a plain file_descriptor buffer has none): how many
-    /// processes may hold it at once, in-flight handles included. A share beyond that is
-    /// [`Error::HoldersFull`] while every slot's holder lives; a capacity out of range
-    /// is [`Error::InvalidArgument`] at creation.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
-    ///
-    /// let options = CreateOptions::new()
-    ///     .strategy(Strategy::FileSystem)
-    ///     .namespace(Namespace::new("shmrc-doc-capacity")?)
-    ///     .capacity(2);
-    /// let buf = ShmBuf::with_options(64, &options)?; // this process holds slot 1
-    /// let handle = buf.share()?; // the handle in flight holds slot 2
-    /// assert!(matches!(buf.share(), Err(Error::HoldersFull { capacity: 2, .. })));
-    /// drop(handle); // an unattached handle gives its slot back
-    /// let _again = buf.share()?;
-    ///
-    /// let too_many = CreateOptions::new().strategy(Strategy::FileSystem).capacity(5000);
-    /// assert!(matches!(ShmBuf::with_options(64, &too_many), Err(Error::InvalidArgument(_))));
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn capacity(mut self, capacity: usize) -> CreateOptions {
-        self.capacity = capacity;
-        self
-    }
-
-    /// Create file_system buffers in `namespace` (file_descriptor buffers have no name).
-    /// A job that uses a namespace of its own can [`sweep()`](crate::protocol::sweep()) or
-    /// [`inspect()`](crate::inspect()) just its segments.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-    ///
-    /// let ns = Namespace::new("shmrc-doc-namespace")?;
-    /// let options = CreateOptions::new()
-    ///     .strategy(Strategy::FileSystem)
-    ///     .namespace(ns.clone());
-    /// let buf = ShmBuf::with_options(64, &options)?;
-    /// let listed = shmrc::inspect(&ns)?;
-    /// assert_eq!(listed.segments.len(), 1);
-    /// assert_eq!(Some(listed.segments[0].name.as_str()), buf.name());
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn namespace(mut self, namespace: Namespace) -> CreateOptions {
-        self.namespace = namespace;
-        self
-    }
-
-    /// Whether a recyclable buffer ([`ShmBuf::create_recyclable`], a pool's) can be
-    /// made with these options and `strategy`: it needs a holder slot.
-    pub(crate) fn check_recyclable(&self, strategy: Strategy) -> Result<()> {
-        if self.capacity == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "a recycled {strategy} buffer needs at least one holder slot"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The strategy a create with these options uses now.
-    pub(crate) fn resolved_strategy(&self) -> Result<Strategy> {
-        match self.strategy {
-            Some(strategy) => Ok(strategy),
-            None => Ok(strategy_in_force()?),
-        }
-    }
-}
 
 pub(crate) struct Inner<O: Os> {
     os: O,
