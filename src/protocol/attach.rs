@@ -357,3 +357,176 @@ pub fn attach<O: Os>(
     };
     run_steps(os, || attach.step(&op, h))
 }
+
+#[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
+mod tests {
+    use super::*;
+    use crate::protocol::holders::in_flight_word;
+    use crate::protocol::segment::Layout;
+    use crate::sync::{AtomicU64, Ordering::SeqCst};
+
+    /// An OS in which `me` runs and every other process lives.
+    struct Me(Token);
+
+    impl StepOs for Me {
+        fn current(&self) -> Token {
+            self.0
+        }
+
+        fn is_alive(&self, _token: Token) -> bool {
+            true
+        }
+
+        fn shm_unlink(&self, _name: &str) -> Result<()> {
+            Ok(())
+        }
+    }
+
+    fn token(pid: u32) -> Token {
+        Token::new(pid, 1).unwrap()
+    }
+
+    fn words(values: &[u64]) -> Vec<AtomicU64> {
+        values.iter().map(|&v| AtomicU64::new(v)).collect()
+    }
+
+    fn run(attach: &mut Attach, os: &Me, h: &Holders<'_>) -> (usize, Result<usize, AttachError>) {
+        let mut steps = 0;
+        loop {
+            steps += 1;
+            if let Poll::Ready(done) = attach.step(os, h) {
+                return (steps, done);
+            }
+        }
+    }
+
+    #[test]
+    fn an_attach_takes_the_handles_reference_over_then_checks_the_generation() {
+        let (me, sender) = (token(10), token(11));
+        let slots = words(&[held_word(sender), in_flight_word(sender), FREE]);
+        let (finalizer, pending, generation) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(2));
+        let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
+        let in_flight = Some((1, in_flight_word(sender)));
+        let mut attach = Attach::begin(&Me(me), &h, Some(2), in_flight, false).unwrap();
+        assert!(matches!(attach.at(), AttachAt::Transfer { slot: 1, .. }));
+        // The transfer, then the generation check: two steps, a crash point before each.
+        assert_eq!(run(&mut attach, &Me(me), &h), (2, Ok(1)));
+        assert_eq!(slots[1].load(SeqCst), held_word(me));
+    }
+
+    #[test]
+    fn an_old_handle_is_refused_before_it_takes_anything() {
+        let (me, sender) = (token(10), token(11));
+        let slots = words(&[held_word(sender), in_flight_word(sender)]);
+        let (finalizer, pending, generation) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
+        let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
+        let in_flight = Some((1, in_flight_word(sender)));
+        let begun = Attach::begin(&Me(me), &h, Some(0), in_flight, false);
+        assert_eq!(begun, Err(AttachError::Stale { gave_back: false }));
+        assert_eq!(
+            slots[1].load(SeqCst),
+            in_flight_word(sender),
+            "nothing taken"
+        );
+    }
+
+    #[test]
+    fn a_recycle_between_the_two_checks_makes_the_attach_give_its_slot_back() {
+        // A kept copy of a handle (no in-flight reference): its early check passes, then
+        // the creator's recycle completes (the generation bumped, every other slot free
+        // again) before the claim takes a slot; the check after the claim must see it.
+        let (me, creator) = (token(10), token(11));
+        let slots = words(&[held_word(creator), FREE]);
+        let (finalizer, pending, generation) =
+            (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
+        let mut attach = Attach::begin(&Me(me), &h, Some(0), None, false).unwrap();
+        assert!(matches!(attach.at(), AttachAt::Claim(_)));
+        generation.store(1, SeqCst);
+        let (_, done) = run(&mut attach, &Me(me), &h);
+        assert_eq!(
+            done,
+            Err(AttachError::Stale { gave_back: true }),
+            "the late generation check let a handle of use 0 hold use 1"
+        );
+        assert_eq!(slots[1].load(SeqCst), FREE, "the slot given back");
+    }
+
+    #[test]
+    fn a_segment_without_slots_is_gone_to_an_attach_without_a_reference() {
+        let (slots, finalizer, pending) = (words(&[]), AtomicU64::new(FREE), AtomicU64::new(0));
+        let h = Holders::new(&slots, &finalizer, &pending);
+        let begun = Attach::begin(&Me(token(10)), &h, None, None, false);
+        assert_eq!(begun, Err(AttachError::Claim(ClaimError::Gone)));
+    }
+
+    fn fields(creator: Token, share_key: u64, capacity: usize) -> Fields {
+        Fields {
+            layout: Layout::new(64, capacity).unwrap(),
+            creator,
+            uid: 1000,
+            pid_namespace: 1,
+            created_at_nanos: 1,
+            nonce: 7,
+            share_key,
+        }
+    }
+
+    #[test]
+    fn a_handle_must_carry_its_segments_share_key_and_describe_it() {
+        let f = fields(token(11), 42, 3);
+        let expected = Expected {
+            share_key: 42,
+            key: f.key(),
+            data_len: 64,
+            capacity: 3,
+            generation: 0,
+        };
+        assert!(Expect::Handle(expected).check(&f, "s").is_ok());
+        let forged = Expected {
+            share_key: 41,
+            ..expected
+        };
+        let refused = Expect::Handle(forged).check(&f, "s");
+        assert!(
+            matches!(refused, Err(Error::Malformed { .. }))
+                || cfg!(shmrc_plant = "share_key_unchecked"),
+            "{refused:?}"
+        );
+        let other = Expected {
+            data_len: 65,
+            ..expected
+        };
+        let refused = Expect::Handle(other).check(&f, "s");
+        assert!(
+            matches!(refused, Err(Error::Corrupted { .. })),
+            "{refused:?}"
+        );
+        assert!(Expect::Generation(5).check(&f, "s").is_ok());
+    }
+
+    #[test]
+    fn a_row_must_be_the_publishers_with_its_share_key_and_slots() {
+        let (publisher, other) = (token(11), token(12));
+        let f = fields(publisher, 42, 3);
+        let row = |creator, share_key, capacity| Expect::Row {
+            creator,
+            share_key,
+            capacity,
+        };
+        assert!(row(publisher, 42, 3).check(&f, "s").is_ok());
+        for wrong in [
+            row(other, 42, 3),
+            row(publisher, 41, 3),
+            row(publisher, 42, 4),
+        ] {
+            let refused = wrong.check(&f, "s");
+            assert!(
+                matches!(refused, Err(Error::Corrupted { .. })),
+                "{refused:?}"
+            );
+        }
+    }
+}
