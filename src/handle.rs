@@ -42,6 +42,7 @@ use crate::namespace::Namespace;
 use crate::os::Os;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::PosixFile;
+use crate::protocol::attach::Expected;
 use crate::protocol::holders::{self, Slot};
 use crate::protocol::segment::{self, Header, MAX_CAPACITY, MAX_DATA_LEN};
 use crate::strategy::Strategy;
@@ -77,6 +78,20 @@ pub struct HandleMeta {
     /// The segment's share key: the secret that shows the handle was made from the
     /// segment itself, not forged from its name (see the module's docs).
     pub share_key: u64,
+}
+
+impl HandleMeta {
+    /// What an attach expects of the segment this handle describes
+    /// ([`Expect::Handle`](crate::protocol::attach::Expect::Handle)).
+    pub fn expected(&self) -> Expected {
+        Expected {
+            share_key: self.share_key,
+            key: self.key,
+            data_len: self.data_len,
+            capacity: self.capacity,
+            generation: self.generation,
+        }
+    }
 }
 
 /// An in-flight reference: slot `slot` holds `word` for the receiver.

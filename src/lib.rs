@@ -226,6 +226,10 @@ pub mod checkers {
     /// The planted bug this build carries (`SHMRC_PLANT=NAME` at build time, `build.rs`),
     /// for the checkers to say so; `None` in every normal build.
     pub const PLANTED: Option<&str> = option_env!("SHMRC_PLANTED");
+    /// The `attach` room (see its own docs).
+    pub mod attach {
+        pub use crate::protocol::attach::*;
+    }
     /// The `buf` room (see its own docs).
     pub mod buf {
         /// `ShmBuf`'s methods for the checkers (generic constructors, the segment's inside).

@@ -8,9 +8,11 @@
 //! the call to its first crash point), so the model's steps are the code's steps.
 //!
 //! # The glue explored
-//! The model's own copy of `src/buf/`'s glue (attach's transfer-or-claim, the local
-//! table's attach, the early and late generation checks, the stale attach's give-back,
-//! a cancelled handle's give-back of its use only) is held to the code on generated
+//! The model's own copy of `src/buf/`'s glue (the local table's attach, which attach
+//! starts from which reference, the finalize after a stale attach's give-back, a
+//! cancelled handle's give-back of its use only) and its use of production's `Attach`
+//! (`src/protocol/attach.rs`: the early and late generation checks, the
+//! transfer-or-claim, the stale attach's give-back) are held to the code on generated
 //! scenarios: every sequence of up to [`GLUE_LEN`] operations over a small alphabet
 //! (recycles by the creator, attaches of handles in flight, of a kept copy of a handle
 //! and of a handle in the process that already holds it, shares, cancels, releases,

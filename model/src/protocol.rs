@@ -2,19 +2,23 @@
 //! exhaustively and `tests/model_steps.rs` holds against the real code.
 //!
 //! # Production code, stepped
-//! The protocol's shared steps are not copied here: a process inside `claim`, `transfer`
-//! or `finalize` holds production's own resumable operation ([`holders::Claim`],
-//! [`holders::Finalize`]), and a transition runs [`holders::Claim::step`],
-//! [`holders::Finalize::step`] or [`holders::transfer_step`] on the segment's words
+//! The protocol's shared steps are not copied here: a process inside a share's
+//! `claim`, an `attach`, a `recycle` or a `finalize` holds production's own resumable
+//! operation ([`holders::Claim`], [`Attach`], [`holders::Recycle`],
+//! [`holders::Finalize`]), and a transition runs its `step` (or
+//! [`holders::transfer_step`], a release's or a cancel's vacate) on the segment's words
 //! (encoded as production's slot words, tokens and all), with a [`StepOs`] that answers
-//! from the state (who runs, who lives, the unlink). A bug planted in `src/protocol/holders/`
-//! alone is therefore in what the proofs explore. What remains the model's own is the
-//! glue around those steps, taken from `src/protocol/segment.rs`, `src/buf.rs` and
-//! `src/protocol/sweep.rs`: create's publish (the creator's word in slot 0, the magic), attach's
-//! open and validation, which reference an operation starts from, the generation checks
-//! around an attach (`hold`'s early one before anything is taken and its late one after
-//! the slot is, both production's [`holders::generation_is`]; the local table's; a
-//! dropped handle's give-back of its own use only), and the sweep's per-name decision;
+//! from the state (who runs, who lives, the unlink). An attach is
+//! `src/protocol/attach.rs`'s [`Attach`] from its [`Attach::begin`] (the early
+//! generation check) to its end: the transfer of the handle's reference or a claim,
+//! the generation check after the slot is taken, a stale use's give-back. A bug planted
+//! in `src/protocol/` alone is therefore in what the proofs explore. What remains the
+//! model's own is the glue around those steps, taken from `src/protocol/segment.rs`,
+//! `src/buf/mod.rs` and `src/protocol/sweep.rs`: create's publish (the creator's word in
+//! slot 0, the magic), attach's open and validation, which reference an operation
+//! starts from, the local table's generation check (production's
+//! [`holders::generation_is`]), a dropped handle's give-back of its own use only, the
+//! finalize after a stale attach's give-back, and the sweep's per-name decision;
 //! `tests/model_steps.rs` holds that glue to the code, recycles, local attaches and
 //! stale handles included.
 //!
@@ -95,9 +99,9 @@
 //!
 //! # Planted bugs
 //! The model plants nothing itself: built with `SHMRC_PLANT=NAME`, the steps it
-//! runs are `src/protocol/holders/`'s with that bug (`no_rollback`, `release_without_cas`,
-//! `reclaim_live`, `tomb_owner_ignored`, …), so the proofs catch a bug put into the code
-//! alone.
+//! runs are `src/protocol/holders/`'s and `src/protocol/attach.rs`'s with that bug
+//! (`no_rollback`, `release_without_cas`, `reclaim_live`, `tomb_owner_ignored`,
+//! `attach_skips_late_check`, …), so the proofs catch a bug put into the code alone.
 
 use std::cell::Cell;
 use std::fmt;
@@ -105,6 +109,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::task::Poll;
 
 use shmrc::Error;
+use shmrc::checkers::attach::{Attach, AttachAt, AttachError};
 use shmrc::checkers::holders::{
     self, Claim, Finalize, Holders, Reclaim, Recycle, Recycled, StepOs,
 };
@@ -114,6 +119,10 @@ use shmrc::checkers::sweep::{self, Decision, Found};
 use shmrc::checkers::sync::process::AtomicU64 as Counter;
 use shmrc::checkers::sync::{AtomicU64, Ordering::SeqCst};
 use shmrc::checkers::token::{Token, TokenExt};
+
+mod properties;
+
+pub use properties::Property;
 
 /// Most processes in a state: users plus the fresh sweeper of [`State::check_p3`].
 pub const MAX_PROCS: usize = 5;
@@ -294,22 +303,19 @@ pub enum Step {
         /// Whether a successful vacate is followed by a finalize.
         finalize: bool,
     },
-    /// attach: `transfer` of the handle's in-flight reference to `Held(me)`.
-    Transfer,
-    /// Inside `holders::claim` (of a share, or an attach whose transfer failed): the
-    /// production code's own resumable claim, stepped by [`holders::Claim::step`].
+    /// Inside `holders::claim` of a share: the production code's own resumable claim,
+    /// stepped by [`holders::Claim::step`].
     Claim(Claim),
+    /// Inside an attach (of a handle, or of a kept copy of one): production's own
+    /// resumable [`Attach`] (the handle's transfer or a claim, the generation check
+    /// after the slot is taken, a stale use's give-back), stepped by [`Attach::step`].
+    Attach(Attach),
     /// sweep: a half-created segment whose creator is dead: reopen, unlink if still
     /// unpublished.
     HalfCreated,
     /// Inside `holders::finalize`: the production code's own resumable finalize,
     /// stepped by [`holders::Finalize::step`].
     Fin(Finalize),
-    /// attach: the slot `.0` is taken; `holders::generation_is` of the handle's.
-    CheckGeneration(u8),
-    /// attach of a stale handle: give slot `.0` back (a `vacate` of our held word),
-    /// then finalize (not for an anonymous segment).
-    GiveBack(u8),
     /// Inside `holders::recycle`: production's own resumable recycle.
     Recycle(Recycle),
 }
@@ -651,8 +657,16 @@ impl State {
     /// or was, in its slot; nobody else can use it meanwhile).
     pub fn carried(op: Op, step: Step) -> Option<Handle> {
         match (op, step) {
-            (Op::Attach { h, .. }, Step::Vacate { .. } | Step::Transfer | Step::Claim(_))
-            | (Op::Cancel(h), Step::Vacate { .. }) => Some(h),
+            (Op::Attach { h, .. }, Step::Vacate { .. }) | (Op::Cancel(h), Step::Vacate { .. }) => {
+                Some(h)
+            }
+            // Before its slot is taken: the transfer of the handle's reference, or the
+            // claim that follows a failed one.
+            (Op::Attach { h, .. }, Step::Attach(a))
+                if matches!(a.at(), AttachAt::Transfer { .. } | AttachAt::Claim(_)) =>
+            {
+                Some(h)
+            }
             _ => None,
         }
     }
@@ -696,7 +710,11 @@ impl State {
                 seg.creator = p;
                 self.set_pc(p, Pc::At(op, first));
             }
-            Op::Share(_) => self.set_pc(p, claim_start(op, p)),
+            Op::Share(_) => {
+                // A claim of a slot for an in-flight word of ours.
+                let claim = Claim::new(Word::InFlight(p).encode());
+                self.set_pc(p, Pc::At(op, Step::Claim(claim)));
+            }
             Op::Release(_) => {
                 let finalize = self.finalizes();
                 self.set_pc(p, Pc::At(op, Step::Vacate { finalize }));
@@ -721,16 +739,23 @@ impl State {
                     // finds nothing either. (Never for an anonymous segment: the
                     // handle's descriptor keeps the memfd.)
                     self.end(p);
-                } else if !self.early_generation_check(h) {
-                    // `hold`'s early check: `Stale` before anything is taken; the
-                    // dropped handle gives nothing back (`give_back_in_flight`).
-                    self.end(p);
                 } else {
-                    // Gone for good: every slot a tombstone under a committed finalizer
-                    // word (before the commit, a finalizer taken over rolls back).
-                    let doomed = self.all_tomb(h.seg)
-                        && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
-                    self.set_pc(p, Pc::At(Op::Attach { h, doomed }, Step::Transfer));
+                    let in_flight = (usize::from(h.slot), Word::InFlight(h.sender).encode());
+                    match self.attach_begin(p, h, Some(in_flight)) {
+                        // `Attach::begin`'s early check: `Stale` before anything is
+                        // taken; the dropped handle gives nothing back
+                        // (`give_back_in_flight`).
+                        Err(_) => self.end(p),
+                        Ok(attach) => {
+                            // Gone for good: every slot a tombstone under a committed
+                            // finalizer word (before the commit, a finalizer taken over
+                            // rolls back).
+                            let doomed = self.all_tomb(h.seg)
+                                && matches!(self.seg(h.seg).finalizer, Word::InFlight(_));
+                            let op = Op::Attach { h, doomed };
+                            self.set_pc(p, Pc::At(op, Step::Attach(attach)));
+                        }
+                    }
                 }
             }
             Op::Cancel(h) => {
@@ -746,13 +771,17 @@ impl State {
             Op::AttachCopy(h) => {
                 self.copy = None;
                 let held = self.procs[usize::from(p)].holds[usize::from(h.seg)].is_some();
-                if held || !self.seg(h.seg).named || !self.early_generation_check(h) {
+                if held || !self.seg(h.seg).named {
                     // Already held here (production compares the generations in
-                    // process: a clone, or `Stale`), open_named: Gone, or `hold`'s
-                    // early check: `Stale` before anything is taken.
+                    // process: a clone, or `Stale`), or open_named: Gone.
                     self.end(p);
                 } else {
-                    self.set_pc(p, claim_start(op, p));
+                    // No in-flight reference (it went with the first attach): a claim.
+                    match self.attach_begin(p, h, None) {
+                        // `Attach::begin`'s early check: `Stale` before anything is taken.
+                        Err(_) => self.end(p),
+                        Ok(attach) => self.set_pc(p, Pc::At(op, Step::Attach(attach))),
+                    }
                 }
             }
             Op::Recycle(s) => {
@@ -852,18 +881,10 @@ impl State {
                     self.end(p);
                 }
             }
-            Step::Transfer => {
-                let Op::Attach { h, .. } = op else {
-                    unreachable!()
-                };
-                if self.transfer(h.seg, h.slot, Word::InFlight(h.sender), Word::Held(p)) {
-                    self.set_pc(p, Pc::At(op, Step::CheckGeneration(h.slot)));
-                } else {
-                    self.set_pc(p, claim_start(op, p));
-                }
-            }
             Step::Claim(mut claim) => {
-                let s = claim_seg(op);
+                let Op::Share(s) = op else {
+                    unreachable!("claim in {op:?}")
+                };
                 claim.set_round(if last_round { Claim::ROUNDS - 1 } else { 0 });
                 let os = self.kernel(p, s);
                 CLAIM_STEPS.fetch_add(1, Relaxed);
@@ -872,20 +893,47 @@ impl State {
                         claim.set_round(0);
                         self.set_pc(p, Pc::At(op, Step::Claim(claim)));
                     }
-                    Poll::Ready(Ok(slot)) => match op {
-                        Op::Share(s) => {
-                            self.push_handle(Handle {
-                                seg: s,
-                                slot: slot as u8,
-                                sender: p,
-                                generation: self.procs[usize::from(p)].generations[usize::from(s)],
-                            });
+                    Poll::Ready(Ok(slot)) => {
+                        self.push_handle(Handle {
+                            seg: s,
+                            slot: slot as u8,
+                            sender: p,
+                            generation: self.procs[usize::from(p)].generations[usize::from(s)],
+                        });
+                        self.end(p);
+                    }
+                    // Gone or Full: the share returns the error.
+                    Poll::Ready(Err(_)) => self.end(p),
+                }
+            }
+            Step::Attach(mut attach) => {
+                let h = handle_of(op);
+                attach.set_round(if last_round { Claim::ROUNDS - 1 } else { 0 });
+                let os = self.kernel(p, h.seg);
+                ATTACH_STEPS.fetch_add(1, Relaxed);
+                match self.with_holders(h.seg, |w| attach.step(&os, w)) {
+                    Poll::Pending => {
+                        attach.set_round(0);
+                        self.set_pc(p, Pc::At(op, Step::Attach(attach)));
+                    }
+                    Poll::Ready(Ok(slot)) => {
+                        // In the handle's use (the generation checked after the slot
+                        // was taken).
+                        self.proc_mut(p).generations[usize::from(h.seg)] = h.generation;
+                        self.hold(p, op, h.seg, slot as u8);
+                    }
+                    // Gone or Full.
+                    Poll::Ready(Err(AttachError::Claim(_))) => self.claim_failed(p, op),
+                    // Stale: the slot given back (`false`: it no longer held our word);
+                    // a named segment is then finalized, as a release does.
+                    Poll::Ready(Err(AttachError::Stale { gave_back })) => {
+                        if gave_back && self.finalizes() {
+                            let fin = self.fin_start(op);
+                            self.set_pc(p, fin);
+                        } else {
                             self.end(p);
                         }
-                        _ => self.set_pc(p, Pc::At(op, Step::CheckGeneration(slot as u8))),
-                    },
-                    // Gone or Full.
-                    Poll::Ready(Err(_)) => self.claim_failed(p, op),
+                    }
                 }
             }
             Step::HalfCreated => {
@@ -900,27 +948,6 @@ impl State {
                     self.unlink(s);
                 }
                 self.end(p);
-            }
-            Step::CheckGeneration(slot) => {
-                let h = handle_of(op);
-                GENERATION_CHECKS.fetch_add(1, Relaxed);
-                let current =
-                    self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()));
-                if current {
-                    self.proc_mut(p).generations[usize::from(h.seg)] = h.generation;
-                    self.hold(p, op, h.seg, slot);
-                } else {
-                    self.set_pc(p, Pc::At(op, Step::GiveBack(slot)));
-                }
-            }
-            Step::GiveBack(slot) => {
-                let s = handle_of(op).seg;
-                if self.transfer(s, slot, Word::Held(p), Word::Free) && self.finalizes() {
-                    let fin = self.fin_start(op);
-                    self.set_pc(p, fin);
-                } else {
-                    self.end(p);
-                }
             }
             Step::Recycle(mut recycle) => {
                 let Op::Recycle(s) = op else { unreachable!() };
@@ -1014,11 +1041,21 @@ impl State {
         }
     }
 
-    /// `hold`'s early check, before an attach takes anything: production's
-    /// [`holders::generation_is`] of the handle's generation.
-    fn early_generation_check(&mut self, h: Handle) -> bool {
-        GENERATION_CHECKS.fetch_add(1, Relaxed);
-        self.with_holders(h.seg, |w| holders::generation_is(w, h.generation.into()))
+    /// Production's [`Attach::begin`] for process `p`'s attach of `h` (with its
+    /// in-flight reference `in_flight`, or none: a kept copy's claim): the early
+    /// generation check, before anything is taken; then where its first step stands.
+    fn attach_begin(
+        &mut self,
+        p: Pid,
+        h: Handle,
+        in_flight: Option<(usize, u64)>,
+    ) -> Result<Attach, AttachError> {
+        let os = self.kernel(p, h.seg);
+        let memfd = self.anonymous;
+        ATTACH_STEPS.fetch_add(1, Relaxed);
+        self.with_holders(h.seg, |w| {
+            Attach::begin(&os, w, Some(h.generation.into()), in_flight, memfd)
+        })
     }
 
     /// `holders::give_back_in_flight`'s test: the segment is still in the use `h` was
@@ -1045,9 +1082,10 @@ impl State {
         self.end(p);
     }
 
-    /// A claim ended in `Gone` or `Full`: a share returns the error; an attach returns
-    /// it and drops the handle, whose `cancel_in_flight` opens the segment and vacates
-    /// (an anonymous one: vacates its in-flight word, no finalize).
+    /// An attach's claim ended in `Gone` or `Full`: the attach returns it and drops the
+    /// handle, whose `cancel_in_flight` opens the segment and vacates (an anonymous one:
+    /// vacates its in-flight word, no finalize); an attach of a kept copy has nothing
+    /// to give back.
     fn claim_failed(&mut self, p: Pid, op: Op) {
         match op {
             // The handle's cancel gives back only a reference of the segment's use.
@@ -1165,10 +1203,11 @@ static PUBLISHES: Counter = Counter::new(0);
 static SWEEP_DECISIONS: Counter = Counter::new(0);
 static RECYCLE_STEPS: Counter = Counter::new(0);
 static GENERATION_CHECKS: Counter = Counter::new(0);
+static ATTACH_STEPS: Counter = Counter::new(0);
 
 /// The production functions the model's transitions run, with how often each ran so
 /// far in this process (what `shmrc-proofs` reports).
-pub fn production_steps() -> [(&'static str, u64); 7] {
+pub fn production_steps() -> [(&'static str, u64); 8] {
     [
         (
             "shmrc::checkers::holders::Claim::step",
@@ -1195,7 +1234,11 @@ pub fn production_steps() -> [(&'static str, u64); 7] {
             RECYCLE_STEPS.load(Relaxed),
         ),
         (
-            "shmrc::checkers::holders::generation_is",
+            "shmrc::checkers::attach::Attach::begin and step",
+            ATTACH_STEPS.load(Relaxed),
+        ),
+        (
+            "shmrc::checkers::holders::generation_is (the local table's check)",
             GENERATION_CHECKS.load(Relaxed),
         ),
     ]
@@ -1247,29 +1290,11 @@ impl Word {
     }
 }
 
-/// A claim round from its first slot, for `p` (an in-flight word for a share, a held
-/// word for an attach whose transfer failed).
-fn claim_start(op: Op, p: Pid) -> Pc {
-    let word = match op {
-        Op::Share(_) => Word::InFlight(p),
-        _ => Word::Held(p),
-    };
-    Pc::At(op, Step::Claim(Claim::new(word.encode())))
-}
-
 /// The handle an attach (or an attach of a copy) works with.
 fn handle_of(op: Op) -> Handle {
     match op {
         Op::Attach { h, .. } | Op::AttachCopy(h) => h,
         _ => unreachable!("no handle in {op:?}"),
-    }
-}
-
-fn claim_seg(op: Op) -> u8 {
-    match op {
-        Op::Share(s) => s,
-        Op::Attach { h, .. } | Op::AttachCopy(h) => h.seg,
-        _ => unreachable!("claim in {op:?}"),
     }
 }
 
@@ -1281,436 +1306,7 @@ fn fin_seg(op: Op) -> u8 {
     }
 }
 
-/// The properties, each a check of one state.
-#[derive(Copy, Clone, PartialEq, Eq, Debug)]
-pub enum Property {
-    /// No premature destruction.
-    P1,
-    /// At most once, only ours.
-    P2,
-    /// No leak: with nobody dead, once every holder released (no handle in flight),
-    /// the segment is unlinked with no sweep, and no live process has in-flight
-    /// references beyond the handles it sent; from any state, killing everyone and
-    /// sweeping once leaves nothing (file_system); the creator alone left, its recycle
-    /// reuses the segment (memfd pool).
-    P3,
-    /// Clear failure: an attach to a gone segment ends in `Gone`.
-    P4,
-    /// Valid words, nothing stuck.
-    P5,
-}
-
-impl Property {
-    /// Every property.
-    pub const ALL: [Property; 5] = [
-        Property::P1,
-        Property::P2,
-        Property::P3,
-        Property::P4,
-        Property::P5,
-    ];
-
-    /// One line saying what is checked.
-    pub fn statement(self) -> &'static str {
-        match self {
-            Property::P1 => {
-                "a live holder's segment is named (a memfd: exists), its slot holds its word and it is in the generation the holder attached; so is a live sender's in-flight reference"
-            }
-            Property::P2 => {
-                "a name is removed at most once, only when committed (all tombstones) or half-created with a dead creator; the foreign name never, a memfd (no name) never"
-            }
-            Property::P3 => {
-                "while every process lives: no slot holds a live process's in-flight word beyond the handles it sent that are still in flight (in the pool or being attached or dropped), and (file_system) once every process is idle, none holds a segment and no handle of it is in flight, the segment is unlinked with no sweep (unless a finalize gave up at its last retry round); from every state: file_system, killing every process and one sweep by a fresh process unlinks every segment created; memfd pool, killing all but the segment's creator, cancelling every handle in flight and ending the creator's operation, the creator's recycle (if it holds the segment) reuses it"
-            }
-            Property::P4 => {
-                "an attach that opens an unlinked or committed segment (every slot a tombstone, the finalizer word committed) never ends holding it"
-            }
-            Property::P5 => {
-                "every word is a valid state, one held slot per process and segment, tombstones among other words only under a finalizer word, or turned by a process still in its finalize or recycle, or by a dead one"
-            }
-        }
-    }
-}
-
-impl fmt::Display for Property {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{self:?}")
-    }
-}
-
 impl State {
-    /// Checks `prop` in this state: `Some(why)` when it is violated.
-    pub fn check(&self, prop: Property) -> Option<String> {
-        match prop {
-            Property::P1 => self.check_p1(),
-            Property::P2 => self.check_p2(),
-            Property::P3 => self.check_p3(),
-            Property::P4 => match self.flaw {
-                Some(Flaw::DoomedAttachHeld(p, s)) => Some(format!(
-                    "p{p}'s attach opened s{s} when every slot was a tombstone, and ended holding it"
-                )),
-                _ => None,
-            },
-            Property::P5 => self.check_p5(),
-        }
-    }
-
-    fn check_p1(&self) -> Option<String> {
-        for (p, proc) in self.procs.iter().enumerate().take(self.procs()) {
-            if !proc.alive {
-                continue;
-            }
-            for (s, slot) in proc.holds.iter().enumerate().take(self.segments()) {
-                let Some(slot) = slot else { continue };
-                let seg = &self.segments[s];
-                let word = seg.slots[usize::from(*slot)];
-                if !seg.named || word != Word::Held(p as Pid) {
-                    return Some(format!(
-                        "live p{p} holds slot {slot} of s{s}, but the segment is {} and the slot holds {word}",
-                        self.presence(seg)
-                    ));
-                }
-                // The recycler itself takes the new generation when its recycle ends.
-                let recycling = matches!(proc.pc, Pc::At(Op::Recycle(r), _) if usize::from(r) == s);
-                if proc.generations[s] != seg.generation && !recycling {
-                    return Some(format!(
-                        "live p{p} holds s{s} in generation {}, but the segment was recycled to generation {}: its data is another use's",
-                        proc.generations[s], seg.generation
-                    ));
-                }
-            }
-        }
-        let carried = self
-            .procs
-            .iter()
-            .filter(|q| q.alive)
-            .filter_map(|q| match q.pc {
-                Pc::At(op, step) => State::carried(op, step),
-                Pc::Idle => None,
-            });
-        for h in self.handles.iter().flatten().copied().chain(carried) {
-            if !self.alive(Pid::MAX, h.sender) {
-                continue;
-            }
-            let seg = &self.segments[usize::from(h.seg)];
-            let word = seg.slots[usize::from(h.slot)];
-            if !seg.named || word != Word::InFlight(h.sender) {
-                return Some(format!(
-                    "{h} is in flight from live p{}, but s{} is {} and the slot holds {word}",
-                    h.sender,
-                    h.seg,
-                    self.presence(seg)
-                ));
-            }
-        }
-        None
-    }
-
-    fn check_p2(&self) -> Option<String> {
-        if !self.foreign_named {
-            return Some("the name outside the namespace was removed".into());
-        }
-        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
-            if seg.unlinks > 1 {
-                return Some(format!("s{s} was unlinked {} times", seg.unlinks));
-            }
-            if self.anonymous && seg.unlinks > 0 {
-                return Some(format!(
-                    "memfd s{s} has no name, yet a finalize unlinked it: nothing may finalize a memfd"
-                ));
-            }
-        }
-        match self.flaw {
-            Some(Flaw::UnlinkUncommitted(s)) => Some(format!(
-                "s{s} was unlinked while a slot was held or in flight"
-            )),
-            Some(Flaw::UnlinkBeingCreated(s)) => Some(format!(
-                "half-created s{s} was removed while its creator lived"
-            )),
-            _ => None,
-        }
-    }
-
-    fn check_p5(&self) -> Option<String> {
-        let n = self.slots();
-        let valid_owner = |w: Word| w.owner().is_none_or(|p| usize::from(p) < self.procs());
-        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
-            let slots = &seg.slots[..n];
-            if let Some(w) = slots.iter().find(|w| !valid_owner(**w)) {
-                return Some(format!("s{s} has a slot word {w} of no process"));
-            }
-            // `InFlight(p)` there is production's `COMMITTED | token`: p committed;
-            // `Tomb(p)`, `SEALING | token`: p sealed it and re-reads the mark.
-            if !valid_owner(seg.finalizer) {
-                return Some(format!("s{s}'s finalizer word is {}", seg.finalizer));
-            }
-            for p in 0..self.procs_n {
-                let held = slots.iter().filter(|w| **w == Word::Held(p)).count();
-                if held > 1 {
-                    return Some(format!("p{p} holds {held} slots of s{s}"));
-                }
-            }
-            // The mark covers every taken slot (a claim raises it before its slot CAS,
-            // a finalize turns only slots below the mark it read, nothing lowers it):
-            // at and above it every slot is free. A finalize passes over them.
-            let mark = usize::from(seg.mark);
-            if let Some((i, w)) = slots
-                .iter()
-                .enumerate()
-                .find(|&(i, w)| *w != Word::Free && i >= mark)
-            {
-                return Some(format!(
-                    "s{s}'s slot {i} holds {w}, at or above the mark {mark}: a finalize would pass over it"
-                ));
-            }
-            let tombs = slots.iter().filter(|w| matches!(w, Word::Tomb(_))).count();
-            // With no finalizer word taken, a tombstone among other words must be one its
-            // turner will still roll back (a live process inside its finalize or
-            // recycle: one taken over, not yet back) or a dead one's (the next finalize
-            // that sees it takes the finalizer word to roll it back).
-            let resolved = |w: &Word| match *w {
-                Word::Tomb(p) => {
-                    let proc = &self.procs[usize::from(p)];
-                    !proc.alive || matches!(proc.pc, Pc::At(_, Step::Fin(_) | Step::Recycle(_)))
-                }
-                _ => true,
-            };
-            if tombs > 0 && tombs < n && seg.finalizer == Word::Free && !slots.iter().all(resolved)
-            {
-                return Some(format!(
-                    "s{s} has {tombs} tombstone(s) among live slots, no finalizer owns it and a live process that is not finalizing turned one: stuck"
-                ));
-            }
-            if seg.phase == Phase::Absent && (seg.named || slots.iter().any(|w| *w != Word::Free)) {
-                return Some(format!("s{s} was never created but has state"));
-            }
-        }
-        None
-    }
-
-    /// P3 (no leak): in every state, the in-flight bound
-    /// ([`State::check_in_flight_bound`]) and P3 while processes live
-    /// ([`State::check_p3_live`]); then, by kind:
-    /// - file_system: kill every process, then one sweep (of every name, in order) by a
-    ///   fresh process, run alone to its end: every segment ever created must be
-    ///   unlinked.
-    /// - anonymous (a pool's memfd): the kernel frees a memfd nobody reaches, so the leak
-    ///   to rule out is a slot that blocks reuse forever. For each segment, on its own
-    ///   copy of the state (so that another segment's creator, alive, holding this one,
-    ///   is not taken for a leak): kill every process but its creator; a fresh process
-    ///   drops every handle in flight (a cancel run to its end); the creator's current
-    ///   operation runs alone to its end, and the handle it sent if it was a share is
-    ///   dropped too; then, if the creator lives and holds the segment, its recycle run
-    ///   alone to its end must reuse it ([`Recycled::Reused`]). Dead holders' words do
-    ///   not block it (the recycle reclaims them); any other word left (the creator's
-    ///   own word in a slot it does not hold, a live in-flight word) does.
-    pub fn check_p3(&self) -> Option<String> {
-        if let Some(why) = self.check_in_flight_bound() {
-            return Some(why);
-        }
-        if let Some(why) = self.check_p3_live() {
-            return Some(why);
-        }
-        if self.anonymous {
-            return (0..self.segments_n).find_map(|s| self.check_p3_anonymous(s));
-        }
-        let mut st = self.clone();
-        for p in 0..self.procs_n {
-            if st.procs[usize::from(p)].alive {
-                st.crash(p);
-            }
-        }
-        let sweeper = (MAX_PROCS - 1) as Pid;
-        st.procs[usize::from(sweeper)] = Proc {
-            ops_left: u8::MAX,
-            ..FRESH
-        };
-        for s in 0..self.segments_n {
-            if !st.seg(s).named {
-                continue;
-            }
-            st.start(sweeper, Op::Sweep(Target::Segment(s)));
-            if !st.run_alone(sweeper, false) {
-                return Some(format!("the lone sweeper never finishes sweeping s{s}"));
-            }
-        }
-        for (s, seg) in st.segments.iter().enumerate().take(self.segments()) {
-            if seg.named {
-                return Some(format!(
-                    "after every process died and a fresh sweep, s{s} is still named: {}",
-                    self.seg_line(seg)
-                ));
-            }
-        }
-        None
-    }
-
-    /// The in-flight bound, in every state: a live process's in-flight words in the slots
-    /// of a segment are no more than the handles of that segment it sent that are still
-    /// somewhere (in the pool, or carried by a live process's attach or cancel, which
-    /// has not consumed it yet). A word beyond them is a reference no handle will ever
-    /// take over or give back: it keeps the segment while its sender lives.
-    fn check_in_flight_bound(&self) -> Option<String> {
-        let carried = self
-            .procs
-            .iter()
-            .take(self.procs())
-            .filter(|q| q.alive)
-            .filter_map(|q| match q.pc {
-                Pc::At(op, step) => State::carried(op, step),
-                Pc::Idle => None,
-            });
-        let handles: Vec<Handle> = self
-            .handles
-            .iter()
-            .flatten()
-            .copied()
-            .chain(carried)
-            .collect();
-        for p in 0..self.procs_n {
-            if !self.procs[usize::from(p)].alive {
-                continue;
-            }
-            for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
-                let words = seg.slots[..self.slots()]
-                    .iter()
-                    .filter(|w| **w == Word::InFlight(p))
-                    .count();
-                let sent = handles
-                    .iter()
-                    .filter(|h| h.sender == p && usize::from(h.seg) == s)
-                    .count();
-                if words > sent {
-                    return Some(format!(
-                        "live p{p} has {words} in-flight word(s) in s{s} but only {sent} handle(s) of it in flight: {}",
-                        self.seg_line(seg)
-                    ));
-                }
-            }
-        }
-        None
-    }
-
-    /// P3 while processes live (file_system): with no process dead and no finalize given
-    /// up at its last retry round, every process idle, a segment that was created, that
-    /// nobody holds and of which no handle is in flight is unlinked: the releases (and
-    /// the handles given back) unlinked it by themselves, with no sweep. A memfd has no
-    /// name to unlink (the kernel frees it); its P3 is the creator's recycle.
-    fn check_p3_live(&self) -> Option<String> {
-        if self.anonymous || self.finalize_gave_up || self.anyone_dead() {
-            return None;
-        }
-        if self.procs[..self.procs()].iter().any(|q| q.pc != Pc::Idle) {
-            return None;
-        }
-        for (s, seg) in self.segments.iter().enumerate().take(self.segments()) {
-            let held = self.procs[..self.procs()]
-                .iter()
-                .any(|q| q.holds[s].is_some());
-            let in_flight = self
-                .handles
-                .iter()
-                .flatten()
-                .any(|h| usize::from(h.seg) == s);
-            if seg.phase != Phase::Absent && seg.named && !held && !in_flight {
-                return Some(format!(
-                    "nobody died, every process is idle, none holds s{s} and no handle of it is in flight, yet it is still named (only a sweep would unlink it): {}",
-                    self.seg_line(seg)
-                ));
-            }
-        }
-        None
-    }
-
-    /// P3 of anonymous segment `s` (see [`State::check_p3`]).
-    fn check_p3_anonymous(&self, s: u8) -> Option<String> {
-        if self.seg(s).phase == Phase::Absent {
-            return None;
-        }
-        let creator = self.seg(s).creator;
-        if !self.alive(Pid::MAX, creator) {
-            // Nobody may recycle it again: the kernel frees it with its last descriptor.
-            return None;
-        }
-        let mut st = self.clone();
-        for p in 0..self.procs_n {
-            if p != creator && st.procs[usize::from(p)].alive {
-                st.crash(p);
-            }
-        }
-        // Operations the check starts are not the exploration's: no bound applies.
-        st.proc_mut(creator).ops_left = u8::MAX;
-        let dropper = (MAX_PROCS - 1) as Pid;
-        st.procs[usize::from(dropper)] = Proc {
-            ops_left: u8::MAX,
-            ..FRESH
-        };
-        if !st.drop_handles(dropper) {
-            return Some(format!("a lone cancel of a handle of s{s} never finishes"));
-        }
-        if !st.run_alone(creator, true) {
-            return Some(format!(
-                "creator p{creator}, alone, never finishes its operation ({})",
-                self.at(creator)
-            ));
-        }
-        // A share that ended above sent one more handle.
-        if !st.drop_handles(dropper) {
-            return Some(format!("a lone cancel of a handle of s{s} never finishes"));
-        }
-        let holds = st.procs[usize::from(creator)].holds[usize::from(s)].is_some();
-        if !holds {
-            // Released (or its attach failed): the pool no longer has it to recycle.
-            return None;
-        }
-        let before = st.seg(s).generation;
-        st.start(creator, Op::Recycle(s));
-        if !st.run_alone(creator, true) {
-            return Some(format!(
-                "creator p{creator}'s lone recycle of s{s} never finishes"
-            ));
-        }
-        // `Recycled::Reused` bumps the generation word; `Held` leaves it as it was.
-        if st.seg(s).generation == before {
-            return Some(format!(
-                "every process but creator p{creator} died, every handle in flight was dropped and p{creator}'s operation ended, yet its lone recycle of s{s} found it held: a slot blocks its reuse forever: {}",
-                st.seg_line(st.seg(s))
-            ));
-        }
-        None
-    }
-
-    /// Runs process `p` alone from where it stands to the end of its operation. With
-    /// `last_round`, a retry round that ends takes the last round's exit (see
-    /// [`State::exec`]): for an operation without a finalize that is exactly its run
-    /// alone, since nobody else changes a word or dies meanwhile, so every further
-    /// round would repeat the one that just ended (a claim that found no slot ends
-    /// `Full` after its 64 rounds). Without it, early rounds only. `false` if a step
-    /// budget ran out.
-    fn run_alone(&mut self, p: Pid, last_round: bool) -> bool {
-        let mut budget = 10_000;
-        while self.procs[usize::from(p)].pc != Pc::Idle {
-            budget -= 1;
-            if budget == 0 {
-                return false;
-            }
-            self.exec(p, last_round);
-        }
-        true
-    }
-
-    /// Process `p` (idle) drops every handle in flight, one cancel at a time, each run
-    /// to its end. `false` if one never ended.
-    fn drop_handles(&mut self, p: Pid) -> bool {
-        while let Some(h) = self.handles[0] {
-            self.start(p, Op::Cancel(h));
-            if !self.run_alone(p, true) {
-                return false;
-            }
-        }
-        true
-    }
-
     /// Where process `p` stands, in words.
     fn at(&self, p: Pid) -> String {
         match self.procs[usize::from(p)].pc {

@@ -170,7 +170,7 @@ fn prove(config: Config) -> bool {
          a crash allowed at every atomic step, {}",
         match shmrc_model::PLANTED {
             Some(plant) => format!("PLANTED BUG {plant}"),
-            None => "as in src/protocol/holders/".to_owned(),
+            None => "as in src/protocol/ (holders/, attach.rs)".to_owned(),
         },
         if config.anonymous {
             "memfd pool (anonymous segments: no name, no sweep, no finalize)"

@@ -22,13 +22,13 @@ use std::sync::Arc;
 
 use bytemuck::Pod;
 
-use super::view;
-use super::{ShmBuf, check_matches};
+use super::{ShmBuf, view};
 use crate::error::{Error, Result};
 use crate::handle::{HandleMeta, ShareHandle, Target};
 use crate::manager::DefaultOs;
 use crate::os::Os;
 use crate::os::posix::{PosixFile, PosixOs, SealedMap};
+use crate::protocol::attach::Expect;
 use crate::protocol::segment::{self, Fields};
 use crate::strategy::Strategy;
 
@@ -329,7 +329,7 @@ impl FrozenBuf {
                 in_flight: None,
             } => {
                 let (map, fields) = map_frozen(&os, &file, usize::MAX)?;
-                check_matches(&meta, &fields, "frozen memfd")?;
+                Expect::Handle(meta.expected()).check(&fields, "frozen memfd")?;
                 Ok(FrozenBuf {
                     inner: Arc::new(Frozen { file, map, fields }),
                 })

@@ -64,7 +64,6 @@ use std::collections::VecDeque;
 use std::sync::{Arc, MutexGuard, OnceLock, TryLockError};
 
 use crate::error::Result;
-use crate::handle::HandleMeta;
 use crate::local::SegmentKey;
 use crate::os::{Mapping, Os};
 use crate::protocol::holders;
@@ -273,13 +272,14 @@ fn with_cache<O: Os, R>(os: &O, f: impl FnOnce(&mut Cache<O>) -> R) -> Option<R>
     cache.downcast_mut::<Cache<O>>().map(f)
 }
 
-/// The cached mapping of the segment `meta` describes, for process `me`, if there is
-/// one of that file (`identity`): taken out of the cache, for the caller to hold as it
-/// would a fresh one (see the module docs). `Ok(None)`: open it afresh.
+/// The cached mapping of the segment `key` (the one a handle describes), for process
+/// `me`, if there is one of that file (`identity`): taken out of the cache, for the
+/// caller to hold as it would a fresh one (see the module docs). `Ok(None)`: open it
+/// afresh.
 pub fn take<O: Os>(
     os: &O,
     me: Token,
-    meta: &HandleMeta,
+    key: SegmentKey,
     identity: Identity<'_>,
 ) -> Result<Option<Opened<O>>> {
     if limits()?.max_entries == 0 {
@@ -291,7 +291,7 @@ pub fn take<O: Os>(
         let found = cache
             .entries
             .iter()
-            .position(|e| e.holder == me && e.key == meta.key);
+            .position(|e| e.holder == me && e.key == key);
         let Some(index) = found else {
             cache.stats.misses += 1;
             return None;

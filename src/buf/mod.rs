@@ -1,8 +1,11 @@
 //! The buffers room: every type a user holds shared memory through, with its
 //! constructors beside it.
-//! - this file: [`ShmBuf`] (a reference to a segment, on any OS) and [`CreateOptions`];
-//!   the default-OS constructors are beside the generic type, as std keeps
-//!   `HashMap::new` beside `HashMap<K, V, S>`;
+//! - this file: [`ShmBuf`] (a reference to a segment, on any OS); the default-OS
+//!   constructors are beside the generic type, as std keeps `HashMap::new` beside
+//!   `HashMap<K, V, S>`; attaching it is the protocol's `Attach`
+//!   (`src/protocol/attach.rs`), this file keeping the glue (open, check, attach, map
+//!   to [`Error`]);
+//! - `options.rs`: [`CreateOptions`], how a buffer is created;
 //! - `buf_mut.rs`: [`ShmBufMut`], the creator's exclusive, writable buffer;
 //! - `frozen.rs`: [`FrozenBuf`], a sealed, read-only buffer (and [`FreezeError`]);
 //! - `ext.rs` (feature `checkers`): `ShmBufExt`, the methods the checkers' seam adds;
@@ -17,8 +20,9 @@
 //! # Planted bugs
 //! Built with `SHMRC_PLANT=NAME (shmrc's build.rs sets cfg(shmrc_plant = "NAME"))` (`docs/VERIFICATION.md`,
 //! `.ci/planted-bugs`):
-//! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release, or a stale
-//!   attach giving its slot back) leaves the slot taken, so the pool never reuses it.
+//! - `memfd_release_keeps_slot`: letting go of a pool's memfd (a release; a stale
+//!   attach giving its slot back, the same plant in `src/protocol/attach.rs`) leaves
+//!   the slot taken, so the pool never reuses it.
 //! - `map_cache_skips_generation`: an attach through a cached mapping checks neither
 //!   the handle against the header nor its generation, so a handle of an earlier use
 //!   attaches the segment's newer use.
@@ -32,6 +36,7 @@ pub(crate) mod ext;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub(crate) mod frozen;
 pub mod map_cache;
+pub(crate) mod options;
 pub(crate) mod view;
 
 #[cfg(all(feature = "ndarray", not(any(shmrc_loom, shmrc_shuttle))))]
@@ -40,6 +45,7 @@ pub use array::FrozenArray;
 pub use buf_mut::ShmBufMut;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 pub use frozen::{FreezeError, FrozenBuf};
+pub use options::CreateOptions;
 
 use std::fmt;
 use std::sync::Arc;
@@ -52,158 +58,12 @@ use crate::namespace::Namespace;
 #[cfg(not(any(shmrc_loom, shmrc_shuttle)))]
 use crate::os::posix::DataRegion;
 use crate::os::{Mapping, Os};
-use crate::protocol::holders::{self, ClaimError, Finalized, Holders};
-use crate::protocol::segment::{self, Backing, DEFAULT_CAPACITY, Fields, Header};
-use crate::strategy::{Strategy, strategy_in_force};
+use crate::protocol::attach::{AttachError, Expect, attach};
+use crate::protocol::holders::{self, Finalized, Holders, Reclaim};
+use crate::protocol::segment::{self, Backing, Fields, Header};
+use crate::strategy::Strategy;
 use crate::sync::process::{AtomicBool, AtomicU64, Ordering};
 use crate::token::Token;
-
-/// How to create a buffer. `Default`: the process-wide strategy, 64 holder slots, the
-/// namespace `shmrc`.
-///
-/// ```
-/// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-/// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-/// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-///
-/// let options = CreateOptions::new()
-///     .strategy(Strategy::FileSystem)
-///     .capacity(8)
-///     .namespace(Namespace::new("shmrc-doc-options")?);
-/// let buf = ShmBuf::with_options(1024, &options)?;
-/// assert_eq!(buf.strategy(), Strategy::FileSystem);
-/// assert!(buf.name().unwrap().starts_with("shmrc-doc-options."));
-/// # }
-/// # Ok::<(), shmrc::Error>(())
-/// ```
-#[derive(Clone, Debug)]
-pub struct CreateOptions {
-    strategy: Option<Strategy>,
-    capacity: usize,
-    namespace: Namespace,
-}
-
-impl Default for CreateOptions {
-    fn default() -> CreateOptions {
-        CreateOptions {
-            strategy: None,
-            capacity: DEFAULT_CAPACITY,
-            namespace: Namespace::default(),
-        }
-    }
-}
-
-impl CreateOptions {
-    /// The defaults: the process-wide strategy ([`crate::sharing_strategy`]), 64 holder
-    /// slots, the namespace `shmrc`.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, ShmBuf};
-    ///
-    /// let buf = ShmBuf::with_options(16, &CreateOptions::new())?;
-    /// assert_eq!(buf.strategy(), shmrc::sharing_strategy());
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn new() -> CreateOptions {
-        CreateOptions::default()
-    }
-
-    /// Use `strategy` instead of the process-wide one.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// use shmrc::{CreateOptions, ShmBuf, Strategy};
-    ///
-    /// let options = CreateOptions::new().strategy(Strategy::FileDescriptor);
-    /// let buf = ShmBuf::with_options(16, &options)?;
-    /// assert_eq!(buf.strategy(), Strategy::FileDescriptor);
-    /// assert_eq!(buf.name(), None); // an anonymous memfd has no name
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn strategy(mut self, strategy: Strategy) -> CreateOptions {
-        self.strategy = Some(strategy);
-        self
-    }
-
-    /// Holder slots of a file_system buffer, or of a file_descriptor buffer from a
-    /// [`crate::ShmPool`] (1 to 4096; a plain file_descriptor buffer has none): how many
-    /// processes may hold it at once, in-flight handles included. A share beyond that is
-    /// [`Error::HoldersFull`] while every slot's holder lives; a capacity out of range
-    /// is [`Error::InvalidArgument`] at creation.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, Error, Namespace, ShmBuf, Strategy};
-    ///
-    /// let options = CreateOptions::new()
-    ///     .strategy(Strategy::FileSystem)
-    ///     .namespace(Namespace::new("shmrc-doc-capacity")?)
-    ///     .capacity(2);
-    /// let buf = ShmBuf::with_options(64, &options)?; // this process holds slot 1
-    /// let handle = buf.share()?; // the handle in flight holds slot 2
-    /// assert!(matches!(buf.share(), Err(Error::HoldersFull { capacity: 2, .. })));
-    /// drop(handle); // an unattached handle gives its slot back
-    /// let _again = buf.share()?;
-    ///
-    /// let too_many = CreateOptions::new().strategy(Strategy::FileSystem).capacity(5000);
-    /// assert!(matches!(ShmBuf::with_options(64, &too_many), Err(Error::InvalidArgument(_))));
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn capacity(mut self, capacity: usize) -> CreateOptions {
-        self.capacity = capacity;
-        self
-    }
-
-    /// Create file_system buffers in `namespace` (file_descriptor buffers have no name).
-    /// A job that uses a namespace of its own can [`sweep()`](crate::protocol::sweep()) or
-    /// [`inspect()`](crate::inspect()) just its segments.
-    ///
-    /// ```
-    /// # #[cfg(not(any(shmrc_loom, shmrc_shuttle)))] {
-    /// # shmrc::manager::set_manager_mode(shmrc::manager::ManagerMode::Off);
-    /// use shmrc::{CreateOptions, Namespace, ShmBuf, Strategy};
-    ///
-    /// let ns = Namespace::new("shmrc-doc-namespace")?;
-    /// let options = CreateOptions::new()
-    ///     .strategy(Strategy::FileSystem)
-    ///     .namespace(ns.clone());
-    /// let buf = ShmBuf::with_options(64, &options)?;
-    /// let listed = shmrc::inspect(&ns)?;
-    /// assert_eq!(listed.segments.len(), 1);
-    /// assert_eq!(Some(listed.segments[0].name.as_str()), buf.name());
-    /// # }
-    /// # Ok::<(), shmrc::Error>(())
-    /// ```
-    pub fn namespace(mut self, namespace: Namespace) -> CreateOptions {
-        self.namespace = namespace;
-        self
-    }
-
-    /// Whether a recyclable buffer ([`ShmBuf::create_recyclable`], a pool's) can be
-    /// made with these options and `strategy`: it needs a holder slot.
-    pub(crate) fn check_recyclable(&self, strategy: Strategy) -> Result<()> {
-        if self.capacity == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "a recycled {strategy} buffer needs at least one holder slot"
-            )));
-        }
-        Ok(())
-    }
-
-    /// The strategy a create with these options uses now.
-    pub(crate) fn resolved_strategy(&self) -> Result<Strategy> {
-        match self.strategy {
-            Some(strategy) => Ok(strategy),
-            None => Ok(strategy_in_force()?),
-        }
-    }
-}
 
 pub(crate) struct Inner<O: Os> {
     os: O,
@@ -595,7 +455,7 @@ impl<O: Os> ShmBuf<O> {
         let me = os.current();
         if let Some(inner) = os.local().lookup::<Inner<O>>(me, handle.meta.key) {
             // Before anything is given up: forged bytes must not vacate a slot.
-            check_matches(&handle.meta, &inner.fields, &inner.segment())?;
+            Expect::Handle(handle.meta.expected()).check(&inner.fields, &inner.segment())?;
             let generation = inner.generation.load(Ordering::Acquire);
             let current = inner
                 .holders()
@@ -617,7 +477,8 @@ impl<O: Os> ShmBuf<O> {
         }
         let held = match handle.take_target() {
             Target::Named { name, in_flight } => {
-                match hold_named(&os, &name, in_flight, Some(Expect::Handle(&handle.meta))) {
+                let expect = Some(Expect::Handle(handle.meta.expected()));
+                match hold_named(&os, &name, in_flight, expect) {
                     Ok(held) => held,
                     Err(e) => {
                         // The handle owns its in-flight reference again: dropping it
@@ -628,7 +489,7 @@ impl<O: Os> ShmBuf<O> {
                 }
             }
             Target::Anonymous { file, in_flight } => {
-                let expect = Some(Expect::Handle(&handle.meta));
+                let expect = Some(Expect::Handle(handle.meta.expected()));
                 match hold_file(&os, &file, "received memfd", in_flight, expect) {
                     Ok(holding) => holding.anonymous(file),
                     Err(e) => {
@@ -1139,39 +1000,24 @@ impl<O: Os> Holding<O> {
     }
 }
 
-/// What an attach expects of the segment it opens.
-#[derive(Copy, Clone)]
-enum Expect<'a> {
-    /// The one a handle describes (identity, size and generation).
-    Handle(&'a HandleMeta),
-    /// The use (generation) an inherited buffer is of.
-    Generation(u64),
-}
-
-impl Expect<'_> {
-    fn generation(self) -> u64 {
-        match self {
-            Expect::Handle(meta) => meta.generation,
-            Expect::Generation(g) => g,
-        }
-    }
-}
-
 /// Opens the named segment `name` and holds it for this process (see [`hold`]).
 fn hold_named<O: Os>(
     os: &O,
     name: &str,
     in_flight: Option<InFlight>,
-    expect: Option<Expect<'_>>,
+    expect: Option<Expect>,
 ) -> Result<Held<O>> {
     // Asked once for the name and the file (`geteuid` is a system call).
     let me = os.uid();
     let (ns, _) = Namespace::of_segment(name, me)?;
     os.before_named_use(ns.prefix(), Some(name))?;
     let cached = match expect {
-        Some(Expect::Handle(meta)) => {
-            map_cache::take(os, os.current(), meta, map_cache::Identity::Named(name))?
-        }
+        Some(Expect::Handle(expected)) => map_cache::take(
+            os,
+            os.current(),
+            expected.key,
+            map_cache::Identity::Named(name),
+        )?,
         _ => None,
     };
     let (opened, expect) = match cached {
@@ -1202,13 +1048,13 @@ fn hold_file<O: Os>(
     file: &O::File,
     what: &str,
     in_flight: Option<InFlight>,
-    expect: Option<Expect<'_>>,
+    expect: Option<Expect>,
 ) -> Result<Holding<O>> {
     let cached = match expect {
-        Some(Expect::Handle(meta)) if meta.capacity > 0 => {
+        Some(Expect::Handle(expected)) if expected.capacity > 0 => {
             let info = os.stat(file)?;
             let identity = map_cache::Identity::Memfd(info.identity, info.len);
-            map_cache::take(os, os.current(), meta, identity)?
+            map_cache::take(os, os.current(), expected.key, identity)?
         }
         _ => None,
     };
@@ -1222,7 +1068,7 @@ fn hold_file<O: Os>(
 /// What an attach through a cached mapping expects of it: the same as of a fresh one,
 /// since the cached mapping may be of an earlier use. (Planted bug
 /// `map_cache_skips_generation`: nothing.)
-fn expect_of_cached(expect: Option<Expect<'_>>) -> Option<Expect<'_>> {
+fn expect_of_cached(expect: Option<Expect>) -> Option<Expect> {
     if cfg!(shmrc_plant = "map_cache_skips_generation") {
         return None;
     }
@@ -1230,21 +1076,23 @@ fn expect_of_cached(expect: Option<Expect<'_>>) -> Option<Expect<'_>> {
 }
 
 /// Holds the opened segment (`segment` names it in errors; `name` is a named
-/// segment's name, `None` for a memfd) for this process: takes over the in-flight
-/// reference `in_flight` if its slot still has it, else claims a slot. With `expect`,
-/// the segment must be the one the handle describes, in the use (generation) it
-/// describes: a recycled segment is [`Error::Stale`] and keeps no slot of ours. A memfd
-/// without slots is held by its descriptor alone: nothing to take.
+/// segment's name, `None` for a memfd) for this process: the glue around the protocol's
+/// [`attach`] (`src/protocol/attach.rs`), which takes over the in-flight reference
+/// `in_flight` if its slot still has it, else claims a slot. With `expect`, the segment
+/// must be the one the handle describes ([`Expect::check`]), in the use (generation) it
+/// describes: a recycled segment is [`Error::Stale`] and keeps no slot of ours (a named
+/// one is finalized after the give-back, as a release is). A memfd without slots is
+/// held by its descriptor alone: nothing to take.
 fn hold<O: Os>(
     os: &O,
     opened: segment::Opened<O>,
     segment: &str,
     name: Option<&str>,
     in_flight: Option<InFlight>,
-    expect: Option<Expect<'_>>,
+    expect: Option<Expect>,
 ) -> Result<Holding<O>> {
-    if let Some(Expect::Handle(meta)) = expect {
-        check_matches(meta, &opened.fields, segment)?;
+    if let Some(expect) = expect {
+        expect.check(&opened.fields, segment)?;
     }
     let capacity = opened.fields.layout.capacity;
     if name.is_none() && capacity == 0 {
@@ -1254,42 +1102,30 @@ fn hold<O: Os>(
             generation: 0,
         });
     }
-    let h = Header::of(&opened.map, capacity).map(|h| h.holders());
-    let stale = |h: &Holders<'_>, expected: u64| Error::Stale {
-        segment: segment.to_owned(),
-        handle: expected,
-        segment_generation: h.generation(),
-    };
-    if let (Some(expect), Some(h)) = (expect, &h) {
-        // Early and cheap: an old handle fails before it takes anything.
-        if !holders::generation_is(h, expect.generation()) {
-            return Err(stale(h, expect.generation()));
-        }
-    }
-    let word = holders::held_word(os.current());
-    let taken_over = match (in_flight, &h) {
-        (Some(f), Some(h)) => holders::transfer(os, h, f.slot, f.word, word)?.then_some(f.slot),
-        _ => None,
-    };
-    let slot = match taken_over {
-        Some(slot) => slot,
-        None => claim(os, h, word, capacity, || segment.to_owned())?,
-    };
-    let generation = match (expect, &h) {
-        (Some(expect), Some(h)) => {
-            // The check that counts: after our slot is taken, no recycle can pass it.
-            // (A crash point of its own: the exhaustive check explores a kill here.)
-            os.crash_point()?;
-            if !holders::generation_is(h, expect.generation()) {
-                let error = stale(h, expect.generation());
-                let_go(os, h, slot, word, name)?;
-                return Err(error);
+    let h = Header::of(&opened.map, capacity)
+        .map(|h| h.holders())
+        .ok_or_else(|| Error::Corrupted {
+            segment: segment.to_owned(),
+            what: "holder slots lie outside the mapping".into(),
+        })?;
+    let expected = expect.and_then(|e| e.generation());
+    let in_flight = in_flight.map(|f| (f.slot, f.word));
+    let slot = match attach(os, &h, expected, in_flight, name.is_none())? {
+        Ok(slot) => slot,
+        Err(AttachError::Claim(e)) => return Err(e.into_error(segment.to_owned(), capacity)),
+        Err(AttachError::Stale { gave_back }) => {
+            let error = Error::Stale {
+                segment: segment.to_owned(),
+                handle: expected.unwrap_or_default(),
+                segment_generation: h.generation(),
+            };
+            if let (true, Some(name)) = (gave_back, name) {
+                holders::finalize(os, &h, name, Reclaim::UntilLive)?;
             }
-            expect.generation()
+            return Err(error);
         }
-        (None, Some(h)) => h.generation(),
-        (_, None) => 0,
     };
+    let generation = expected.unwrap_or_else(|| h.generation());
     Ok(Holding {
         opened,
         slot: Some(slot),
@@ -1310,41 +1146,7 @@ fn claim<O: Os>(
         segment: describe(),
         what: "holder slots lie outside the mapping".into(),
     })?;
-    match holders::claim(os, &h, word)? {
-        Ok(slot) => Ok(slot),
-        Err(ClaimError::Gone) => Err(Error::Gone {
-            segment: describe(),
-        }),
-        Err(ClaimError::Full) => Err(Error::HoldersFull {
-            segment: describe(),
-            capacity: capacity as u32,
-        }),
-    }
-}
-
-pub(crate) fn check_matches(meta: &HandleMeta, fields: &Fields, segment: &str) -> Result<()> {
-    // First, and whatever else agrees: bytes forged from a listing of /dev/shm carry
-    // everything right but this. (Planted bug `share_key_unchecked`: not compared.)
-    if meta.share_key != fields.share_key && !cfg!(shmrc_plant = "share_key_unchecked") {
-        return Err(Error::Malformed {
-            what: "share handle",
-            why: format!(
-                "its share key is not {segment}'s: the bytes were not made from this \
-                 segment by ShareHandle::into_bytes (forged from its name, or damaged); \
-                 nothing was taken"
-            ),
-        });
-    }
-    if meta.key != fields.key()
-        || meta.data_len != fields.layout.data_len
-        || meta.capacity != fields.layout.capacity
-    {
-        return Err(Error::Corrupted {
-            segment: segment.to_owned(),
-            what: "the handle does not describe this segment (creator, nonce, length or capacity differ)".into(),
-        });
-    }
-    Ok(())
+    holders::claim(os, &h, word)?.map_err(|e| e.into_error(describe(), capacity))
 }
 
 // The default OS's constructors and the raw data region, beside the generic type.

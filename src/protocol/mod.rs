@@ -5,6 +5,9 @@
 //!
 //! - [`holders`]: the slot words and the resumable operations on them (claim, transfer,
 //!   release, finalize, recycle, the seal handshake);
+//! - [`attach`]: a segment opened, taken hold of (the handle's reference taken over or
+//!   a slot claimed, the generation checked, a stale use's slot given back), and what
+//!   an attach expects of the segment;
 //! - [`segment`]: a segment's header (where the holder words live) and its file;
 //! - [`service_segment`]: a pub/sub service's named header and its take-over;
 //! - [`sweep`]: what sweeps and the manager reclaim from a namespace;
@@ -13,6 +16,8 @@
 //! Nothing here imports a user room (`buf`, `pool`, `channel`, `pubsub`, `manager`,
 //! `cuda`): `tests/layering.rs` guards it.
 
+#[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
+pub(crate) mod attach;
 #[cfg_attr(not(feature = "checkers"), allow(unreachable_pub))]
 pub(crate) mod holders;
 // The subscriber drives `Take` step by step (it opens a sample segment the first time

@@ -29,6 +29,7 @@ use crate::error::{Error, Result};
 use crate::manager::DefaultOs;
 use crate::namespace::Namespace;
 use crate::os::{Mapping, Os};
+use crate::protocol::attach::Expect;
 use crate::protocol::holders::{self, FREE, Holders, held_word};
 use crate::protocol::queue::{
     self, Descriptor, Queue, SampleViews, Take, TakeAt, Taken, subscriber_slot,
@@ -443,18 +444,12 @@ impl Subscriber {
             .before_named_use(self.namespace.prefix(), Some(&name))?;
         let opened = segment::open_named(&self.os, &self.namespace, &name, self.uid)?;
         let fields = opened.fields;
-        let slots = subscriber_slot(self.service.config.entries);
-        if fields.creator != publisher
-            || fields.share_key != share_key
-            || fields.layout.capacity != slots
-        {
-            return Err(Error::Corrupted {
-                segment: name,
-                what:
-                    "not the sample the service's table names (creator, share key or slots differ)"
-                        .into(),
-            });
-        }
+        let expect = Expect::Row {
+            creator: publisher,
+            share_key,
+            capacity: subscriber_slot(self.service.config.entries),
+        };
+        expect.check(&fields, &name)?;
         Ok(SampleSegment {
             name,
             map: opened.map,

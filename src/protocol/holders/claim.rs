@@ -2,6 +2,7 @@
 //! [`Claim`] (the mark raised first, the finalizer word read after).
 
 use super::*;
+use crate::error::Error;
 
 /// Why [`claim`] found no slot.
 #[derive(Copy, Clone, PartialEq, Eq, Debug)]
@@ -10,6 +11,20 @@ pub enum ClaimError {
     Gone,
     /// Every slot is held by a live process.
     Full,
+}
+
+impl ClaimError {
+    /// The error a caller returns for it: [`Error::Gone`] or [`Error::HoldersFull`] of
+    /// `segment`, whose holder slots are `capacity`.
+    pub fn into_error(self, segment: String, capacity: usize) -> Error {
+        match self {
+            ClaimError::Gone => Error::Gone { segment },
+            ClaimError::Full => Error::HoldersFull {
+                segment,
+                capacity: capacity as u32,
+            },
+        }
+    }
 }
 
 /// Takes a slot for `word` (a [`held_word`] or an [`in_flight_word`] of this process):

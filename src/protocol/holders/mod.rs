@@ -59,14 +59,17 @@
 //!   holder's too), bump the generation word, turn them back to `FREE`, let go. A live
 //!   holder (or in-flight reference) makes it roll back: the segment is not reusable
 //!   yet. An attach checks the generation after taking its slot ([`generation_is`]):
-//!   a handle of an earlier use gives the slot back and fails.
+//!   a handle of an earlier use gives the slot back and fails
+//!   ([`Attach`](crate::protocol::attach::Attach)).
 //!
 //! Why this is safe (P1) and leak-free (P3) is argued in `docs/PROTOCOL.md`.
 //!
 //! # Resumable steps
-//! `claim` and `finalize` are written as resumable operations ([`Claim`], [`Finalize`]:
-//! where they stand, with their locals), and `transfer` as one step
-//! ([`transfer_step`]). Each `step` call runs the code between two crash points; the
+//! `claim`, `recycle` and `finalize` are written as resumable operations ([`Claim`],
+//! [`Recycle`], [`Finalize`]: where they stand, with their locals), and `transfer` as one
+//! step ([`transfer_step`]); an attach, which steps a [`Claim`] when it cannot take a
+//! handle's reference over, is [`Attach`](crate::protocol::attach::Attach), beside this
+//! folder. Each `step` call runs the code between two crash points; the
 //! functions above run the steps to the end, passing a crash point before each. The
 //! exhaustive check (`shmrc-model`'s `protocol`, explored by `proofs/`) steps these same
 //! values one by one, interleaving processes and crashes, so what it proves is about
@@ -390,6 +393,11 @@ impl<'a> Holders<'a> {
         self.generation.map_or(0, |g| g.load(SeqCst))
     }
 
+    /// How many slots there are (0: a segment without slots, which no claim can hold).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// The word in slot `index` (None if out of range).
     pub fn slot_word(&self, index: usize) -> Option<u64> {
         // SeqCst: a diagnostic read, ordered like the protocol's own.
@@ -426,14 +434,14 @@ impl<O: Os> StepOs for O {
 
 /// The OS of one operation run to its end by production: the process's token read
 /// once (a `getpid` and a load) instead of at every step: a finalize of 64 slots made
-/// some 200 `getpid` calls.
-struct Operation<'a, O: Os> {
+/// some 200 `getpid` calls. (Also [`attach`](crate::protocol::attach::attach)'s.)
+pub(crate) struct Operation<'a, O: Os> {
     os: &'a O,
     me: Token,
 }
 
 impl<'a, O: Os> Operation<'a, O> {
-    fn new(os: &'a O) -> Operation<'a, O> {
+    pub(crate) fn new(os: &'a O) -> Operation<'a, O> {
         Operation {
             os,
             me: Os::current(os),
