@@ -211,38 +211,12 @@ fn a_direct_share_reusing_a_released_channel_slot_keeps_its_reference() {
         .expect("attach");
     world.release(got).unwrap();
     let direct = buf.share().expect("share").into_bytes().expect("bytes");
-    close(&mut ledger);
-    world.release(buf).unwrap();
-    let r2 = world.spawn();
-    let got = world
-        .attach(&r2, &direct, sender.pid())
-        .unwrap()
-        .expect("P1: the directly shared handle keeps its segment");
-    world.finish(vec![(r2, got)]);
-}
-
-/// A share by hand into the slot a channel's receiver released supersedes the
-/// channel's entry at once: the sender's `pending` no longer counts it, though the slot
-/// holds the same word, and the handle shared by hand keeps its segment.
-#[test]
-fn a_ledger_never_asked_sees_its_entry_superseded_by_a_share_by_hand() {
-    let world = World::new(17);
-    let sender = world.spawn();
-    let buf = world.create(&sender, 4).expect("create");
-    let mut ledger = Ledger::new();
-    let on_ch = send(&mut ledger, &buf).expect("send on the channel");
-    let r1 = world.spawn();
-    let got = world
-        .attach(&r1, &on_ch, sender.pid())
-        .unwrap()
-        .expect("attach");
-    world.release(got).unwrap();
-    let direct = buf.share().expect("share").into_bytes().expect("bytes");
     assert_eq!(
         ledger.pending(),
         0,
         "the slot holds the same word, but a newer share's reference"
     );
+    close(&mut ledger);
     world.release(buf).unwrap();
     let r2 = world.spawn();
     let got = world
