@@ -12,10 +12,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
+use shmrc::checkers::namespace::NamespaceExt;
 use shmrc::checkers::os::Os;
 use shmrc::checkers::segment::{HEADER_BYTES, Layout};
 use shmrc::{CreateOptions, DefaultOs, Error, Namespace, Result, ShmBuf, Strategy};
-use shmrc::checkers::namespace::NamespaceExt;
 
 use crate::floor::{self, FloorMap};
 use crate::goals::{self, BoundFigures, Goal, Verdict};

@@ -12,8 +12,8 @@ use std::os::unix::fs::PermissionsExt;
 
 use common::{listed, shmrc_ok};
 use serde_json::Value;
-use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc::checkers::token::TokenExt;
+use shmrc::pubsub::{Publisher, PublisherOptions, Subscriber};
 use shmrc_testkit::names::{TestNamespace, current_uid};
 
 /// The service `service` of the only namespace of a `--json` document.

@@ -16,8 +16,8 @@ use common::{LIMIT, Worker, file_system_buf, held_only_by, shmrc_within, start_w
 use shmrc::checkers::manager::wire::{self, Reply, Request};
 use shmrc::checkers::os::Os;
 use shmrc::checkers::token::Token;
-use shmrc::{DefaultOs, Namespace, ShmBuf};
 use shmrc::checkers::token::TokenExt;
+use shmrc::{DefaultOs, Namespace, ShmBuf};
 use shmrc_testkit::data::{field, fnv1a};
 use shmrc_testkit::names::TestNamespace;
 use shmrc_testkit::process::{output_within, wait_gone};

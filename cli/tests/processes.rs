@@ -5,9 +5,9 @@
 mod common;
 
 use common::start_workers;
+use shmrc::checkers::buf::ShmBufExt;
 use shmrc::checkers::holders::Outcome;
 use shmrc::{CreateOptions, ShmBuf, Strategy};
-use shmrc::checkers::buf::ShmBufExt;
 use shmrc_testkit::data::{fnv1a, pattern};
 use shmrc_testkit::names::TestNamespace;
 
