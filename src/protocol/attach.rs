@@ -362,35 +362,23 @@ pub fn attach<O: Os>(
 mod tests {
     use super::*;
     use crate::protocol::holders::in_flight_word;
+    use crate::protocol::holders::tests::{Fixed, token, words};
     use crate::protocol::segment::Layout;
     use crate::sync::{AtomicU64, Ordering::SeqCst};
 
-    /// An OS in which `me` runs and every other process lives.
-    struct Me(Token);
-
-    impl StepOs for Me {
-        fn current(&self) -> Token {
-            self.0
-        }
-
-        fn is_alive(&self, _token: Token) -> bool {
-            true
-        }
-
-        fn shm_unlink(&self, _name: &str) -> Result<()> {
-            Ok(())
+    /// `me` runs and `others` live.
+    fn os(me: Token, others: &[Token]) -> Fixed {
+        Fixed {
+            me,
+            live: others.to_vec(),
         }
     }
 
-    fn token(pid: u32) -> Token {
-        Token::new(pid, 1).unwrap()
-    }
-
-    fn words(values: &[u64]) -> Vec<AtomicU64> {
-        values.iter().map(|&v| AtomicU64::new(v)).collect()
-    }
-
-    fn run(attach: &mut Attach, os: &Me, h: &Holders<'_>) -> (usize, Result<usize, AttachError>) {
+    fn run(
+        attach: &mut Attach,
+        os: &Fixed,
+        h: &Holders<'_>,
+    ) -> (usize, Result<usize, AttachError>) {
         let mut steps = 0;
         loop {
             steps += 1;
@@ -408,10 +396,10 @@ mod tests {
             (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(2));
         let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
         let in_flight = Some((1, in_flight_word(sender)));
-        let mut attach = Attach::begin(&Me(me), &h, Some(2), in_flight, false).unwrap();
+        let mut attach = Attach::begin(&os(me, &[sender]), &h, Some(2), in_flight, false).unwrap();
         assert!(matches!(attach.at(), AttachAt::Transfer { slot: 1, .. }));
         // The transfer, then the generation check: two steps, a crash point before each.
-        assert_eq!(run(&mut attach, &Me(me), &h), (2, Ok(1)));
+        assert_eq!(run(&mut attach, &os(me, &[sender]), &h), (2, Ok(1)));
         assert_eq!(slots[1].load(SeqCst), held_word(me));
     }
 
@@ -423,7 +411,7 @@ mod tests {
             (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(1));
         let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
         let in_flight = Some((1, in_flight_word(sender)));
-        let begun = Attach::begin(&Me(me), &h, Some(0), in_flight, false);
+        let begun = Attach::begin(&os(me, &[sender]), &h, Some(0), in_flight, false);
         assert_eq!(begun, Err(AttachError::Stale { gave_back: false }));
         assert_eq!(
             slots[1].load(SeqCst),
@@ -442,10 +430,10 @@ mod tests {
         let (finalizer, pending, generation) =
             (AtomicU64::new(FREE), AtomicU64::new(0), AtomicU64::new(0));
         let h = Holders::new(&slots, &finalizer, &pending).with_generation(&generation);
-        let mut attach = Attach::begin(&Me(me), &h, Some(0), None, false).unwrap();
+        let mut attach = Attach::begin(&os(me, &[creator]), &h, Some(0), None, false).unwrap();
         assert!(matches!(attach.at(), AttachAt::Claim(_)));
         generation.store(1, SeqCst);
-        let (_, done) = run(&mut attach, &Me(me), &h);
+        let (_, done) = run(&mut attach, &os(me, &[creator]), &h);
         assert_eq!(
             done,
             Err(AttachError::Stale { gave_back: true }),
@@ -458,7 +446,7 @@ mod tests {
     fn a_segment_without_slots_is_gone_to_an_attach_without_a_reference() {
         let (slots, finalizer, pending) = (words(&[]), AtomicU64::new(FREE), AtomicU64::new(0));
         let h = Holders::new(&slots, &finalizer, &pending);
-        let begun = Attach::begin(&Me(token(10)), &h, None, None, false);
+        let begun = Attach::begin(&os(token(10), &[]), &h, None, None, false);
         assert_eq!(begun, Err(AttachError::Claim(ClaimError::Gone)));
     }
 

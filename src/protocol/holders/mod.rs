@@ -120,7 +120,7 @@ mod finalize;
 mod recycle;
 mod seal;
 #[cfg(all(test, not(any(shmrc_loom, shmrc_shuttle))))]
-mod tests;
+pub(crate) mod tests;
 
 pub use claim::*;
 pub use finalize::*;

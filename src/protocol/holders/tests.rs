@@ -1,11 +1,13 @@
 //! The holder protocol's unit tests: plain atomics, outside any model checker's run.
+//! Their stub OS and word helpers ([`Fixed`], [`token`], [`words`]) serve the other
+//! protocol rooms' unit tests too (`attach.rs`).
 
 use super::*;
 
 /// An OS that answers from a list: `me` runs, `live` live.
-struct Fixed {
-    me: Token,
-    live: Vec<Token>,
+pub(crate) struct Fixed {
+    pub(crate) me: Token,
+    pub(crate) live: Vec<Token>,
 }
 
 impl StepOs for Fixed {
@@ -22,11 +24,13 @@ impl StepOs for Fixed {
     }
 }
 
-fn token(pid: u32) -> Token {
+/// The token of process `pid` (start time 1).
+pub(crate) fn token(pid: u32) -> Token {
     Token::new(pid, 1).unwrap()
 }
 
-fn words(values: &[u64]) -> Vec<AtomicU64> {
+/// Slot words holding `values`.
+pub(crate) fn words(values: &[u64]) -> Vec<AtomicU64> {
     values.iter().map(|&v| AtomicU64::new(v)).collect()
 }
 
