@@ -101,13 +101,8 @@ impl InFlightShares {
     }
 
     /// How many records are kept (the ledgers' live entries).
-    pub fn len(&self) -> usize {
+    pub fn records(&self) -> usize {
         self.latest.len()
-    }
-
-    /// Whether no record is kept.
-    pub fn is_empty(&self) -> bool {
-        self.latest.is_empty()
     }
 }
 

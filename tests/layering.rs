@@ -139,8 +139,6 @@ fn graph(src: &Path) -> Graph {
             Some(name.trim_end_matches(".rs").to_owned())
         })
         .filter(|name| name != "lib" && name != "main")
-        // And the modules lib.rs declares at a path of their own (`#[path] mod ledger;`).
-        .chain(declared_at_a_path(&src.join("lib.rs")))
         .collect();
     let mut graph = Graph::new();
     let mut stack = vec![src.to_owned()];
@@ -173,26 +171,6 @@ fn graph(src: &Path) -> Graph {
         }
     }
     graph
-}
-
-/// The modules `lib` declares with a `#[path = ..]` attribute (their files live in
-/// another room's folder).
-fn declared_at_a_path(lib: &Path) -> Vec<String> {
-    let source = std::fs::read_to_string(lib).unwrap();
-    let lines: Vec<&str> = source.lines().map(str::trim).collect();
-    lines
-        .iter()
-        .enumerate()
-        .filter(|(_, line)| line.starts_with("#[path"))
-        .filter_map(|(at, _)| {
-            // The declaration follows its attributes (`#[path]` among them, in any order).
-            let decl = lines[at + 1..]
-                .iter()
-                .find(|line| !line.starts_with("#["))?;
-            let decl = decl.trim_start_matches("pub ").strip_prefix("mod ")?;
-            Some(decl.trim_end_matches(';').to_owned())
-        })
-        .collect()
 }
 
 /// Every import of `os` that is not below it.

@@ -237,7 +237,7 @@ fn the_record_of_in_flight_shares_holds_only_live_entries() {
     let (mut ch1, mut ch2) = (Ledger::new(), Ledger::new());
     let on_ch1 = send(&mut ch1, &buf).expect("send on channel 1");
     let _on_ch2 = send(&mut ch2, &buf).expect("send on channel 2");
-    let records = || sender.local().in_flight_shares().len();
+    let records = || sender.local().in_flight_shares().records();
     assert_eq!(records(), 2);
     let r1 = world.spawn();
     let got = world
